@@ -1,0 +1,107 @@
+# Entry points for developers and CI. `make test` on a fresh Debian 12 machine (as root)
+# installs what is missing, builds the control plane binaries and test images into $(CACHE),
+# then runs every test for real; later runs reuse the cache.
+#
+# Adding a target: write it in the section it belongs to and add its name to .PHONY there.
+# Recipes run in bash with -euo pipefail, so a multi-line recipe stops at its first failure.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+# Where built binaries and images are kept between runs, outside the repository.
+CACHE ?= /var/cache/holdfast
+# Flags of the full test run; override for a quicker loop, e.g. make test TEST_FLAGS=-count=1 PKGS=./agent/...
+TEST_FLAGS ?= -race -count=1 -timeout 30m
+PKGS ?= ./...
+# GOOS/GOARCH[/GOARM] that `make check` cross-builds: the gateways holdfast runs on.
+CROSS_TARGETS ?= linux/amd64 linux/arm64 linux/arm/7
+# Separate modules that must stay tidy too.
+TOOL_MODULES := $(wildcard hack/tools/*)
+
+# internal/testenv finds the binaries and images here.
+export HOLDFAST_CACHE := $(CACHE)
+export HOLDFAST_TEST_BIN := $(CACHE)/bin
+export HOLDFAST_TEST_IMAGES := $(CACHE)/images
+
+## Build
+
+.PHONY: build
+build:
+	$(GO) build -trimpath -o bin/holdfast ./cmd/holdfast
+
+## Policies
+
+.PHONY: policies
+
+# Where `make policies` puts the built modules (not tracked).
+POLICY_OUT ?= _output/policies
+GO_POLICIES := $(patsubst %/main.go,%,$(wildcard policies/examples/*/*/main.go))
+
+# policies builds the example policies (Go with GOOS=wasip1, C with clang) and the WAT test
+# modules. Tests do not need it: they build what they use themselves (wasm/wasmtest).
+policies:
+	mkdir -p $(POLICY_OUT)/examples $(POLICY_OUT)/testdata
+	for d in $(GO_POLICIES); do \
+		GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(POLICY_OUT)/examples/$$(basename $$d).wasm ./$$d; \
+	done
+	for c in policies/examples/c/*/policy.c; do \
+		clang --target=wasm32 -O2 -nostdlib -Wl,--no-entry -o $(POLICY_OUT)/examples/$$(basename $$(dirname $$c)).wasm $$c; \
+	done
+	for w in wasm/testdata/*.wat agent/policy/testdata/*.wat; do \
+		wat2wasm $$w -o $(POLICY_OUT)/testdata/$$(basename $${w%.wat}).wasm; \
+	done
+	ls -l $(POLICY_OUT)/examples
+
+## Test
+
+.PHONY: deps test test-short
+
+# deps installs Debian packages (only if missing), builds kube-apiserver and etcd (only if not
+# cached) and writes the test images (only if changed).
+deps:
+	hack/deps.sh
+	hack/build-tools.sh
+	$(GO) run ./hack/mkimage -o $(HOLDFAST_TEST_IMAGES)
+
+test: deps
+	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+# test-short runs the unit tests only: integration tests skip themselves under -short.
+test-short:
+	$(GO) test -short $(PKGS)
+
+## Check
+
+.PHONY: check check-fmt check-vet check-tidy check-cross
+
+check: check-fmt check-vet check-tidy check-cross
+
+check-fmt:
+	@unformatted=$$(gofmt -l .); \
+	if [[ -n "$$unformatted" ]]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+
+check-vet:
+	$(GO) vet ./...
+
+check-tidy:
+	$(GO) mod tidy
+	git diff --exit-code go.mod go.sum
+	for m in $(TOOL_MODULES); do (cd $$m && $(GO) mod tidy); git diff --exit-code $$m/go.mod $$m/go.sum; done
+
+check-cross:
+	for target in $(CROSS_TARGETS); do \
+		IFS=/ read -r goos goarch goarm <<<"$$target"; \
+		echo "go build ./... for $$target"; \
+		GOOS=$$goos GOARCH=$$goarch GOARM=$$goarm $(GO) build ./...; \
+	done
+
+## Run
+
+.PHONY: run
+
+# run: holdfast standalone on this machine with the firmware's default config and example
+# manifests, showing the pods' status until Ctrl-C (see hack/run.sh).
+run:
+	CACHE=$(CACHE) hack/run.sh

@@ -1,0 +1,226 @@
+// Package agent wires holdfast's parts together and runs them: the runtime, the pod sources,
+// the pod workers, status reporting, the node's registration and heartbeats, and the local
+// health endpoint. See ../README.md for the data flow.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/agent/network"
+	"github.com/holdfast-dev/holdfast/agent/node"
+	"github.com/holdfast-dev/holdfast/agent/pods"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/sources"
+	"github.com/holdfast-dev/holdfast/agent/status"
+)
+
+// Agent is one running holdfast.
+type Agent struct {
+	cfg     config.Config
+	log     *slog.Logger
+	version string
+}
+
+// New builds an agent from a validated configuration.
+func New(cfg config.Config, log *slog.Logger, version string) *Agent {
+	return &Agent{cfg: cfg, log: log, version: version}
+}
+
+// Run runs the agent until ctx ends. Ending it stops the agent, never the pods: containers
+// keep running and are adopted by the next start.
+func (a *Agent) Run(ctx context.Context) error {
+	cfg := a.cfg
+	klog.SetSlogLogger(a.log.With("component", "client-go"))
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+
+	rt, err := a.connectRuntime(ctx)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	a.preloadImages(ctx, rt)
+
+	var client kubernetes.Interface
+	if !cfg.Standalone() {
+		restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("load kubeconfig %s: %w", cfg.Kubeconfig, err)
+		}
+		restCfg.UserAgent = "holdfast/" + a.version
+		restCfg.QPS, restCfg.Burst = 50, 100
+		if client, err = kubernetes.NewForConfig(restCfg); err != nil {
+			return fmt.Errorf("apiserver client: %w", err)
+		}
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartEventWatcher(func(e *v1.Event) {
+		a.log.Info("event", "object", e.InvolvedObject.Namespace+"/"+e.InvolvedObject.Name,
+			"type", e.Type, "reason", e.Reason, "message", e.Message)
+	})
+	if client != nil {
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	}
+	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "holdfast", Host: cfg.NodeName})
+
+	hostIPs := func() []string { return node.HostIPs(cfg.NodeIP) }
+	netMgr := network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir)
+	statusMgr := status.NewManager(client, a.log.With("component", "status"))
+	podMgr := pods.NewManager(pods.Config{
+		StateDir:     cfg.StateDir,
+		PodLogDir:    cfg.PodLogDir,
+		RelistPeriod: cfg.Pods.RelistPeriod.Duration,
+		BackOffBase:  cfg.Pods.BackOffBase.Duration,
+		BackOffMax:   cfg.Pods.BackOffMax.Duration,
+		HostIPs:      hostIPs,
+	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
+
+	g, ctx := errgroup.WithContext(ctx)
+	var ready []func() bool
+	if cfg.ManifestDir != "" {
+		fs := &sources.FileSource{Dir: cfg.ManifestDir, NodeName: cfg.NodeName, Sink: podMgr, Log: a.log.With("component", "static")}
+		ready = append(ready, fs.Ready)
+		g.Go(func() error { return fs.Run(ctx) })
+	}
+	if client != nil {
+		api := &sources.APISource{Client: client, NodeName: cfg.NodeName, Sink: podMgr, Log: a.log.With("component", "apisource")}
+		factory := api.Start()
+		ready = append(ready, api.Ready)
+		g.Go(func() error { return api.Run(ctx, factory) })
+		nc := node.NewController(node.Config{
+			NodeName:        cfg.NodeName,
+			AgentVersion:    a.version,
+			NodeIP:          cfg.NodeIP,
+			Labels:          cfg.NodeLabels,
+			MaxPods:         cfg.MaxPods,
+			StorageDir:      cfg.StateDir,
+			LeaseDuration:   cfg.NodeStatus.LeaseDuration.Duration,
+			RenewInterval:   cfg.NodeStatus.LeaseRenewInterval.Duration,
+			UpdateFrequency: cfg.NodeStatus.UpdateFrequency.Duration,
+			ReportFrequency: cfg.NodeStatus.ReportFrequency.Duration,
+		}, client, rt.Version, func() error {
+			if err := podMgr.RelistHealthy(); err != nil {
+				return err
+			}
+			if err := netMgr.Ready(); err != nil {
+				return err
+			}
+			return nil
+		}, a.log.With("component", "node"))
+		g.Go(func() error { return nc.Run(ctx) })
+	}
+	podMgr.SetSourcesReady(func() bool {
+		for _, r := range ready {
+			if !r() {
+				return false
+			}
+		}
+		return true
+	})
+	g.Go(func() error { return podMgr.Run(ctx) })
+	g.Go(func() error { return statusMgr.Run(ctx) })
+	if cfg.HealthzAddress != "" {
+		g.Go(func() error { return a.serveHealthz(ctx, podMgr, statusMgr) })
+	}
+	a.log.Info("holdfast running", "node", cfg.NodeName, "version", a.version, "standalone", cfg.Standalone(),
+		"manifests", cfg.ManifestDir, "containerd", cfg.Containerd.Address)
+	return g.Wait()
+}
+
+// connectRuntime waits for containerd: at boot it may come up after the agent.
+func (a *Agent) connectRuntime(ctx context.Context) (*runtime.Runtime, error) {
+	delay := 500 * time.Millisecond
+	for {
+		rt, err := runtime.Connect(ctx, a.cfg.Containerd.Address, a.cfg.Containerd.Namespace, a.log.With("component", "runtime"))
+		if err == nil {
+			v, _ := rt.Version(ctx)
+			a.log.Info("connected to container runtime", "address", a.cfg.Containerd.Address, "version", v)
+			return rt, nil
+		}
+		a.log.Warn("container runtime not reachable; retrying", "address", a.cfg.Containerd.Address, "err", err, "retryIn", delay)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+// preloadImages imports the firmware's image tarballs before any pod starts. A bad tarball is
+// reported with its path and skipped; the pods that need it will say ErrImageNeverPull.
+func (a *Agent) preloadImages(ctx context.Context, rt *runtime.Runtime) {
+	if a.cfg.ImagePreloadDir == "" {
+		return
+	}
+	results, err := rt.ImportDir(ctx, a.cfg.ImagePreloadDir)
+	if err != nil {
+		a.log.Error("preload images", "dir", a.cfg.ImagePreloadDir, "err", err)
+		return
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			a.log.Error("preload image tarball; skipped", "path", r.Path, "err", r.Err)
+			continue
+		}
+		a.log.Info("preloaded images", "path", r.Path, "images", r.Images)
+	}
+}
+
+// serveHealthz serves /healthz (200 when the runtime relist is healthy) and /pods (the
+// pods and their statuses as JSON) on the configured local address.
+func (a *Agent) serveHealthz(ctx context.Context, podMgr *pods.Manager, statusMgr *status.Manager) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := podMgr.RelistHealthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/pods", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(statusMgr.List())
+	})
+	ln, err := net.Listen("tcp", a.cfg.HealthzAddress)
+	if err != nil {
+		return fmt.Errorf("listen on healthz address %s: %w", a.cfg.HealthzAddress, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutCtx)
+		<-errCh
+		return nil
+	case err := <-errCh:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("healthz server: %w", err)
+	}
+}

@@ -1,0 +1,252 @@
+// Package config holds holdfast's configuration: the YAML file an operator writes (see
+// firmware/config.yaml for the shipped default), its defaults, and its validation.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the agent's whole configuration. Every field has a default (see Default) so an
+// empty file is a valid configuration: a standalone agent that runs the manifests in
+// ManifestDir with a containerd on its default socket.
+type Config struct {
+	// NodeName is the name of the Node object and of the node identity. Defaults to the
+	// machine's hostname, lower-cased.
+	NodeName string `json:"nodeName,omitempty"`
+	// Kubeconfig is the path of a kubeconfig with the node's identity (system:node:NAME).
+	// Empty means standalone: no apiserver, static manifests only.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// StateDir holds the agent's own state (pod network records, the offline store).
+	// Defaults to /var/lib/holdfast.
+	StateDir string `json:"stateDir,omitempty"`
+	// ManifestDir is the static pod manifest directory. Defaults to /etc/holdfast/manifests.
+	// Empty after defaulting only if set to "-" (no static pods).
+	ManifestDir string `json:"manifestDir,omitempty"`
+	// ImagePreloadDir holds OCI or Docker image tarballs (*.tar) imported into containerd at
+	// boot, before any pod starts, so a gateway with no registry runs its pods. Defaults to
+	// /usr/lib/holdfast/images (shipped in the firmware image); "-" disables preloading.
+	ImagePreloadDir string `json:"imagePreloadDir,omitempty"`
+	// PodLogDir is the root of container logs, laid out as kubelet does:
+	// NAMESPACE_NAME_UID/CONTAINER/ATTEMPT.log. Defaults to /var/log/pods.
+	PodLogDir string `json:"podLogDir,omitempty"`
+	// NodeLabels are added to the Node at registration.
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+	// NodeIP overrides the InternalIP address detected from the default route.
+	NodeIP string `json:"nodeIP,omitempty"`
+	// MaxPods is the pods capacity reported for the node. Defaults to 110.
+	MaxPods int `json:"maxPods,omitempty"`
+
+	Containerd ContainerdConfig `json:"containerd,omitempty"`
+	CNI        CNIConfig        `json:"cni,omitempty"`
+	NodeStatus NodeStatusConfig `json:"nodeStatus,omitempty"`
+	Pods       PodsConfig       `json:"pods,omitempty"`
+
+	// HealthzAddress is where /healthz and /pods are served (loopback only by default).
+	// Defaults to 127.0.0.1:10248; "-" disables the endpoint.
+	HealthzAddress string `json:"healthzAddress,omitempty"`
+}
+
+// ContainerdConfig says which containerd to use.
+type ContainerdConfig struct {
+	// Address is containerd's socket. Defaults to /run/containerd/containerd.sock.
+	Address string `json:"address,omitempty"`
+	// Namespace is the containerd namespace holdfast owns; nothing outside it is touched.
+	// Defaults to "holdfast".
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// CNIConfig says where the CNI network configuration and plugins are.
+type CNIConfig struct {
+	// ConfDir holds the CNI network configuration (the first .conflist/.conf in lexical order
+	// is used). Defaults to /etc/cni/net.d.
+	ConfDir string `json:"confDir,omitempty"`
+	// BinDirs are searched for plugin binaries. Defaults to [/opt/cni/bin, /usr/lib/cni].
+	BinDirs []string `json:"binDirs,omitempty"`
+	// NetNSDir is where pod network namespaces are bind-mounted. Defaults to /var/run/netns.
+	NetNSDir string `json:"netnsDir,omitempty"`
+}
+
+// NodeStatusConfig sets the heartbeat cadence; the defaults are kubelet's.
+type NodeStatusConfig struct {
+	// LeaseDuration is the Lease's leaseDurationSeconds. Defaults to 40s.
+	LeaseDuration Duration `json:"leaseDuration,omitempty"`
+	// LeaseRenewInterval is how often the Lease is renewed. Defaults to 10s.
+	LeaseRenewInterval Duration `json:"leaseRenewInterval,omitempty"`
+	// UpdateFrequency is how often node status is computed. Defaults to 10s.
+	UpdateFrequency Duration `json:"updateFrequency,omitempty"`
+	// ReportFrequency is the longest time between two writes of an unchanged node status.
+	// Defaults to 5m.
+	ReportFrequency Duration `json:"reportFrequency,omitempty"`
+}
+
+// PodsConfig tunes the pod workers.
+type PodsConfig struct {
+	// RelistPeriod is how often the runtime is relisted to catch what events missed.
+	// Defaults to 1s (kubelet's PLEG period).
+	RelistPeriod Duration `json:"relistPeriod,omitempty"`
+	// BackOffBase and BackOffMax bound the restart back-off of crashing containers.
+	// Default to 10s and 300s, as kubelet.
+	BackOffBase Duration `json:"backOffBase,omitempty"`
+	BackOffMax  Duration `json:"backOffMax,omitempty"`
+}
+
+// Duration is a time.Duration that reads and writes as "10s" in YAML and JSON.
+type Duration struct{ time.Duration }
+
+// D is shorthand for building a Duration.
+func D(d time.Duration) Duration { return Duration{d} }
+
+// UnmarshalJSON accepts a Go duration string ("10s", "1m30s").
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %s: %w", string(b), err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+
+// Default returns the configuration an empty file yields.
+func Default() Config {
+	var c Config
+	c.applyDefaults()
+	return c
+}
+
+func (c *Config) applyDefaults() {
+	if c.NodeName == "" {
+		if h, err := os.Hostname(); err == nil {
+			c.NodeName = lower(h)
+		}
+	}
+	setDefault(&c.StateDir, "/var/lib/holdfast")
+	setDefault(&c.ManifestDir, "/etc/holdfast/manifests")
+	if c.ManifestDir == "-" {
+		c.ManifestDir = ""
+	}
+	setDefault(&c.PodLogDir, "/var/log/pods")
+	setDefault(&c.ImagePreloadDir, "/usr/lib/holdfast/images")
+	if c.ImagePreloadDir == "-" {
+		c.ImagePreloadDir = ""
+	}
+	if c.MaxPods == 0 {
+		c.MaxPods = 110
+	}
+	setDefault(&c.Containerd.Address, "/run/containerd/containerd.sock")
+	setDefault(&c.Containerd.Namespace, "holdfast")
+	setDefault(&c.CNI.ConfDir, "/etc/cni/net.d")
+	if len(c.CNI.BinDirs) == 0 {
+		c.CNI.BinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
+	}
+	setDefault(&c.CNI.NetNSDir, "/var/run/netns")
+	setDefaultDuration(&c.NodeStatus.LeaseDuration, 40*time.Second)
+	setDefaultDuration(&c.NodeStatus.LeaseRenewInterval, 10*time.Second)
+	setDefaultDuration(&c.NodeStatus.UpdateFrequency, 10*time.Second)
+	setDefaultDuration(&c.NodeStatus.ReportFrequency, 5*time.Minute)
+	setDefaultDuration(&c.Pods.RelistPeriod, time.Second)
+	setDefaultDuration(&c.Pods.BackOffBase, 10*time.Second)
+	setDefaultDuration(&c.Pods.BackOffMax, 300*time.Second)
+	setDefault(&c.HealthzAddress, "127.0.0.1:10248")
+	if c.HealthzAddress == "-" {
+		c.HealthzAddress = ""
+	}
+}
+
+// Load reads a YAML (or JSON) configuration file, applies defaults and validates it. Unknown
+// fields are an error: a misspelt key must not silently fall back to a default.
+func Load(path string) (Config, error) { return LoadWith(path, nil) }
+
+// LoadWith is Load with a change applied between reading the file and defaulting: command
+// line flags use it to override the file.
+func LoadWith(path string, override func(*Config)) (Config, error) {
+	var c Config
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("read config: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(b, &c); err != nil {
+			return c, fmt.Errorf("parse config %s: %w", path, err)
+		}
+	}
+	if override != nil {
+		override(&c)
+	}
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		if path != "" {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+		return c, err
+	}
+	return c, nil
+}
+
+// Validate reports every problem of an already defaulted configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("nodeName is empty and the hostname could not be read"))
+	}
+	if c.MaxPods < 0 {
+		errs = append(errs, fmt.Errorf("maxPods %d is negative", c.MaxPods))
+	}
+	for name, d := range map[string]Duration{
+		"nodeStatus.leaseDuration":      c.NodeStatus.LeaseDuration,
+		"nodeStatus.leaseRenewInterval": c.NodeStatus.LeaseRenewInterval,
+		"nodeStatus.updateFrequency":    c.NodeStatus.UpdateFrequency,
+		"nodeStatus.reportFrequency":    c.NodeStatus.ReportFrequency,
+		"pods.relistPeriod":             c.Pods.RelistPeriod,
+		"pods.backOffBase":              c.Pods.BackOffBase,
+		"pods.backOffMax":               c.Pods.BackOffMax,
+	} {
+		if d.Duration <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, d))
+		}
+	}
+	if c.NodeStatus.LeaseRenewInterval.Duration >= c.NodeStatus.LeaseDuration.Duration {
+		errs = append(errs, fmt.Errorf("nodeStatus.leaseRenewInterval (%s) must be shorter than nodeStatus.leaseDuration (%s)",
+			c.NodeStatus.LeaseRenewInterval, c.NodeStatus.LeaseDuration))
+	}
+	if c.Pods.BackOffMax.Duration < c.Pods.BackOffBase.Duration {
+		errs = append(errs, fmt.Errorf("pods.backOffMax (%s) is below pods.backOffBase (%s)", c.Pods.BackOffMax, c.Pods.BackOffBase))
+	}
+	return errors.Join(errs...)
+}
+
+// Standalone reports whether the agent runs without an apiserver.
+func (c *Config) Standalone() bool { return c.Kubeconfig == "" }
+
+func setDefault(s *string, v string) {
+	if *s == "" {
+		*s = v
+	}
+}
+
+func setDefaultDuration(d *Duration, v time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = v
+	}
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,54 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadDefaults(t *testing.T) {
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeStatus.LeaseRenewInterval.Duration != 10*time.Second || c.NodeStatus.LeaseDuration.Duration != 40*time.Second {
+		t.Errorf("lease defaults = %s/%s, want kubelet's 10s/40s", c.NodeStatus.LeaseRenewInterval, c.NodeStatus.LeaseDuration)
+	}
+	if c.MaxPods != 110 || c.Containerd.Namespace != "holdfast" || !c.Standalone() {
+		t.Errorf("unexpected defaults: %+v", c)
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+	}{
+		{"valid", "nodeName: gw-1\nnodeStatus:\n  leaseRenewInterval: 2s\n", ""},
+		{"unknown field", "nodeNmae: gw-1\n", "unknown field"},
+		{"bad duration", "pods:\n  relistPeriod: soon\n", "duration"},
+		{"renew longer than lease", "nodeStatus:\n  leaseRenewInterval: 50s\n", "must be shorter"},
+		{"negative pods", "maxPods: -1\n", "negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(p, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := Load(p)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.NodeName != "gw-1" || c.NodeStatus.LeaseRenewInterval.Duration != 2*time.Second {
+					t.Errorf("got %+v", c)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), p) {
+				t.Errorf("err = %v, want one naming %s and containing %q", err, p, tc.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,265 @@
+// Package node registers the Node object, renews its Lease in kube-node-lease, and keeps its
+// status (capacity, addresses, nodeInfo, conditions) current, as kubelet does.
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	goruntime "runtime"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/component-helpers/apimachinery/lease"
+	"k8s.io/utils/clock"
+)
+
+// LeaseNamespace is where node Leases live.
+const LeaseNamespace = "kube-node-lease"
+
+// Thresholds for the pressure conditions: kubelet's default hard eviction thresholds.
+const (
+	memoryPressureBelow = 100 << 20 // memory.available < 100Mi
+	diskPressureBelow   = 0.10      // nodefs.available < 10%
+	pidPressureAbove    = 0.90      // more than 90% of pid_max in use
+)
+
+// Config describes the node.
+type Config struct {
+	NodeName        string
+	AgentVersion    string // reported as kubeletVersion
+	NodeIP          string
+	Labels          map[string]string
+	MaxPods         int
+	StorageDir      string // filesystem reported as ephemeral-storage
+	LeaseDuration   time.Duration
+	RenewInterval   time.Duration
+	UpdateFrequency time.Duration
+	ReportFrequency time.Duration
+}
+
+// Controller owns the Node object and its Lease.
+type Controller struct {
+	cfg            Config
+	client         kubernetes.Interface
+	runtimeVersion func(context.Context) (string, error)
+	// readiness returns nil when the node can run pods (runtime up, relist healthy, network).
+	readiness func() error
+	log       *slog.Logger
+
+	mu        sync.Mutex // protects lastWrite, lastStatus
+	lastWrite time.Time
+	lastSent  v1.NodeStatus
+}
+
+// NewController builds a controller; Run registers the node and keeps it current.
+func NewController(cfg Config, client kubernetes.Interface, runtimeVersion func(context.Context) (string, error), readiness func() error, log *slog.Logger) *Controller {
+	return &Controller{cfg: cfg, client: client, runtimeVersion: runtimeVersion, readiness: readiness, log: log}
+}
+
+// Run registers the node (retrying until the apiserver answers), then renews the Lease and
+// updates the status until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	var node *v1.Node
+	delay := time.Second
+	for {
+		var err error
+		if node, err = c.register(ctx); err == nil {
+			break
+		}
+		c.log.Warn("register node; retrying", "node", c.cfg.NodeName, "err", err, "retryIn", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 30*time.Second)
+	}
+	c.log.Info("node registered", "node", node.Name, "uid", node.UID)
+
+	ctl := lease.NewController(clock.RealClock{}, c.client, c.cfg.NodeName,
+		int32(c.cfg.LeaseDuration/time.Second), nil, c.cfg.RenewInterval,
+		c.cfg.NodeName, LeaseNamespace, ownedByNode(node))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctl.Run(ctx)
+	}()
+	defer wg.Wait()
+
+	c.syncStatus(ctx)
+	ticker := time.NewTicker(c.cfg.UpdateFrequency)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			c.syncStatus(ctx)
+		}
+	}
+}
+
+// ownedByNode makes the Lease owned by the Node, so deleting the Node deletes its Lease.
+func ownedByNode(node *v1.Node) lease.ProcessLeaseFunc {
+	return func(l *coordinationv1.Lease) error {
+		if len(l.OwnerReferences) == 0 {
+			l.OwnerReferences = []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+			}}
+		}
+		return nil
+	}
+}
+
+func (c *Controller) register(ctx context.Context) (*v1.Node, error) {
+	labels := map[string]string{
+		v1.LabelHostname:   c.cfg.NodeName,
+		v1.LabelOSStable:   goruntime.GOOS,
+		v1.LabelArchStable: goruntime.GOARCH,
+	}
+	for k, v := range c.cfg.Labels {
+		labels[k] = v
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.cfg.NodeName, Labels: labels}}
+	created, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err == nil {
+		return created, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create node %s: %w", c.cfg.NodeName, err)
+	}
+	existing, err := c.client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get node %s: %w", c.cfg.NodeName, err)
+	}
+	return existing, nil
+}
+
+// syncStatus computes the node status and writes it when it changed or ReportFrequency
+// has passed since the last write.
+func (c *Controller) syncStatus(ctx context.Context) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := c.client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		st, err := c.computeStatus(ctx, node.Status, time.Now())
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		changed := !apiequality.Semantic.DeepEqual(withoutHeartbeats(st), withoutHeartbeats(c.lastSent))
+		due := time.Since(c.lastWrite) >= c.cfg.ReportFrequency
+		c.mu.Unlock()
+		if !changed && !due {
+			return nil
+		}
+		node.Status = st
+		if _, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.lastWrite, c.lastSent = time.Now(), st
+		c.mu.Unlock()
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("update node status", "node", c.cfg.NodeName, "err", err)
+	}
+}
+
+func withoutHeartbeats(st v1.NodeStatus) v1.NodeStatus {
+	out := *st.DeepCopy()
+	for i := range out.Conditions {
+		out.Conditions[i].LastHeartbeatTime = metav1.Time{}
+	}
+	return out
+}
+
+func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now time.Time) (v1.NodeStatus, error) {
+	mi, err := readMachine(c.cfg.StorageDir)
+	if err != nil {
+		return v1.NodeStatus{}, err
+	}
+	rv, rverr := c.runtimeVersion(ctx)
+	capacity := v1.ResourceList{
+		v1.ResourceCPU:              *resource.NewQuantity(int64(mi.cpus), resource.DecimalSI),
+		v1.ResourceMemory:           *resource.NewQuantity(mi.memoryBytes, resource.BinarySI),
+		v1.ResourceEphemeralStorage: *resource.NewQuantity(mi.storageBytes, resource.BinarySI),
+		v1.ResourcePods:             *resource.NewQuantity(int64(c.cfg.MaxPods), resource.DecimalSI),
+	}
+	st := v1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: capacity.DeepCopy(),
+		Phase:       "",
+		NodeInfo: v1.NodeSystemInfo{
+			MachineID:               mi.machineID,
+			SystemUUID:              mi.systemUUID,
+			BootID:                  mi.bootID,
+			KernelVersion:           mi.kernel,
+			OSImage:                 mi.osImage,
+			ContainerRuntimeVersion: rv,
+			KubeletVersion:          c.cfg.AgentVersion,
+			OperatingSystem:         goruntime.GOOS,
+			Architecture:            goruntime.GOARCH,
+		},
+		Images: old.Images,
+	}
+	for _, ip := range HostIPs(c.cfg.NodeIP) {
+		st.Addresses = append(st.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip})
+	}
+	st.Addresses = append(st.Addresses, v1.NodeAddress{Type: v1.NodeHostName, Address: c.cfg.NodeName})
+
+	ready, readyMsg := true, "holdfast is posting ready status"
+	if rverr != nil {
+		ready, readyMsg = false, "container runtime is down: "+rverr.Error()
+	} else if err := c.readiness(); err != nil {
+		ready, readyMsg = false, err.Error()
+	}
+	readyReason := "KubeletReady"
+	if !ready {
+		readyReason = "KubeletNotReady"
+	}
+	memPressure := mi.memAvailable > 0 && mi.memAvailable < memoryPressureBelow
+	diskPressure := mi.storageBytes > 0 && float64(mi.storageAvailable)/float64(mi.storageBytes) < diskPressureBelow
+	pidPressure := mi.pidMax > 0 && float64(mi.pids)/float64(mi.pidMax) > pidPressureAbove
+	st.Conditions = []v1.NodeCondition{
+		pressure(old, v1.NodeMemoryPressure, memPressure, "KubeletHasInsufficientMemory", "KubeletHasSufficientMemory", "memory available", now),
+		pressure(old, v1.NodeDiskPressure, diskPressure, "KubeletHasDiskPressure", "KubeletHasNoDiskPressure", "disk pressure", now),
+		pressure(old, v1.NodePIDPressure, pidPressure, "KubeletHasInsufficientPID", "KubeletHasSufficientPID", "PID available", now),
+		nodeCondition(old, v1.NodeReady, ready, readyReason, readyMsg, now),
+	}
+	return st, nil
+}
+
+func pressure(old v1.NodeStatus, t v1.NodeConditionType, under bool, yesReason, noReason, what string, now time.Time) v1.NodeCondition {
+	if under {
+		return nodeCondition(old, t, true, yesReason, "holdfast has "+what+" pressure", now)
+	}
+	return nodeCondition(old, t, false, noReason, "holdfast has sufficient "+what, now)
+}
+
+func nodeCondition(old v1.NodeStatus, t v1.NodeConditionType, status bool, reason, msg string, now time.Time) v1.NodeCondition {
+	s := v1.ConditionFalse
+	if status {
+		s = v1.ConditionTrue
+	}
+	c := v1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg,
+		LastHeartbeatTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now)}
+	for _, oc := range old.Conditions {
+		if oc.Type == t && oc.Status == s {
+			c.LastTransitionTime = oc.LastTransitionTime
+		}
+	}
+	return c
+}

@@ -1,0 +1,317 @@
+package pods
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/holdfast-dev/holdfast/agent/network"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+// StatusSink receives the statuses the workers compute. It owns what is reported.
+type StatusSink interface {
+	// SetPodStatus records the latest status of a pod; the sink decides when to write it.
+	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
+	// PodTerminated says the pod's containers and network are gone: an API pod with a
+	// deletionTimestamp may now be deleted for good.
+	PodTerminated(pod *v1.Pod)
+}
+
+// Config tunes the manager.
+type Config struct {
+	StateDir     string
+	PodLogDir    string
+	RelistPeriod time.Duration
+	BackOffBase  time.Duration
+	BackOffMax   time.Duration
+	// HostIPs returns the node's addresses, reported as hostIP(s) and used by host-network pods.
+	HostIPs func() []string
+	// Now is the clock; defaults to time.Now.
+	Now func() time.Time
+}
+
+// Manager dispatches desired pods to their workers and watches the runtime for changes.
+type Manager struct {
+	cfg      Config
+	rt       *runtime.Runtime
+	net      *network.Manager
+	status   StatusSink
+	recorder record.EventRecorder
+	log      *slog.Logger
+	backoff  *backoff
+	relistCh chan struct{} // buffered(1): relist now (a task event arrived)
+
+	mu           sync.Mutex // protects workers, ctx, sourcesReady, lastRelist
+	workers      map[types.UID]*worker
+	ctx          context.Context // set while Run runs; workers start under it
+	wg           sync.WaitGroup  // the worker goroutines
+	sourcesReady func() bool
+	lastRelist   time.Time
+	// terminated remembers pods torn down recently, so that a late update from a source (the
+	// API's last status write racing the deletion) does not start them again.
+	terminated map[types.UID]time.Time
+}
+
+// NewManager builds a manager; nothing runs until Run.
+func NewManager(cfg Config, rt *runtime.Runtime, net *network.Manager, status StatusSink, recorder record.EventRecorder, log *slog.Logger) *Manager {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.HostIPs == nil {
+		cfg.HostIPs = func() []string { return nil }
+	}
+	return &Manager{
+		cfg: cfg, rt: rt, net: net, status: status, recorder: recorder, log: log,
+		backoff:      newBackoff(cfg.BackOffBase, cfg.BackOffMax, cfg.Now),
+		relistCh:     make(chan struct{}, 1),
+		workers:      map[types.UID]*worker{},
+		terminated:   map[types.UID]time.Time{},
+		sourcesReady: func() bool { return false },
+	}
+}
+
+func (m *Manager) now() time.Time    { return m.cfg.Now() }
+func (m *Manager) hostIPs() []string { return m.cfg.HostIPs() }
+func (m *Manager) podDir(uid types.UID) string {
+	return filepath.Join(m.cfg.StateDir, "pods", string(uid))
+}
+
+func (m *Manager) event(pod *v1.Pod, eventType, reason, format string, args ...any) {
+	if m.recorder != nil {
+		m.recorder.Eventf(pod, eventType, reason, format, args...)
+	}
+}
+
+// SetSourcesReady installs the check that says every source has delivered its complete set
+// of pods. Until it holds, containers of unknown pods are left alone.
+func (m *Manager) SetSourcesReady(ready func() bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sourcesReady = ready
+}
+
+// Update hands the manager the desired state of a pod (new or changed).
+func (m *Manager) Update(pod *v1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w, ok := m.workers[pod.UID]
+	if _, gone := m.terminated[pod.UID]; gone && !ok && pod.DeletionTimestamp != nil {
+		return
+	}
+	if !ok {
+		w = newWorker(m, pod)
+		m.workers[pod.UID] = w
+		m.startWorkerLocked(w)
+	} else {
+		w.mu.Lock()
+		w.pod = pod
+		w.mu.Unlock()
+	}
+	w.poke()
+}
+
+// Remove is an authoritative removal: the pod's containers are stopped and removed. Only the
+// source that owns the pod calls it, and only when it knows the pod is gone.
+func (m *Manager) Remove(uid types.UID, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w, ok := m.workers[uid]
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	w.removed, w.reason = true, reason
+	w.mu.Unlock()
+	w.poke()
+}
+
+// Known reports whether a pod UID is handled by a worker (running or terminating).
+func (m *Manager) Known(uid types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.workers[uid]
+	return ok
+}
+
+func (m *Manager) startWorkerLocked(w *worker) {
+	if m.ctx == nil {
+		return // Run starts it
+	}
+	ctx := m.ctx
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		w.run(ctx)
+		m.mu.Lock()
+		if uid := w.podUID(); w.finished && m.workers[uid] == w {
+			delete(m.workers, uid)
+			m.terminated[uid] = m.now()
+		}
+		m.mu.Unlock()
+	}()
+}
+
+func (w *worker) podUID() types.UID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pod.UID
+}
+
+// Run starts the workers, follows containerd's task events and relists the runtime until
+// ctx ends, then waits for every worker to return. Containers keep running.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	m.ctx = ctx
+	for _, w := range m.workers {
+		m.startWorkerLocked(w)
+	}
+	m.mu.Unlock()
+	defer m.wg.Wait()
+
+	var eventsDone sync.WaitGroup
+	eventsDone.Add(1)
+	go func() {
+		defer eventsDone.Done()
+		m.followEvents(ctx)
+	}()
+	defer eventsDone.Wait()
+
+	ticker := time.NewTicker(m.cfg.RelistPeriod)
+	defer ticker.Stop()
+	prev := map[string]string{}
+	for {
+		prev = m.relist(ctx, prev)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		case <-m.relistCh:
+		}
+	}
+}
+
+// RelistHealthy says whether the runtime was relisted recently (kubelet's "PLEG is not
+// healthy" after 3 minutes without a relist).
+func (m *Manager) RelistHealthy() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lastRelist.IsZero() {
+		return fmt.Errorf("runtime not relisted yet")
+	}
+	if d := m.now().Sub(m.lastRelist); d > 3*time.Minute {
+		return fmt.Errorf("PLEG is not healthy: pleg was last seen active %s ago; threshold is 3m0s", d.Round(time.Second))
+	}
+	return nil
+}
+
+// relist lists the runtime, pokes the workers of pods whose containers changed, and hands
+// containers of pods that no source claims to an orphan worker once the sources are ready.
+func (m *Manager) relist(ctx context.Context, prev map[string]string) map[string]string {
+	list, err := m.rt.List(ctx)
+	if err != nil {
+		m.log.Warn("relist runtime", "err", err)
+		return prev
+	}
+	byPod := map[string][]runtime.Container{}
+	for _, c := range list {
+		byPod[c.PodUID] = append(byPod[c.PodUID], c)
+	}
+	cur := make(map[string]string, len(byPod))
+	for uid, cs := range byPod {
+		cur[uid] = fingerprint(cs)
+	}
+	m.mu.Lock()
+	m.lastRelist = m.now()
+	for uid, at := range m.terminated {
+		if m.now().Sub(at) > 10*time.Minute {
+			delete(m.terminated, uid)
+		}
+	}
+	ready := m.sourcesReady()
+	for uid, fp := range cur {
+		w, ok := m.workers[types.UID(uid)]
+		switch {
+		case ok && prev[uid] != fp:
+			w.poke()
+		case !ok && ready:
+			m.adoptOrphanLocked(byPod[uid][0])
+		}
+	}
+	if ready {
+		for _, uid := range m.net.Known() {
+			if _, ok := m.workers[types.UID(uid)]; !ok && byPod[uid] == nil {
+				m.adoptOrphanLocked(runtime.Container{PodUID: uid})
+			}
+		}
+	}
+	m.mu.Unlock()
+	return cur
+}
+
+// adoptOrphanLocked starts a worker that tears down a pod no source claims: it was deleted
+// while the agent was not running.
+func (m *Manager) adoptOrphanLocked(c runtime.Container) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(c.PodUID), Name: c.PodName, Namespace: c.PodNamespace}}
+	w := newWorker(m, pod)
+	w.removed, w.orphan, w.reason = true, true, "no source has this pod any more (deleted while the agent was down)"
+	m.workers[pod.UID] = w
+	m.startWorkerLocked(w)
+	w.poke()
+}
+
+func fingerprint(cs []runtime.Container) string {
+	parts := make([]string, 0, len(cs))
+	for _, c := range cs {
+		parts = append(parts, fmt.Sprintf("%s:%s:%d", c.ID, c.State, c.ExitCode))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// followEvents turns containerd task exits and OOMs into immediate relists. The relist ticker
+// covers the time the subscription is down.
+func (m *Manager) followEvents(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := m.rt.SubscribeTaskEvents(ctx, func(ev runtime.TaskEvent) {
+			if ev.OOM {
+				if err := m.rt.RecordOOM(ctx, ev.ContainerID); err != nil {
+					m.log.Debug("record OOM", "container", ev.ContainerID, "err", err)
+				}
+			}
+			select {
+			case m.relistCh <- struct{}{}:
+			default:
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Warn("containerd event subscription ended; relisting only until it is back", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// PodStates returns a short view of every pod a worker handles, for the local /pods endpoint.
+func (m *Manager) PodUIDs() []types.UID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]types.UID, 0, len(m.workers))
+	for uid := range m.workers {
+		out = append(out, uid)
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package pods
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+type fakeBackoff map[string]time.Duration // key -> remaining delay (0 = none)
+
+func (f fakeBackoff) inBackOff(key string, _ time.Time) (bool, time.Duration) {
+	d, ok := f[key]
+	return ok && d > 0, d
+}
+
+func testPod(policy v1.RestartPolicy, names ...string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-1"}, Spec: v1.PodSpec{RestartPolicy: policy}}
+	for _, n := range names {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: n, Image: "img"})
+	}
+	return p
+}
+
+func ctr(pod *v1.Pod, name string, attempt int, state runtime.State, exit int32) runtime.Container {
+	var spec *v1.Container
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			spec = &pod.Spec.Containers[i]
+		}
+	}
+	return runtime.Container{
+		ID: runtime.ContainerID(string(pod.UID), name, attempt), PodUID: string(pod.UID), Name: name,
+		Attempt: attempt, State: state, ExitCode: exit, SpecHash: containerHash(spec),
+	}
+}
+
+func TestComputePlan(t *testing.T) {
+	always := testPod(v1.RestartPolicyAlways, "a", "b")
+	onFailure := testPod(v1.RestartPolicyOnFailure, "a")
+	never := testPod(v1.RestartPolicyNever, "a")
+	changed := testPod(v1.RestartPolicyAlways, "a")
+	stale := ctr(changed, "a", 0, runtime.StateRunning, 0)
+	stale.SpecHash = "older"
+
+	for _, tc := range []struct {
+		name      string
+		pod       *v1.Pod
+		observed  []runtime.Container
+		backoff   fakeBackoff
+		wantStart map[string]int // container -> attempt
+		wantKill  int
+		wantRm    int
+		wantWait  []string
+	}{
+		{name: "nothing yet: start all at attempt 0", pod: always,
+			wantStart: map[string]int{"a": 0, "b": 0}},
+		{name: "all running: nothing to do", pod: always,
+			observed: []runtime.Container{ctr(always, "a", 0, runtime.StateRunning, 0), ctr(always, "b", 0, runtime.StateRunning, 0)}},
+		{name: "created but never started: start the same attempt", pod: always,
+			observed:  []runtime.Container{ctr(always, "a", 0, runtime.StateCreated, 0), ctr(always, "b", 0, runtime.StateRunning, 0)},
+			wantStart: map[string]int{"a": 0}},
+		{name: "always restarts a success", pod: always,
+			observed:  []runtime.Container{ctr(always, "a", 0, runtime.StateExited, 0), ctr(always, "b", 0, runtime.StateRunning, 0)},
+			wantStart: map[string]int{"a": 1}},
+		{name: "onFailure restarts a failure", pod: onFailure,
+			observed:  []runtime.Container{ctr(onFailure, "a", 2, runtime.StateExited, 1)},
+			wantStart: map[string]int{"a": 3}},
+		{name: "onFailure keeps a success", pod: onFailure,
+			observed: []runtime.Container{ctr(onFailure, "a", 0, runtime.StateExited, 0)}},
+		{name: "never restarts nothing", pod: never,
+			observed: []runtime.Container{ctr(never, "a", 0, runtime.StateExited, 137)}},
+		{name: "back-off holds the restart", pod: onFailure,
+			observed: []runtime.Container{ctr(onFailure, "a", 1, runtime.StateExited, 1)},
+			backoff:  fakeBackoff{"uid-1/a": 20 * time.Second}, wantWait: []string{"a"}},
+		{name: "older attempts removed, latest two kept", pod: always,
+			observed: []runtime.Container{
+				ctr(always, "a", 0, runtime.StateExited, 1), ctr(always, "a", 1, runtime.StateExited, 1),
+				ctr(always, "a", 2, runtime.StateRunning, 0), ctr(always, "b", 0, runtime.StateRunning, 0)},
+			wantRm: 1},
+		{name: "spec changed: running container killed", pod: changed,
+			observed: []runtime.Container{stale}, wantKill: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bo := tc.backoff
+			if bo == nil {
+				bo = fakeBackoff{}
+			}
+			p := computePlan(tc.pod, tc.observed, bo)
+			got := map[string]int{}
+			for _, s := range p.start {
+				got[s.container.Name] = s.attempt
+			}
+			if len(got) != len(tc.wantStart) {
+				t.Fatalf("start %v, want %v", got, tc.wantStart)
+			}
+			for n, a := range tc.wantStart {
+				if got[n] != a {
+					t.Errorf("start %s at attempt %d, want %d", n, got[n], a)
+				}
+			}
+			if len(p.kill) != tc.wantKill || len(p.remove) != tc.wantRm || len(p.backOff) != len(tc.wantWait) {
+				t.Errorf("kill %d remove %d backOff %v; want %d %d %v", len(p.kill), len(p.remove), p.backOff, tc.wantKill, tc.wantRm, tc.wantWait)
+			}
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := newBackoff(10*time.Second, 40*time.Second, func() time.Time { return now })
+	if wait, _ := b.inBackOff("k", now); wait {
+		t.Fatal("first restart must not wait")
+	}
+	var delays []time.Duration
+	for i := 0; i < 5; i++ {
+		b.next("k", now.Add(-time.Second), now)
+		_, d := b.inBackOff("k", now)
+		delays = append(delays, d)
+	}
+	want := []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 40 * time.Second, 40 * time.Second}
+	for i := range want {
+		if delays[i] != want[i] {
+			t.Fatalf("delays %v, want %v", delays, want)
+		}
+	}
+	if wait, _ := b.inBackOff("k", now.Add(-39*time.Second)); !wait {
+		t.Error("finished 39s ago with a 40s delay: must wait")
+	}
+	if wait, _ := b.inBackOff("k", now.Add(-41*time.Second)); wait {
+		t.Error("finished 41s ago with a 40s delay: must not wait")
+	}
+	// A container that ran longer than 2*max resets the delay.
+	b.next("k", now.Add(-90*time.Second), now)
+	if _, d := b.inBackOff("k", now); d != 10*time.Second {
+		t.Errorf("after a long run the delay is %s, want the base", d)
+	}
+	b.forget("uid")
+	b.next("uid/a", time.Time{}, now)
+	b.forget("uid")
+	if wait, _ := b.inBackOff("uid/a", now); wait {
+		t.Error("forget kept an entry")
+	}
+}

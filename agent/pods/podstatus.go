@@ -1,0 +1,282 @@
+package pods
+
+import (
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubectl/pkg/util/qos"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+// Waiting reasons, named as kubelet names them so that users and tools recognise them.
+const (
+	ReasonContainerCreating       = "ContainerCreating"
+	ReasonPodInitializing         = "PodInitializing"
+	ReasonCrashLoopBackOff        = "CrashLoopBackOff"
+	ReasonErrImageNeverPull       = "ErrImageNeverPull"
+	ReasonErrImagePull            = "ErrImagePull"
+	ReasonCreateContainerError    = "CreateContainerError"
+	ReasonCreateContainerConfig   = "CreateContainerConfigError"
+	ReasonRunContainerError       = "RunContainerError"
+	ReasonCreatePodSandboxError   = "CreatePodSandboxError"
+	ReasonContainersNotReady      = "ContainersNotReady"
+	ReasonPodCompleted            = "PodCompleted"
+	ReasonContainersNotInitialzed = "ContainersNotInitialized"
+)
+
+// waitingInfo is why a container is not running yet, as the last sync found out.
+type waitingInfo struct {
+	reason, message string
+}
+
+// ownedConditions are the pod conditions the node agent computes.
+var ownedConditions = map[v1.PodConditionType]bool{
+	v1.PodScheduled: true, v1.PodInitialized: true, v1.ContainersReady: true, v1.PodReady: true,
+}
+
+// statusInput is everything the status of a pod is computed from.
+type statusInput struct {
+	pod        *v1.Pod
+	observed   []runtime.Container
+	waiting    map[string]waitingInfo
+	backOff    map[string]time.Duration
+	podIPs     []string
+	hostIPs    []string
+	startTime  time.Time
+	terminated bool // the pod is being or has been torn down
+	now        time.Time
+}
+
+// computeStatus derives the pod's status from observed state alone. Condition transition
+// times are kept from the pod's previous status when a condition did not change, so an
+// unchanged pod produces an identical status and no write.
+func computeStatus(in statusInput) v1.PodStatus {
+	pod := in.pod
+	old := pod.Status
+	byName := groupByName(in.observed)
+	st := v1.PodStatus{
+		QOSClass: qos.ComputePodQOS(pod),
+	}
+	if !in.startTime.IsZero() {
+		t := metav1.NewTime(in.startTime)
+		st.StartTime = &t
+	}
+	if old.StartTime != nil {
+		st.StartTime = old.StartTime
+	}
+	for _, ip := range in.hostIPs {
+		st.HostIPs = append(st.HostIPs, v1.HostIP{IP: ip})
+	}
+	if len(in.hostIPs) > 0 {
+		st.HostIP = in.hostIPs[0]
+	}
+	ips := in.podIPs
+	if pod.Spec.HostNetwork {
+		ips = in.hostIPs
+	}
+	for _, ip := range ips {
+		st.PodIPs = append(st.PodIPs, v1.PodIP{IP: ip})
+	}
+	if len(ips) > 0 {
+		st.PodIP = ips[0]
+	}
+
+	ready := 0
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		cs := containerStatus(c, byName[c.Name], in)
+		if prev := findContainerStatus(old.ContainerStatuses, c.Name); prev != nil && cs.State.Waiting != nil &&
+			cs.State.Waiting.Reason == ReasonContainerCreating && prev.State.Waiting != nil {
+			// Keep a more specific waiting reason from the previous status until something changes.
+			cs.State.Waiting = prev.State.Waiting
+		}
+		if cs.Ready {
+			ready++
+		}
+		st.ContainerStatuses = append(st.ContainerStatuses, cs)
+	}
+	st.Phase = podPhase(pod.Spec.RestartPolicy, st.ContainerStatuses, in.terminated)
+	n := len(pod.Spec.Containers)
+	allReady := ready == n && st.Phase == v1.PodRunning
+	st.Conditions = []v1.PodCondition{
+		condition(old, v1.PodScheduled, true, "", "", in.now),
+		condition(old, v1.PodInitialized, true, "", "", in.now),
+		containersReady(old, allReady, st, in.now),
+		readyCondition(old, allReady, st, in.now),
+	}
+	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
+		st.Conditions[2] = condition(old, v1.ContainersReady, false, ReasonPodCompleted, "", in.now)
+		st.Conditions[3] = condition(old, v1.PodReady, false, ReasonPodCompleted, "", in.now)
+	}
+	// Conditions other writers own (DisruptionTarget, readiness gates...) are kept as they are.
+	for _, oc := range old.Conditions {
+		if !ownedConditions[oc.Type] {
+			st.Conditions = append(st.Conditions, oc)
+		}
+	}
+	return st
+}
+
+func containersReady(old v1.PodStatus, ok bool, st v1.PodStatus, now time.Time) v1.PodCondition {
+	if ok {
+		return condition(old, v1.ContainersReady, true, "", "", now)
+	}
+	return condition(old, v1.ContainersReady, false, ReasonContainersNotReady, notReadyMessage(st), now)
+}
+
+func readyCondition(old v1.PodStatus, ok bool, st v1.PodStatus, now time.Time) v1.PodCondition {
+	if ok {
+		return condition(old, v1.PodReady, true, "", "", now)
+	}
+	return condition(old, v1.PodReady, false, ReasonContainersNotReady, notReadyMessage(st), now)
+}
+
+func notReadyMessage(st v1.PodStatus) string {
+	var names []string
+	for _, cs := range st.ContainerStatuses {
+		if !cs.Ready {
+			names = append(names, cs.Name)
+		}
+	}
+	return fmt.Sprintf("containers with unready status: %v", names)
+}
+
+// condition builds a condition, keeping the previous transition time if its status is the same.
+func condition(old v1.PodStatus, t v1.PodConditionType, ok bool, reason, msg string, now time.Time) v1.PodCondition {
+	status := v1.ConditionFalse
+	if ok {
+		status = v1.ConditionTrue
+	}
+	c := v1.PodCondition{Type: t, Status: status, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second))}
+	for _, oc := range old.Conditions {
+		if oc.Type == t && oc.Status == status {
+			c.LastTransitionTime = oc.LastTransitionTime
+		}
+	}
+	return c
+}
+
+func containerStatus(c *v1.Container, attempts []runtime.Container, in statusInput) v1.ContainerStatus {
+	cs := v1.ContainerStatus{Name: c.Name, Image: c.Image}
+	f := false
+	cs.Started = &f
+	if len(attempts) == 0 {
+		cs.State.Waiting = waitingState(c.Name, in)
+		return cs
+	}
+	latest := attempts[len(attempts)-1]
+	cs.RestartCount = int32(latest.Attempt)
+	cs.ContainerID = "containerd://" + latest.ID
+	cs.ImageID = latest.ImageRef
+	if len(attempts) > 1 {
+		prev := attempts[len(attempts)-2]
+		if prev.State == runtime.StateExited {
+			cs.LastTerminationState.Terminated = terminatedState(prev)
+		}
+	}
+	switch latest.State {
+	case runtime.StateRunning:
+		t := true
+		cs.Started = &t
+		cs.Ready = !in.terminated
+		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(latest.StartedAt)}
+	case runtime.StateExited:
+		if d, ok := in.backOff[c.Name]; ok && !in.terminated {
+			cs.State.Waiting = &v1.ContainerStateWaiting{
+				Reason:  ReasonCrashLoopBackOff,
+				Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, c.Name, in.pod.Name, in.pod.Namespace, in.pod.UID),
+			}
+			cs.LastTerminationState.Terminated = terminatedState(latest)
+		} else if w, ok := in.waiting[c.Name]; ok && !in.terminated {
+			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: w.reason, Message: w.message}
+			cs.LastTerminationState.Terminated = terminatedState(latest)
+		} else {
+			cs.State.Terminated = terminatedState(latest)
+		}
+	default:
+		cs.State.Waiting = waitingState(c.Name, in)
+	}
+	return cs
+}
+
+func waitingState(name string, in statusInput) *v1.ContainerStateWaiting {
+	if w, ok := in.waiting[name]; ok {
+		return &v1.ContainerStateWaiting{Reason: w.reason, Message: w.message}
+	}
+	return &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}
+}
+
+func terminatedState(c runtime.Container) *v1.ContainerStateTerminated {
+	return &v1.ContainerStateTerminated{
+		ExitCode:    c.ExitCode,
+		Reason:      c.Reason,
+		Message:     c.Message,
+		StartedAt:   metav1.NewTime(c.StartedAt),
+		FinishedAt:  metav1.NewTime(c.FinishedAt),
+		ContainerID: "containerd://" + c.ID,
+	}
+}
+
+// podPhase follows kubelet's getPhase for pods without init containers: a container waiting
+// to restart counts as stopped, one that never ran as waiting. A pod being torn down whose
+// containers have all stopped is terminal whatever its restart policy.
+func podPhase(policy v1.RestartPolicy, statuses []v1.ContainerStatus, terminated bool) v1.PodPhase {
+	var running, waiting, stopped, failed int
+	for _, cs := range statuses {
+		switch {
+		case cs.State.Running != nil:
+			running++
+		case cs.State.Terminated != nil:
+			stopped++
+			if cs.State.Terminated.ExitCode != 0 {
+				failed++
+			}
+		case cs.LastTerminationState.Terminated != nil:
+			stopped++
+			if cs.LastTerminationState.Terminated.ExitCode != 0 {
+				failed++
+			}
+		default:
+			waiting++
+		}
+	}
+	switch {
+	case terminated && running == 0 && stopped > 0:
+		if failed > 0 {
+			return v1.PodFailed
+		}
+		return v1.PodSucceeded
+	case waiting > 0:
+		return v1.PodPending
+	case running > 0:
+		return v1.PodRunning
+	case stopped > 0:
+		switch policy {
+		case v1.RestartPolicyAlways:
+			return v1.PodRunning
+		case v1.RestartPolicyOnFailure:
+			if failed == 0 {
+				return v1.PodSucceeded
+			}
+			return v1.PodRunning
+		default:
+			if failed > 0 {
+				return v1.PodFailed
+			}
+			return v1.PodSucceeded
+		}
+	}
+	return v1.PodPending
+}
+
+func findContainerStatus(list []v1.ContainerStatus, name string) *v1.ContainerStatus {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}

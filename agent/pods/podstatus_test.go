@@ -1,0 +1,117 @@
+package pods
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+func TestComputeStatusPhases(t *testing.T) {
+	now := time.Unix(2000, 0)
+	for _, tc := range []struct {
+		name       string
+		pod        *v1.Pod
+		observed   func(*v1.Pod) []runtime.Container
+		waiting    map[string]waitingInfo
+		backOff    map[string]time.Duration
+		terminated bool
+		phase      v1.PodPhase
+		ready      bool
+		reason     string // waiting reason of the first container, if any
+	}{
+		{name: "nothing created yet", pod: testPod(v1.RestartPolicyAlways, "a"),
+			observed: func(*v1.Pod) []runtime.Container { return nil }, phase: v1.PodPending, reason: ReasonContainerCreating},
+		{name: "image missing", pod: testPod(v1.RestartPolicyAlways, "a"),
+			observed: func(*v1.Pod) []runtime.Container { return nil },
+			waiting:  map[string]waitingInfo{"a": {ReasonErrImageNeverPull, "no image"}}, phase: v1.PodPending, reason: ReasonErrImageNeverPull},
+		{name: "running", pod: testPod(v1.RestartPolicyAlways, "a", "b"),
+			observed: func(p *v1.Pod) []runtime.Container {
+				return []runtime.Container{ctr(p, "a", 0, runtime.StateRunning, 0), ctr(p, "b", 0, runtime.StateRunning, 0)}
+			}, phase: v1.PodRunning, ready: true},
+		{name: "one running one creating is pending", pod: testPod(v1.RestartPolicyAlways, "a", "b"),
+			observed: func(p *v1.Pod) []runtime.Container {
+				return []runtime.Container{ctr(p, "a", 0, runtime.StateRunning, 0)}
+			},
+			phase: v1.PodPending},
+		{name: "crash loop stays running", pod: testPod(v1.RestartPolicyAlways, "a"),
+			observed: func(p *v1.Pod) []runtime.Container {
+				return []runtime.Container{ctr(p, "a", 3, runtime.StateExited, 1)}
+			},
+			backOff: map[string]time.Duration{"a": 40 * time.Second}, phase: v1.PodRunning, reason: ReasonCrashLoopBackOff},
+		{name: "never + failure fails", pod: testPod(v1.RestartPolicyNever, "a"),
+			observed: func(p *v1.Pod) []runtime.Container {
+				return []runtime.Container{ctr(p, "a", 0, runtime.StateExited, 2)}
+			},
+			phase: v1.PodFailed},
+		{name: "onFailure + success succeeds", pod: testPod(v1.RestartPolicyOnFailure, "a"),
+			observed: func(p *v1.Pod) []runtime.Container {
+				return []runtime.Container{ctr(p, "a", 0, runtime.StateExited, 0)}
+			},
+			phase: v1.PodSucceeded},
+		{name: "terminated pod with always policy is final", pod: testPod(v1.RestartPolicyAlways, "a"),
+			observed: func(p *v1.Pod) []runtime.Container {
+				return []runtime.Container{ctr(p, "a", 0, runtime.StateExited, 137)}
+			}, terminated: true, phase: v1.PodFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := computeStatus(statusInput{pod: tc.pod, observed: tc.observed(tc.pod), waiting: tc.waiting, backOff: tc.backOff,
+				terminated: tc.terminated, startTime: now, now: now, podIPs: []string{"10.1.0.5"}, hostIPs: []string{"192.0.2.1"}})
+			if st.Phase != tc.phase {
+				t.Errorf("phase %s, want %s", st.Phase, tc.phase)
+			}
+			if got := hasTrue(st, v1.PodReady); got != tc.ready {
+				t.Errorf("Ready %v, want %v", got, tc.ready)
+			}
+			if tc.reason != "" {
+				w := st.ContainerStatuses[0].State.Waiting
+				if w == nil || w.Reason != tc.reason {
+					t.Errorf("waiting %+v, want reason %s", w, tc.reason)
+				}
+			}
+			if st.PodIP != "10.1.0.5" || st.HostIP != "192.0.2.1" || st.StartTime == nil || st.QOSClass != v1.PodQOSBestEffort {
+				t.Errorf("ips/startTime/qos: %+v", st)
+			}
+		})
+	}
+}
+
+func hasTrue(st v1.PodStatus, t v1.PodConditionType) bool {
+	for _, c := range st.Conditions {
+		if c.Type == t {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// An unchanged pod computes an identical status (so nothing is written), and a restart keeps
+// the previous termination as lastState with the restart count.
+func TestComputeStatusStableAndLastState(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, "a")
+	first := ctr(pod, "a", 0, runtime.StateExited, 1)
+	first.Reason, first.FinishedAt = runtime.ReasonError, time.Unix(1500, 0)
+	obs := []runtime.Container{first, ctr(pod, "a", 1, runtime.StateRunning, 0)}
+	in := statusInput{pod: pod, observed: obs, startTime: time.Unix(1000, 0), now: time.Unix(2000, 0)}
+	st := computeStatus(in)
+	cs := st.ContainerStatuses[0]
+	if cs.RestartCount != 1 || cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 1 {
+		t.Fatalf("restart count / lastState: %+v", cs)
+	}
+	pod.Status = st
+	in.now = time.Unix(3000, 0)
+	again := computeStatus(in)
+	for i := range again.Conditions {
+		if !again.Conditions[i].LastTransitionTime.Equal(&st.Conditions[i].LastTransitionTime) {
+			t.Errorf("condition %s moved its transition time without changing", again.Conditions[i].Type)
+		}
+	}
+	// Conditions owned by others are kept.
+	pod.Status.Conditions = append(pod.Status.Conditions, v1.PodCondition{Type: "DisruptionTarget", Status: v1.ConditionTrue, LastTransitionTime: metav1.Now()})
+	if got := computeStatus(in); len(got.Conditions) != 5 {
+		t.Errorf("foreign condition dropped: %+v", got.Conditions)
+	}
+}

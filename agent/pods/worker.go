@@ -1,0 +1,370 @@
+package pods
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+// resyncPeriod bounds how long a pod goes without a sync even when nothing signals it.
+const resyncPeriod = 10 * time.Second
+
+// worker owns one pod: it alone creates, starts, stops and removes the pod's containers.
+type worker struct {
+	m      *Manager
+	signal chan struct{} // buffered(1): a pending "sync again", coalesced
+
+	mu      sync.Mutex // protects pod, removed, reason
+	pod     *v1.Pod
+	removed bool   // authoritative removal: terminate the pod
+	reason  string // why it was removed, for the event
+	orphan  bool   // containers found at start that no source claims: no status to report
+
+	// Owned by the worker's goroutine.
+	waiting   map[string]waitingInfo
+	startTime time.Time
+	finished  bool
+}
+
+func newWorker(m *Manager, pod *v1.Pod) *worker {
+	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}}
+}
+
+func (w *worker) poke() {
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) snapshot() (*v1.Pod, bool, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pod, w.removed, w.reason
+}
+
+// run syncs the pod whenever signalled, on its resync timer, or when a back-off expires,
+// until the pod is torn down or ctx ends. Ending ctx only stops the worker: the containers
+// keep running (stopping the agent is not stopping the workload).
+func (w *worker) run(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.signal:
+		case <-timer.C:
+		}
+		next := w.sync(ctx)
+		if w.finished {
+			return
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// sync brings the pod one step closer to its spec and reports its status. It returns when
+// the next sync is due at the latest.
+func (w *worker) sync(ctx context.Context) time.Duration {
+	pod, removed, reason := w.snapshot()
+	log := w.m.log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
+	observed, err := w.m.rt.ListPod(ctx, string(pod.UID))
+	if err != nil {
+		log.Warn("observe pod containers", "err", err)
+		return time.Second
+	}
+	if removed || pod.DeletionTimestamp != nil {
+		if reason == "" {
+			reason = "pod deleted in the API"
+		}
+		if err := w.terminate(ctx, pod, observed, reason); err != nil {
+			log.Warn("terminate pod", "err", err)
+			return time.Second
+		}
+		w.finished = true
+		return 0
+	}
+	if w.startTime.IsZero() {
+		w.startTime = w.m.now()
+	}
+	for _, c := range observed {
+		if c.State == runtime.StateExited && !c.Recorded {
+			if err := w.m.rt.RecordExit(ctx, c.ID); err != nil {
+				log.Warn("record container exit", "container", c.Name, "err", err)
+			}
+		}
+	}
+
+	next := resyncPeriod
+	var podIPs []string
+	netErr := error(nil)
+	if !pod.Spec.HostNetwork {
+		pn, err := w.m.net.Setup(ctx, string(pod.UID), pod.Namespace, pod.Name)
+		if err != nil {
+			netErr = err
+			w.m.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			next = 5 * time.Second
+		} else {
+			podIPs = pn.IPs
+		}
+	}
+	hostIPs := w.m.hostIPs()
+
+	p := computePlan(pod, observed, w.m.backoff)
+	if netErr == nil {
+		for _, k := range p.kill {
+			w.m.event(pod, v1.EventTypeNormal, "Killing", "Stopping container %s: %s", k.name, k.reason)
+			if err := w.m.rt.StopContainer(ctx, k.id, gracePeriod(pod)); err != nil {
+				log.Warn("stop container", "container", k.name, "err", err)
+			}
+		}
+		prev := groupByName(observed)
+		for _, s := range p.start {
+			if s.attempt > 0 {
+				if attempts := prev[s.container.Name]; len(attempts) > 0 {
+					last := attempts[len(attempts)-1]
+					w.m.backoff.next(backoffKey(pod, s.container.Name), last.StartedAt, last.FinishedAt)
+				}
+			}
+			if err := w.startContainer(ctx, pod, s, podIPs, hostIPs); err != nil {
+				log.Warn("start container", "container", s.container.Name, "attempt", s.attempt, "err", err)
+				next = min(next, 5*time.Second)
+			}
+		}
+		for _, id := range p.remove {
+			if err := w.m.rt.RemoveContainer(ctx, id); err != nil {
+				log.Warn("remove old container attempt", "id", id, "err", err)
+			}
+		}
+	} else {
+		for i := range pod.Spec.Containers {
+			w.waiting[pod.Spec.Containers[i].Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + netErr.Error()}
+		}
+	}
+	for name, d := range p.backOff {
+		w.m.event(pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s", name)
+		next = min(next, max(d/4, 100*time.Millisecond))
+	}
+
+	if len(p.start)+len(p.kill)+len(p.remove) > 0 {
+		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
+			log.Warn("observe pod containers", "err", err)
+			return time.Second
+		}
+	}
+	st := computeStatus(statusInput{
+		pod: pod, observed: observed, waiting: w.waiting, backOff: p.backOff,
+		podIPs: podIPs, hostIPs: hostIPs, startTime: w.startTime, now: w.m.now(),
+	})
+	w.m.status.SetPodStatus(pod, st)
+	return next
+}
+
+// startContainer pulls (per policy), creates and starts one container attempt, recording
+// why it could not in the container's waiting reason.
+func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction, podIPs, hostIPs []string) error {
+	c := s.container
+	fail := func(reason string, err error) error {
+		w.waiting[c.Name] = waitingInfo{reason: reason, message: err.Error()}
+		w.m.event(pod, v1.EventTypeWarning, "Failed", "Error: %s: %v", reason, err)
+		return err
+	}
+	if _, err := w.m.rt.EnsureImage(ctx, c.Image, c.ImagePullPolicy); err != nil {
+		switch {
+		case errors.Is(err, runtime.ErrImageNeverPull):
+			return fail(ReasonErrImageNeverPull, err)
+		default:
+			return fail(ReasonErrImagePull, err)
+		}
+	}
+	cfg, err := w.containerConfig(pod, c, s.attempt, podIPs, hostIPs)
+	if err != nil {
+		return fail(ReasonCreateContainerConfig, err)
+	}
+	id, err := w.m.rt.CreateContainer(ctx, cfg)
+	if err != nil {
+		return fail(ReasonCreateContainerError, err)
+	}
+	w.m.event(pod, v1.EventTypeNormal, "Created", "Created container %s", c.Name)
+	if err := w.m.rt.StartContainer(ctx, id); err != nil {
+		return fail(ReasonRunContainerError, err)
+	}
+	delete(w.waiting, c.Name)
+	w.m.event(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	return nil
+}
+
+func (w *worker) containerConfig(pod *v1.Pod, c *v1.Container, attempt int, podIPs, hostIPs []string) (runtime.ContainerConfig, error) {
+	env, vars, err := containerEnv(pod, c, podIPs, hostIPs)
+	if err != nil {
+		return runtime.ContainerConfig{}, err
+	}
+	for _, unsupported := range []struct {
+		set  bool
+		what string
+	}{
+		{len(c.VolumeMounts) > 0, "volumeMounts"},
+		{len(c.VolumeDevices) > 0, "volumeDevices"},
+	} {
+		if unsupported.set {
+			return runtime.ContainerConfig{}, &errConfig{fmt.Sprintf("container %q: %s are not supported yet", c.Name, unsupported.what)}
+		}
+	}
+	cfg := runtime.ContainerConfig{
+		PodUID:       string(pod.UID),
+		PodName:      pod.Name,
+		PodNamespace: pod.Namespace,
+		Name:         c.Name,
+		Attempt:      attempt,
+		SpecHash:     containerHash(c),
+		Image:        c.Image,
+		Command:      expandAll(c.Command, vars),
+		Args:         expandAll(c.Args, vars),
+		Env:          env,
+		WorkingDir:   c.WorkingDir,
+		Hostname:     podHostname(pod),
+		LogPath:      filepath.Join(w.m.cfg.PodLogDir, podLogDirName(pod), c.Name, fmt.Sprintf("%d.log", attempt)),
+	}
+	if !pod.Spec.HostNetwork {
+		pn := w.m.net.Get(string(pod.UID))
+		if pn == nil {
+			return cfg, errors.New("pod network vanished before the container was created")
+		}
+		cfg.NetNSPath = pn.NetNSPath
+		mounts, err := w.podEtcFiles(pod, podIPs)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Mounts = mounts
+	}
+	return cfg, nil
+}
+
+// podEtcFiles writes the pod's /etc/hosts and /etc/resolv.conf (shared by its containers)
+// and returns the mounts for them.
+func (w *worker) podEtcFiles(pod *v1.Pod, podIPs []string) ([]specs.Mount, error) {
+	dir := w.m.podDir(pod.UID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create pod dir: %w", err)
+	}
+	var hosts strings.Builder
+	hosts.WriteString("# Kubernetes-managed hosts file (holdfast).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	for _, ip := range podIPs {
+		fmt.Fprintf(&hosts, "%s\t%s\n", ip, podHostname(pod))
+	}
+	for _, ha := range pod.Spec.HostAliases {
+		fmt.Fprintf(&hosts, "%s\t%s\n", ha.IP, strings.Join(ha.Hostnames, "\t"))
+	}
+	hostsPath := filepath.Join(dir, "etc-hosts")
+	if err := os.WriteFile(hostsPath, []byte(hosts.String()), 0o644); err != nil {
+		return nil, fmt.Errorf("write pod hosts file: %w", err)
+	}
+	resolv, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		resolv = nil // a gateway without DNS still runs its pods
+	}
+	resolvPath := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(resolvPath, resolv, 0o644); err != nil {
+		return nil, fmt.Errorf("write pod resolv.conf: %w", err)
+	}
+	return []specs.Mount{
+		{Destination: "/etc/hosts", Type: "bind", Source: hostsPath, Options: []string{"rbind", "rw"}},
+		{Destination: "/etc/resolv.conf", Type: "bind", Source: resolvPath, Options: []string{"rbind", "ro"}},
+	}, nil
+}
+
+// terminate stops every container of the pod (all at once, each with the grace period),
+// removes them and the pod's network, and reports the final status. It is idempotent: an
+// interrupted termination resumes on the next sync.
+func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.Container, reason string) error {
+	log := w.m.log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
+	grace := gracePeriod(pod)
+	var wg sync.WaitGroup
+	errs := make([]error, len(observed))
+	for i, c := range observed {
+		if c.State != runtime.StateRunning {
+			continue
+		}
+		w.m.event(pod, v1.EventTypeNormal, "Killing", "Stopping container %s: %s", c.Name, reason)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.m.rt.StopContainer(ctx, c.ID, grace)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	final, err := w.m.rt.ListPod(ctx, string(pod.UID))
+	if err != nil {
+		return err
+	}
+	if !w.orphan {
+		st := computeStatus(statusInput{
+			pod: pod, observed: final, waiting: w.waiting, hostIPs: w.m.hostIPs(),
+			startTime: w.startTime, terminated: true, now: w.m.now(),
+		})
+		w.m.status.SetPodStatus(pod, st)
+	}
+	for _, c := range final {
+		if err := w.m.rt.RemoveContainer(ctx, c.ID); err != nil {
+			return err
+		}
+	}
+	if err := w.m.net.Teardown(ctx, string(pod.UID), pod.Namespace, pod.Name); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(w.m.podDir(pod.UID)); err != nil {
+		return fmt.Errorf("remove pod dir: %w", err)
+	}
+	w.m.backoff.forget(string(pod.UID))
+	log.Info("pod stopped", "reason", reason, "containers", len(final))
+	if !w.orphan {
+		w.m.status.PodTerminated(pod)
+	}
+	return nil
+}
+
+func gracePeriod(pod *v1.Pod) time.Duration {
+	if g := pod.DeletionGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return v1.DefaultTerminationGracePeriodSeconds * time.Second
+}
+
+func podHostname(pod *v1.Pod) string {
+	h := pod.Name
+	if pod.Spec.Hostname != "" {
+		h = pod.Spec.Hostname
+	}
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
+}
+
+// podLogDirName is kubelet's NAMESPACE_NAME_UID.
+func podLogDirName(pod *v1.Pod) string {
+	return pod.Namespace + "_" + pod.Name + "_" + string(pod.UID)
+}

@@ -1,0 +1,557 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	v1 "k8s.io/api/core/v1"
+)
+
+// SpecOpt changes the OCI spec of a container being created.
+type SpecOpt = oci.SpecOpts
+
+// Runtime is holdfast's view of containerd: one client, one namespace.
+type Runtime struct {
+	client    *client.Client
+	namespace string
+	log       *slog.Logger
+}
+
+// Connect dials containerd at address and checks that it answers. The namespace is the one
+// holdfast owns: it never lists or touches containers outside it.
+func Connect(ctx context.Context, address, namespace string, log *slog.Logger) (*Runtime, error) {
+	c, err := client.New(address, client.WithDefaultNamespace(namespace), client.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to containerd at %s: %w", address, err)
+	}
+	r := &Runtime{client: c, namespace: namespace, log: log}
+	if _, err := r.Version(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Close releases the connection. Containers keep running: they belong to containerd.
+func (r *Runtime) Close() error { return r.client.Close() }
+
+// Client exposes the containerd client for parts that need it directly (image preload).
+func (r *Runtime) Client() *client.Client { return r.client }
+
+func (r *Runtime) ctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, r.namespace)
+}
+
+// Version returns the runtime version as kubelet reports it in nodeInfo: "containerd://1.6.20".
+func (r *Runtime) Version(ctx context.Context) (string, error) {
+	v, err := r.client.Version(ctx)
+	if err != nil {
+		return "", fmt.Errorf("containerd version: %w", err)
+	}
+	return "containerd://" + trimV(v.Version), nil
+}
+
+func trimV(s string) string {
+	if len(s) > 0 && s[0] == 'v' {
+		return s[1:]
+	}
+	return s
+}
+
+// EnsureImage makes the image available per the pull policy and returns its resolved
+// reference (name@digest). Errors wrap ErrImageNeverPull or ErrImagePull.
+func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (client.Image, error) {
+	ctx = r.ctx(ctx)
+	name := NormalizeImageRef(ref)
+	img, err := r.client.GetImage(ctx, name)
+	switch {
+	case err == nil && policy != v1.PullAlways:
+		return img, r.unpack(ctx, img)
+	case err != nil && !errdefs.IsNotFound(err):
+		return nil, fmt.Errorf("%w: look up image %q: %v", ErrImagePull, ref, err)
+	case err != nil && policy == v1.PullNever:
+		return nil, fmt.Errorf("%w: container image %q is not present with pull policy of Never", ErrImageNeverPull, ref)
+	}
+	img, err = r.client.Pull(ctx, name, client.WithPullUnpack)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pull %q: %v", ErrImagePull, ref, err)
+	}
+	return img, nil
+}
+
+// unpack makes sure the image's layers are in the snapshotter; an imported image may not be.
+func (r *Runtime) unpack(ctx context.Context, img client.Image) error {
+	ok, err := img.IsUnpacked(ctx, "")
+	if err != nil {
+		return fmt.Errorf("%w: check unpack of %q: %v", ErrImagePull, img.Name(), err)
+	}
+	if ok {
+		return nil
+	}
+	if err := img.Unpack(ctx, ""); err != nil {
+		return fmt.Errorf("%w: unpack %q: %v", ErrImagePull, img.Name(), err)
+	}
+	return nil
+}
+
+// ContainerID derives the containerd ID of a container attempt. It is deterministic so that a
+// create retried after a crash finds the container it already made instead of making another.
+func ContainerID(podUID, name string, attempt int) string {
+	sum := sha256.Sum256([]byte(podUID + "/" + name + "/" + strconv.Itoa(attempt)))
+	return hex.EncodeToString(sum[:])
+}
+
+// CreateContainer creates (but does not start) a container. Creating an attempt that already
+// exists returns the existing one. The snapshot and the container record are made under one
+// containerd lease, so a crash half-way leaves nothing for the garbage collector to miss.
+func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (string, error) {
+	ctx = r.ctx(ctx)
+	id := ContainerID(cfg.PodUID, cfg.Name, cfg.Attempt)
+	if _, err := r.client.LoadContainer(ctx, id); err == nil {
+		return id, nil
+	} else if !errdefs.IsNotFound(err) {
+		return "", fmt.Errorf("%w: look up container %s: %v", ErrCreateContainer, id, err)
+	}
+	img, err := r.client.GetImage(ctx, NormalizeImageRef(cfg.Image))
+	if err != nil {
+		return "", fmt.Errorf("%w: image %q: %v", ErrCreateContainer, cfg.Image, err)
+	}
+	ctx, done, err := r.client.WithLease(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%w: lease: %v", ErrCreateContainer, err)
+	}
+	defer func() {
+		if err := done(context.WithoutCancel(ctx)); err != nil {
+			r.log.Warn("release containerd lease", "container", id, "err", err)
+		}
+	}()
+
+	opts := []oci.SpecOpts{
+		oci.WithImageConfig(img),
+		oci.WithHostname(cfg.Hostname),
+		withKubernetesArgs(img, cfg.Command, cfg.Args),
+		oci.WithEnv(cfg.Env),
+		oci.WithMounts(cfg.Mounts),
+	}
+	if cfg.WorkingDir != "" {
+		opts = append(opts, oci.WithProcessCwd(cfg.WorkingDir))
+	}
+	if cfg.NetNSPath != "" {
+		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: cfg.NetNSPath}))
+	} else {
+		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostHostsFile, oci.WithHostResolvconf)
+	}
+	opts = append(opts, cfg.SpecOpts...)
+
+	labels := map[string]string{
+		LabelPodUID:        cfg.PodUID,
+		LabelPodName:       cfg.PodName,
+		LabelPodNamespace:  cfg.PodNamespace,
+		LabelContainerName: cfg.Name,
+		LabelAttempt:       strconv.Itoa(cfg.Attempt),
+		LabelImage:         cfg.Image,
+		LabelLogPath:       cfg.LogPath,
+		LabelSpecHash:      cfg.SpecHash,
+		LabelImageID:       imageID(img),
+	}
+	_, err = r.client.NewContainer(ctx, id,
+		client.WithImage(img),
+		client.WithNewSnapshot(id, img),
+		client.WithNewSpec(opts...),
+		client.WithContainerLabels(labels),
+	)
+	if err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return id, nil
+		}
+		return "", fmt.Errorf("%w: %v", ErrCreateContainer, err)
+	}
+	return id, nil
+}
+
+// withKubernetesArgs sets the process arguments the way Kubernetes combines a container's
+// command and args with the image's Entrypoint and Cmd.
+func withKubernetesArgs(img client.Image, command, args []string) oci.SpecOpts {
+	return func(ctx context.Context, c oci.Client, ctr *containers.Container, s *oci.Spec) error {
+		if len(command) == 0 && len(args) == 0 {
+			return nil // the image's Entrypoint+Cmd, already set by WithImageConfig
+		}
+		argv, err := KubernetesArgv(ctx, img, command, args)
+		if err != nil {
+			return err
+		}
+		if len(argv) == 0 {
+			return errors.New("no command specified: the pod sets none and the image has no entrypoint")
+		}
+		s.Process.Args = argv
+		return nil
+	}
+}
+
+// KubernetesArgv applies the API's rule: command replaces Entrypoint, args replaces Cmd, and
+// setting command alone drops the image's Cmd.
+func KubernetesArgv(ctx context.Context, img client.Image, command, args []string) ([]string, error) {
+	cfg, err := img.Spec(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read image config of %q: %w", img.Name(), err)
+	}
+	entrypoint, cmd := cfg.Config.Entrypoint, cfg.Config.Cmd
+	if len(command) > 0 {
+		entrypoint, cmd = command, nil
+	}
+	if len(args) > 0 {
+		cmd = args
+	}
+	return append(append([]string{}, entrypoint...), cmd...), nil
+}
+
+// StartContainer starts the container's process, its stdout and stderr going to its log file.
+// The shim writes the log itself, so logs survive an agent restart.
+func (r *Runtime) StartContainer(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%w: load container %s: %v", ErrStartContainer, id, err)
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: labels of %s: %v", ErrStartContainer, id, err)
+	}
+	logPath := labels[LabelLogPath]
+	ioc := cio.NullIO
+	if logPath != "" {
+		if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+			return fmt.Errorf("%w: log dir: %v", ErrStartContainer, err)
+		}
+		ioc = cio.LogFile(logPath)
+	}
+	task, err := c.NewTask(ctx, ioc)
+	if err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("%w: create task: %v", ErrStartContainer, err)
+	}
+	if err := task.Start(ctx); err != nil {
+		if _, derr := task.Delete(ctx, client.WithProcessKill); derr != nil {
+			r.log.Warn("delete task that failed to start", "container", id, "err", derr)
+		}
+		r.recordFailure(ctx, c, err)
+		return fmt.Errorf("%w: %v", ErrStartContainer, err)
+	}
+	if _, err := c.SetLabels(ctx, map[string]string{LabelStartedAt: formatTime(time.Now())}); err != nil {
+		return fmt.Errorf("record start of %s: %w", id, err)
+	}
+	return nil
+}
+
+// recordFailure marks a container whose process could not start as exited with code 128, as
+// runc-based runtimes report it, so that restart policy and back-off apply to it.
+func (r *Runtime) recordFailure(ctx context.Context, c client.Container, cause error) {
+	now := formatTime(time.Now())
+	_, err := c.SetLabels(ctx, map[string]string{
+		LabelStartedAt:  now,
+		LabelFinishedAt: now,
+		LabelExitCode:   "128",
+		LabelReason:     "StartError",
+		LabelMessage:    truncate(cause.Error(), 1024),
+	})
+	if err != nil {
+		r.log.Warn("record start failure", "container", c.ID(), "err", err)
+	}
+}
+
+// StopContainer sends SIGTERM (or the image's StopSignal), waits up to grace, then SIGKILL,
+// and records the exit. A container that is not running is left as it is.
+func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("load container %s: %w", id, err)
+	}
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("load task %s: %w", id, err)
+	}
+	status, err := task.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("task status %s: %w", id, err)
+	}
+	if status.Status != client.Stopped {
+		exitCh, err := task.Wait(ctx)
+		if err != nil {
+			return fmt.Errorf("wait task %s: %w", id, err)
+		}
+		sig := syscall.SIGTERM
+		if s, err := client.GetStopSignal(ctx, c, syscall.SIGTERM); err == nil {
+			sig = s
+		}
+		if grace > 0 {
+			if err := task.Kill(ctx, sig); err != nil && !errdefs.IsNotFound(err) {
+				return fmt.Errorf("signal %s to %s: %w", sig, id, err)
+			}
+			select {
+			case <-exitCh:
+			case <-time.After(grace):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		select {
+		case <-exitCh:
+		default:
+			if err := task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+				return fmt.Errorf("kill %s: %w", id, err)
+			}
+			select {
+			case <-exitCh:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return r.RecordExit(ctx, id)
+}
+
+// RecordExit writes a stopped task's exit into the container's labels and deletes the task.
+// It is idempotent and safe to call for a running task (it does nothing then).
+func (r *Runtime) RecordExit(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("load container %s: %w", id, err)
+	}
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return r.recordLost(ctx, c)
+	} else if err != nil {
+		return fmt.Errorf("load task %s: %w", id, err)
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("task status %s: %w", id, err)
+	}
+	if st.Status != client.Stopped {
+		return nil
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("labels of %s: %w", id, err)
+	}
+	if labels[LabelFinishedAt] == "" {
+		reason := ReasonCompleted
+		if st.ExitStatus != 0 {
+			reason = ReasonError
+		}
+		if labels[LabelReason] == ReasonOOMKilled {
+			reason = ReasonOOMKilled
+		}
+		finished := st.ExitTime
+		if finished.IsZero() {
+			finished = time.Now()
+		}
+		if _, err := c.SetLabels(ctx, map[string]string{
+			LabelFinishedAt: formatTime(finished),
+			LabelExitCode:   strconv.Itoa(int(st.ExitStatus)),
+			LabelReason:     reason,
+		}); err != nil {
+			return fmt.Errorf("record exit of %s: %w", id, err)
+		}
+	}
+	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete task %s: %w", id, err)
+	}
+	return nil
+}
+
+// recordLost records the exit of a container that was started but whose task is gone with
+// no exit record, so that it is reported and restarted like any exit.
+func (r *Runtime) recordLost(ctx context.Context, c client.Container) error {
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("labels of %s: %w", c.ID(), err)
+	}
+	if labels[LabelStartedAt] == "" || labels[LabelFinishedAt] != "" {
+		return nil
+	}
+	lost := fromRecord(containers.Container{ID: c.ID(), Labels: labels}, nil)
+	_, err = c.SetLabels(ctx, map[string]string{
+		LabelFinishedAt: formatTime(lost.FinishedAt),
+		LabelExitCode:   strconv.Itoa(int(lost.ExitCode)),
+		LabelReason:     lost.Reason,
+		LabelMessage:    lost.Message,
+	})
+	return err
+}
+
+// RecordOOM marks the container as killed by the OOM killer; RecordExit keeps the reason.
+func (r *Runtime) RecordOOM(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return fmt.Errorf("load container %s: %w", id, err)
+	}
+	_, err = c.SetLabels(ctx, map[string]string{LabelReason: ReasonOOMKilled})
+	return err
+}
+
+// RemoveContainer kills the container's task if any and deletes the container and its
+// snapshot. Removing a container that does not exist is not an error.
+func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("load container %s: %w", id, err)
+	}
+	if task, err := c.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete task of %s: %w", id, err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("load task of %s: %w", id, err)
+	}
+	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete container %s: %w", id, err)
+	}
+	return nil
+}
+
+// List returns every container holdfast created, with its state. It makes two calls to
+// containerd whatever the number of containers: one for the records, one for the tasks.
+func (r *Runtime) List(ctx context.Context) ([]Container, error) {
+	return r.list(ctx, `labels."`+LabelPodUID+`"`)
+}
+
+// ListPod returns the containers of one pod.
+func (r *Runtime) ListPod(ctx context.Context, podUID string) ([]Container, error) {
+	return r.list(ctx, `labels."`+LabelPodUID+`"==`+strconv.Quote(podUID))
+}
+
+func (r *Runtime) list(ctx context.Context, filter string) ([]Container, error) {
+	ctx = r.ctx(ctx)
+	recs, err := r.client.ContainerService().List(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	resp, err := r.client.TaskService().List(ctx, &tasksapi.ListTasksRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	tasks := make(map[string]*tasktypes.Process, len(resp.Tasks))
+	for _, t := range resp.Tasks {
+		tasks[t.ID] = t
+	}
+	out := make([]Container, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, fromRecord(rec, tasks[rec.ID]))
+	}
+	return out, nil
+}
+
+func fromRecord(rec containers.Container, task *tasktypes.Process) Container {
+	l := rec.Labels
+	c := Container{
+		ID:           rec.ID,
+		PodUID:       l[LabelPodUID],
+		PodName:      l[LabelPodName],
+		PodNamespace: l[LabelPodNamespace],
+		Name:         l[LabelContainerName],
+		Attempt:      parseInt(l[LabelAttempt]),
+		Image:        l[LabelImage],
+		SpecHash:     l[LabelSpecHash],
+		LogPath:      l[LabelLogPath],
+		CreatedAt:    rec.CreatedAt,
+		StartedAt:    parseTime(l[LabelStartedAt]),
+		FinishedAt:   parseTime(l[LabelFinishedAt]),
+		Reason:       l[LabelReason],
+		Message:      l[LabelMessage],
+		ExitCode:     int32(parseInt(l[LabelExitCode])),
+		ImageRef:     l[LabelImageID],
+	}
+	switch {
+	case !c.FinishedAt.IsZero():
+		c.State = StateExited
+		c.Recorded = task == nil
+	case task != nil && task.Status == tasktypes.Status_STOPPED:
+		// Exited, not yet recorded: report it now; RecordExit persists it.
+		c.State = StateExited
+		c.ExitCode = int32(task.ExitStatus)
+		if task.ExitedAt != nil {
+			c.FinishedAt = task.ExitedAt.AsTime()
+		}
+		if c.Reason != ReasonOOMKilled {
+			c.Reason = ReasonCompleted
+			if c.ExitCode != 0 {
+				c.Reason = ReasonError
+			}
+		}
+	case task != nil && (task.Status == tasktypes.Status_RUNNING || task.Status == tasktypes.Status_PAUSED || task.Status == tasktypes.Status_PAUSING):
+		c.State = StateRunning
+		c.Pid = task.Pid
+	case task != nil && task.Status == tasktypes.Status_CREATED:
+		c.State = StateCreated
+	case !c.StartedAt.IsZero():
+		// Started once, no task and no exit record: the runtime or the host restarted.
+		c.State = StateExited
+		c.ExitCode = 255
+		c.Reason = ReasonTaskLost
+		c.Message = "the container's process is gone without an exit record (containerd or the host restarted)"
+		c.FinishedAt = c.StartedAt
+	default:
+		c.State = StateCreated
+	}
+	return c
+}
+
+// NormalizeImageRef makes a reference fully qualified the way the CRI plugin does
+// ("busybox" -> "docker.io/library/busybox:latest"), so images preloaded under their full
+// name are found by the short name a pod uses.
+func NormalizeImageRef(ref string) string {
+	if n, err := normalize(ref); err == nil {
+		return n
+	}
+	return ref
+}
+
+// imageID is the digest form kubelet reports as a container's imageID: name@sha256:...
+func imageID(img client.Image) string {
+	name := img.Name()
+	if named, err := reference.ParseNormalizedNamed(name); err == nil {
+		name = named.Name()
+	}
+	return name + "@" + img.Target().Digest.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,97 @@
+package runtime
+
+import (
+	"errors"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// State is where a container is in its life, as the runtime sees it.
+type State string
+
+const (
+	// StateCreated: the container exists but its process was never started.
+	StateCreated State = "created"
+	// StateRunning: its process runs.
+	StateRunning State = "running"
+	// StateExited: its process ended; ExitCode, FinishedAt and Reason say how.
+	StateExited State = "exited"
+)
+
+// Reasons recorded for exits, named as kubelet names them.
+const (
+	ReasonCompleted = "Completed"
+	ReasonError     = "Error"
+	ReasonOOMKilled = "OOMKilled"
+	// ReasonTaskLost: the container was started but its process is gone without an exit
+	// record (containerd or the host restarted). Kubelet reports the same as exit code 255
+	// with reason Unknown.
+	ReasonTaskLost = "Unknown"
+)
+
+// Container is what the runtime knows about one container holdfast created.
+type Container struct {
+	ID           string
+	PodUID       string
+	PodName      string
+	PodNamespace string
+	Name         string
+	Attempt      int
+	// Image is the image reference the pod asked for; ImageRef its resolved digest form.
+	Image    string
+	ImageRef string
+	// SpecHash identifies the container spec it was created from, so that a changed spec can
+	// be told from a restart.
+	SpecHash string
+	LogPath  string
+
+	State      State
+	CreatedAt  time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+	ExitCode   int32
+	Reason     string
+	Message    string
+	Pid        uint32
+	// Recorded: the exit is written in the container's labels and its task deleted.
+	Recorded bool
+}
+
+// ContainerConfig is everything needed to create one container of a pod.
+type ContainerConfig struct {
+	PodUID       string
+	PodName      string
+	PodNamespace string
+	Name         string
+	Attempt      int
+	SpecHash     string
+
+	// Image is the reference as written in the pod; it must already be present
+	// (see EnsureImage).
+	Image      string
+	Command    []string // overrides the image's Entrypoint when set
+	Args       []string // overrides the image's Cmd when set
+	Env        []string // KEY=VALUE, appended to the image's environment
+	WorkingDir string
+
+	// NetNSPath is the pod's network namespace; empty means the host network.
+	NetNSPath string
+	Hostname  string
+	Mounts    []specs.Mount
+	LogPath   string
+	// SpecOpts are applied last, for what the pod layer decides (security, resources).
+	SpecOpts []SpecOpt
+}
+
+// Errors a caller classifies with errors.Is to name a waiting reason, as kubelet does.
+var (
+	// ErrImageNeverPull: the image is absent and the pull policy is Never.
+	ErrImageNeverPull = errors.New("image not present and pull policy is Never")
+	// ErrImagePull: the image could not be fetched.
+	ErrImagePull = errors.New("image pull failed")
+	// ErrCreateContainer: containerd refused to create the container.
+	ErrCreateContainer = errors.New("create container failed")
+	// ErrStartContainer: the container's process could not be started.
+	ErrStartContainer = errors.New("start container failed")
+)

@@ -1,0 +1,123 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/agent/status"
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+)
+
+const staticPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: sensor
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: reader
+    image: docker.io/holdfast/busybox:test
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo reading %s; exec sleep 3600"]
+`
+
+// TestStandaloneStaticPods: with no apiserver at all, the pods of the manifest directory run;
+// a malformed manifest beside them is reported with its path and hurts nothing; editing a
+// manifest replaces its pod; removing the file stops it.
+func TestStandaloneStaticPods(t *testing.T) {
+	e := startEnv(t, false, nil)
+	dir := e.agent.Config.ManifestDir
+	ctx := context.Background()
+	write := func(name, content string) {
+		t.Helper()
+		// Written aside and renamed in, as a careful operator (or an image build) does.
+		tmp := filepath.Join(dir, "."+name+".tmp")
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sensor.yaml", fmt.Sprintf(staticPod, "v1"))
+	write("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: broken}\nspec:\n  containers: [{name: x}]\n")
+
+	running := func() (status.PodView, error) {
+		pods, err := e.agent.Pods(ctx)
+		if err != nil {
+			return status.PodView{}, err
+		}
+		for _, p := range pods {
+			if p.Name == "sensor-"+node && p.Status.Phase == "Running" && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
+				return p, nil
+			}
+		}
+		return status.PodView{}, fmt.Errorf("no running sensor pod in %+v", pods)
+	}
+	var first status.PodView
+	testenv.Eventually(t, 60*time.Second, "static pod running", func() (err error) {
+		first, err = running()
+		return err
+	})
+	if first.Source != "file" || first.Namespace != "default" {
+		t.Errorf("static pod view %+v", first)
+	}
+	testenv.Eventually(t, 10*time.Second, "broken manifest reported with its path", func() error {
+		log := e.agent.Log()
+		if !strings.Contains(log, filepath.Join(dir, "broken.yaml")) || !strings.Contains(log, "spec.containers[0].image: Required") {
+			return fmt.Errorf("no log line naming broken.yaml and its error")
+		}
+		return nil
+	})
+	firstIDs := containerIDs(e.containers(t))
+	if len(firstIDs) != 1 {
+		t.Fatalf("containers %v, want 1", firstIDs)
+	}
+
+	// Edit: a new pod (new UID) replaces the old one, whose containers go.
+	write("sensor.yaml", fmt.Sprintf(staticPod, "v2"))
+	testenv.Eventually(t, 60*time.Second, "edited pod replaced", func() error {
+		p, err := running()
+		if err != nil {
+			return err
+		}
+		if p.UID == first.UID {
+			return fmt.Errorf("still the old pod %s", p.UID)
+		}
+		ids := containerIDs(e.containers(t))
+		if len(ids) != 1 || ids[0] == firstIDs[0] {
+			return fmt.Errorf("containers %v (old %v)", ids, firstIDs)
+		}
+		return nil
+	})
+
+	// Remove: the pod stops, its containers and network go.
+	if err := os.Remove(filepath.Join(dir, "sensor.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "removed manifest stops its pod", func() error {
+		if ids := containerIDs(e.containers(t)); len(ids) != 0 {
+			return fmt.Errorf("containers left: %v", ids)
+		}
+		entries, _ := os.ReadDir(e.agent.Config.CNI.NetNSDir)
+		if len(entries) != 0 {
+			return fmt.Errorf("network namespaces left: %d", len(entries))
+		}
+		return nil
+	})
+}
+
+func containerIDs[T any](m map[string]T) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}

@@ -1,0 +1,164 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/agent/status"
+)
+
+var holdfastBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "holdfast-bin-")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "holdfast")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/holdfast-dev/holdfast/cmd/holdfast")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build holdfast: %v\n%s", err, b)
+	}
+	return out, nil
+})
+
+// Agent is a holdfast process under test, run from the binary users run, so that a test can
+// kill -9 it and start it again exactly as an operator's machine would.
+type Agent struct {
+	// Config is what the agent runs with; tests may change it between Stop and Start.
+	Config config.Config
+	// Dir holds the agent's config file, state, logs and manifests.
+	Dir string
+
+	t    testing.TB
+	proc *process
+}
+
+// NewAgentConfig returns a configuration whose every path lies under dir, talking to the given
+// containerd (its own namespace) and CNI network, with a free local healthz port.
+func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) config.Config {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := config.Config{
+		NodeName:        "gw-test",
+		StateDir:        filepath.Join(dir, "state"),
+		ManifestDir:     filepath.Join(dir, "manifests"),
+		PodLogDir:       filepath.Join(dir, "pods"),
+		ImagePreloadDir: "-",
+		HealthzAddress:  addr,
+	}
+	cfg.Containerd.Address = cd.Address
+	cfg.Containerd.Namespace = "holdfast"
+	if cni != nil {
+		cfg.CNI.ConfDir = cni.ConfDir
+		cfg.CNI.BinDirs = []string{cni.BinDir}
+	}
+	cfg.CNI.NetNSDir = filepath.Join(dir, "netns")
+	cfg.Pods.RelistPeriod = config.D(time.Second)
+	return cfg
+}
+
+// StartAgent writes cfg to a file and starts holdfast with it. The agent is killed when the
+// test ends (its containers are the containerd fixture's to clean up) and its log printed if
+// the test failed.
+func StartAgent(t testing.TB, dir string, cfg config.Config) *Agent {
+	t.Helper()
+	bin, err := holdfastBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{Config: cfg, Dir: dir, t: t}
+	a.proc = newProcess("holdfast", filepath.Join(dir, "holdfast.log"), bin, "run", "--config", filepath.Join(dir, "config.yaml"), "--log-level", "debug")
+	t.Cleanup(func() { _ = a.proc.stop(syscall.SIGKILL, 0) })
+	logTailOnFailure(t, a.proc)
+	a.Start()
+	return a
+}
+
+// Start writes the current Config and starts the agent.
+func (a *Agent) Start() {
+	a.t.Helper()
+	b, err := yaml.Marshal(a.Config)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a.Dir, "config.yaml"), b, 0o600); err != nil {
+		a.t.Fatal(err)
+	}
+	if err := a.proc.start(); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// Kill kills the agent with SIGKILL, as a crash or a power cut would stop it.
+func (a *Agent) Kill() {
+	a.t.Helper()
+	if err := a.proc.stop(syscall.SIGKILL, 0); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// Stop stops the agent with SIGTERM.
+func (a *Agent) Stop() {
+	a.t.Helper()
+	if err := a.proc.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// Log returns the agent's log so far.
+func (a *Agent) Log() string {
+	b, _ := os.ReadFile(a.proc.logPath)
+	return string(b)
+}
+
+// Pods asks the agent's local /pods endpoint.
+func (a *Agent) Pods(ctx context.Context) ([]status.PodView, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.Config.HealthzAddress+"/pods", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var pods []status.PodView
+	if err := json.NewDecoder(resp.Body).Decode(&pods); err != nil {
+		return nil, err
+	}
+	return pods, nil
+}
+
+// Eventually polls cond every 100ms until it returns nil or timeout passes, then fails t with
+// the last error. Tests wait for conditions with it, never with a bare sleep.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = cond(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

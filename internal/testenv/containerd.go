@@ -1,0 +1,496 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// ContainerdOptions configures StartContainerd.
+type ContainerdOptions struct {
+	// EnableCRI turns on containerd's CRI plugin, with restrict_oom_score_adj (this sandbox
+	// lacks CAP_SYS_RESOURCE, and the pause container's -998 would fail), PauseImage as the
+	// sandbox image and a streaming server on a free port. Import the test images before
+	// running pod sandboxes. Defaults to false: holdfast drives containerd through its client.
+	EnableCRI bool
+	// CNI is the network the CRI plugin gives pod sandboxes (with EnableCRI). Defaults to an
+	// empty configuration directory, so sandboxes get no network and never read the host's
+	// /etc/cni/net.d.
+	CNI *CNINetwork
+}
+
+// Containerd is a containerd daemon private to one test: its own root, state directory and
+// socket, started with the Debian containerd binary.
+//
+// Containers in different daemons still share the host's cgroup tree, where runc places a
+// container at /NAMESPACE/ID: give containers IDs unique to the test (or use a namespace no
+// other test uses) when tests may run in parallel.
+type Containerd struct {
+	// Address is the daemon's gRPC socket.
+	Address string
+	// Client is connected to Address. It stays valid across Stop and Start: like any client of
+	// a restarted daemon, it reconnects.
+	Client *client.Client
+	// Root and State are the daemon's --root and --state directories.
+	Root, State string
+
+	t         testing.TB
+	dir       string // holds Root, State and Address; short, since socket paths are limited to 108 bytes
+	ownerLock *os.File
+	proc      *process
+}
+
+// containerdConfig is containerd 1.6's configuration, version 2.
+var containerdConfig = template.Must(template.New("config.toml").Parse(`version = 2
+root = {{printf "%q" .Root}}
+state = {{printf "%q" .State}}
+disabled_plugins = [
+{{- if not .EnableCRI}}"io.containerd.grpc.v1.cri", {{end -}}
+"io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+
+[grpc]
+  address = {{printf "%q" .Address}}
+
+[ttrpc]
+  address = {{printf "%q" (print .Address ".ttrpc")}}
+
+[debug]
+  level = "info"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {{printf "%q" .OptDir}}
+{{if .EnableCRI}}
+[plugins."io.containerd.grpc.v1.cri"]
+  restrict_oom_score_adj = true
+  sandbox_image = {{printf "%q" .PauseImage}}
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = {{printf "%q" .CNIBinDir}}
+    conf_dir = {{printf "%q" .CNIConfDir}}
+    max_conf_num = 1
+{{end}}`))
+
+// testRoot returns $HOLDFAST_TEST_ROOT, or /var/lib/holdfast-test: a real file system that
+// supports overlayfs (not tmpfs or overlay) and gives short paths for sockets.
+func testRoot() string {
+	if d := os.Getenv("HOLDFAST_TEST_ROOT"); d != "" {
+		return d
+	}
+	return "/var/lib/holdfast-test"
+}
+
+// StartContainerd starts a private containerd for t. When t ends, every task in every
+// namespace is killed, every container deleted, the daemon stopped, anything still mounted
+// under its directory unmounted and the directory removed.
+func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
+	t.Helper()
+	RequireIntegration(t)
+	start := time.Now()
+
+	if err := os.MkdirAll(testRoot(), 0o711); err != nil {
+		t.Fatalf("start containerd: %v", err)
+	}
+	if err := sweepStaleOnce(); err != nil {
+		t.Logf("clean up after earlier test runs: %v", err) // not this test's failure
+	}
+	dir, err := os.MkdirTemp(testRoot(), dirPrefix)
+	if err != nil {
+		t.Fatalf("start containerd: %v", err)
+	}
+	c := &Containerd{
+		Address: filepath.Join(dir, "containerd.sock"),
+		Root:    filepath.Join(dir, "root"),
+		State:   filepath.Join(dir, "state"),
+		t:       t,
+		dir:     dir,
+	}
+	t.Cleanup(func() {
+		if err := c.cleanup(); err != nil {
+			t.Errorf("containerd cleanup: %v", err)
+		}
+	})
+	if c.ownerLock, err = lockOwner(dir); err != nil {
+		t.Fatalf("start containerd: %v", err)
+	}
+
+	// Config and log go to the test's own directory, which outlives the cleanup above, so the
+	// log can still be printed if the test failed.
+	filesDir := t.TempDir()
+	cniConfDir, cniBinDir := filepath.Join(filesDir, "no-cni"), CNIBinDir
+	if opts.CNI != nil {
+		cniConfDir, cniBinDir = opts.CNI.ConfDir, opts.CNI.BinDir
+	} else if err := os.Mkdir(cniConfDir, 0o755); err != nil {
+		t.Fatalf("start containerd: %v", err)
+	}
+	var config strings.Builder
+	err = containerdConfig.Execute(&config, map[string]any{
+		"Root":       c.Root,
+		"State":      c.State,
+		"Address":    c.Address,
+		"OptDir":     filepath.Join(dir, "opt"),
+		"EnableCRI":  opts.EnableCRI,
+		"PauseImage": PauseImage,
+		"CNIBinDir":  cniBinDir,
+		"CNIConfDir": cniConfDir,
+	})
+	if err != nil {
+		t.Fatalf("start containerd: render config: %v", err)
+	}
+	configPath := filepath.Join(filesDir, "config.toml")
+	if err := os.WriteFile(configPath, []byte(config.String()), 0o644); err != nil {
+		t.Fatalf("start containerd: %v", err)
+	}
+	c.proc = newProcess("containerd", filepath.Join(filesDir, "containerd.log"), "containerd", "--config", configPath)
+	logTailOnFailure(t, c.proc)
+
+	c.Client, err = client.New(c.Address, client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatalf("start containerd: client: %v", err)
+	}
+	if err := c.startDaemon(); err != nil {
+		t.Fatalf("start containerd: %v", err)
+	}
+	t.Logf("containerd ready at %s in %v (config and log in %s)", c.Address, time.Since(start).Round(time.Millisecond), filesDir)
+	return c
+}
+
+// Stop does to the daemon what a reboot does: every task is killed and its state is gone, the
+// containers remain as records (with their snapshots) in Root. Start brings the daemon back.
+func (c *Containerd) Stop() {
+	c.t.Helper()
+	if err := c.reboot(); err != nil {
+		c.t.Fatalf("stop containerd: %v", err)
+	}
+}
+
+// StopDaemon stops only the daemon, as a crash or an upgrade of containerd does: the shims
+// and the tasks they run keep running, and after Start a client re-attaches to them.
+func (c *Containerd) StopDaemon() {
+	c.t.Helper()
+	if err := c.proc.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		c.t.Fatalf("stop containerd daemon: %v", err)
+	}
+}
+
+// Start starts the daemon again on the same root after Stop or StopDaemon and waits until it
+// answers.
+func (c *Containerd) Start() {
+	c.t.Helper()
+	if err := c.startDaemon(); err != nil {
+		c.t.Fatalf("restart containerd: %v", err)
+	}
+}
+
+// Running reports whether the daemon is running.
+func (c *Containerd) Running() bool { return c.proc.running() }
+
+// ImportTestImages imports BusyboxImage and PauseImage into namespace, from the tarballs in
+// ImagesDir, and unpacks them into the default snapshotter (overlayfs). An image already
+// present is not imported again.
+func (c *Containerd) ImportTestImages(ctx context.Context, namespace string) {
+	c.t.Helper()
+	ctx = namespaces.WithNamespace(ctx, namespace)
+	for _, img := range []struct{ name, file string }{
+		{BusyboxImage, BusyboxImageFile},
+		{PauseImage, PauseImageFile},
+	} {
+		if err := c.importImage(ctx, img.name, filepath.Join(ImagesDir(), img.file)); err != nil {
+			c.t.Fatalf("import test image %s into namespace %q: %v", img.name, namespace, err)
+		}
+	}
+}
+
+func (c *Containerd) importImage(ctx context.Context, name, path string) error {
+	image, err := c.Client.GetImage(ctx, name)
+	if errdefs.IsNotFound(err) {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		imported, err := c.Client.Import(ctx, f)
+		if err != nil {
+			return fmt.Errorf("import %s: %w", path, err)
+		}
+		var names []string
+		for _, img := range imported {
+			names = append(names, img.Name)
+			if img.Name == name {
+				image = client.NewImage(c.Client, img)
+			}
+		}
+		if image == nil {
+			return fmt.Errorf("import %s registered %q, not %s (rebuild it: go run ./hack/mkimage -o %s)",
+				path, names, name, ImagesDir())
+		}
+	} else if err != nil {
+		return err
+	}
+	unpacked, err := image.IsUnpacked(ctx, "")
+	if err != nil {
+		return fmt.Errorf("check unpacked: %w", err)
+	}
+	if !unpacked {
+		if err := image.Unpack(ctx, ""); err != nil {
+			return fmt.Errorf("unpack: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *Containerd) startDaemon() error {
+	if err := c.proc.start(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	err := poll(ctx, c.proc, func(ctx context.Context) error {
+		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := c.Client.Version(callCtx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("wait for containerd to answer Version: %w", err)
+	}
+	return nil
+}
+
+// reboot kills all tasks, stops the daemon, and clears what a reboot clears: mounts and the
+// state directory (tmpfs /run on a real machine).
+func (c *Containerd) reboot() error {
+	if !c.proc.running() {
+		// After StopDaemon the tasks still run; only the daemon can kill them properly.
+		if err := c.startDaemon(); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	if err := c.killAllTasks(false); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.proc.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, killShims(c.Address))
+	errs = append(errs, unmountUnder(c.dir))
+	if err := os.RemoveAll(c.State); err != nil {
+		errs = append(errs, fmt.Errorf("clear state directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// cleanup leaves nothing behind: no task, container, mount, shim or file.
+func (c *Containerd) cleanup() error {
+	var errs []error
+	if c.proc != nil && c.Client != nil {
+		if !c.proc.running() {
+			if err := c.startDaemon(); err != nil {
+				errs = append(errs, fmt.Errorf("start daemon to clean up: %w", err))
+			}
+		}
+		if c.proc.running() {
+			if err := c.killAllTasks(true); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := c.proc.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Client != nil {
+		_ = c.Client.Close() // the daemon is gone; its error says nothing
+	}
+	errs = append(errs, killShims(c.Address))
+	errs = append(errs, unmountUnder(c.dir))
+	if err := os.RemoveAll(c.dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove %s: %w", c.dir, err))
+	}
+	if c.ownerLock != nil {
+		c.ownerLock.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// dirPrefix starts the name of every containerd directory under testRoot.
+const dirPrefix = "ctrd-"
+
+// ownerLockFile, in a containerd directory, is flocked by the test binary that owns the
+// directory for as long as it runs. The kernel drops the lock when that process dies, however
+// it dies, so a directory whose lock can be taken was left behind by a test binary that was
+// killed (a -timeout panic runs no cleanups): its shims and mounts are then swept.
+const ownerLockFile = "owner.lock"
+
+func lockOwner(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ownerLockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create owner lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("take owner lock: %w", err)
+	}
+	return f, nil
+}
+
+var sweepStaleOnce = sync.OnceValue(sweepStale)
+
+// sweepStale removes the containerd directories of dead test binaries: kills their shims and
+// containers, unmounts, removes. The daemons themselves died with their test binary
+// (Pdeathsig).
+func sweepStale() error {
+	entries, err := os.ReadDir(testRoot())
+	if err != nil {
+		return fmt.Errorf("sweep %s: %w", testRoot(), err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), dirPrefix) {
+			continue
+		}
+		dir := filepath.Join(testRoot(), e.Name())
+		f, err := os.OpenFile(filepath.Join(dir, ownerLockFile), os.O_RDWR, 0)
+		if err != nil {
+			// No lock file: just created by a live test (it locks right after), or not ours.
+			continue
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close() // its owner lives
+			continue
+		}
+		errs = append(errs, killShims(filepath.Join(dir, "containerd.sock")), unmountUnder(dir))
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove stale %s: %w", dir, err))
+		}
+		f.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// killAllTasks kills and deletes the task of every container in every namespace, and with
+// deleteContainers the containers and their snapshots too.
+func (c *Containerd) killAllTasks(deleteContainers bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nsList, err := c.Client.NamespaceService().List(ctx)
+	if err != nil {
+		return fmt.Errorf("list namespaces: %w", err)
+	}
+	var errs []error
+	for _, ns := range nsList {
+		nsCtx := namespaces.WithNamespace(ctx, ns)
+		containers, err := c.Client.Containers(nsCtx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list containers in namespace %q: %w", ns, err))
+			continue
+		}
+		for _, ctr := range containers {
+			task, err := ctr.Task(nsCtx, nil)
+			switch {
+			case errdefs.IsNotFound(err):
+			case err != nil:
+				errs = append(errs, fmt.Errorf("task of container %s/%s: %w", ns, ctr.ID(), err))
+			default:
+				if _, err := task.Delete(nsCtx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+					errs = append(errs, fmt.Errorf("kill task of container %s/%s: %w", ns, ctr.ID(), err))
+				}
+			}
+			if deleteContainers {
+				if err := ctr.Delete(nsCtx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+					errs = append(errs, fmt.Errorf("delete container %s/%s: %w", ns, ctr.ID(), err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killShims SIGKILLs, as a last resort, every containerd shim started for the daemon at
+// address, and the processes they started (container inits; killing a PID namespace's init
+// kills the namespace). Nothing is found when the daemon deleted its tasks.
+func killShims(address string) error {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return fmt.Errorf("find leftover shims: %w", err)
+	}
+	parents := map[int]int{} // pid -> ppid
+	var shims []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat")); err == nil {
+			// The command name in parentheses may hold spaces; fields after the last ')' are fixed.
+			if i := strings.LastIndexByte(string(stat), ')'); i >= 0 {
+				if fields := strings.Fields(string(stat[i+1:])); len(fields) > 1 {
+					parents[pid], _ = strconv.Atoi(fields[1])
+				}
+			}
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 0 && strings.Contains(filepath.Base(args[0]), "containerd-shim") {
+			for i, a := range args {
+				if (a == "-address" || a == "--address") && i+1 < len(args) && args[i+1] == address {
+					shims = append(shims, pid)
+				}
+			}
+		}
+	}
+	for _, shim := range shims {
+		for pid, ppid := range parents {
+			if ppid == shim {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		_ = syscall.Kill(shim, syscall.SIGKILL)
+	}
+	return nil
+}
+
+// unmountUnder lazily unmounts every mount point under dir, deepest first, so that removing
+// dir never reaches through an overlay into a snapshot.
+func unmountUnder(dir string) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return fmt.Errorf("list mounts under %s: %w", dir, err)
+	}
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].Mountpoint) > len(mounts[j].Mountpoint) })
+	var errs []error
+	for _, m := range mounts {
+		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m.Mountpoint, err))
+		}
+	}
+	return errors.Join(errs...)
+}

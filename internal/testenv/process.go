@@ -1,0 +1,178 @@
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// process is one child daemon (etcd, kube-apiserver, containerd) that can be started and
+// stopped repeatedly with the same arguments. Its output is appended to one log file.
+type process struct {
+	name    string
+	argv    []string
+	logPath string
+
+	mu      sync.Mutex // protects the fields below
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once the waiter goroutine of cmd has returned
+	waitErr error         // cmd.Wait's result, valid once exited is closed
+}
+
+func newProcess(name, logPath string, argv ...string) *process {
+	return &process{name: name, argv: argv, logPath: logPath}
+}
+
+// start starts the process in a new session (so in its own process group). It is an error to
+// start a running process.
+//
+// The child gets SIGKILL if the test binary dies (Pdeathsig), so a test killed by -timeout
+// leaves no daemons behind. Pdeathsig fires when the thread that forked the child exits, not
+// the process, so the waiter goroutine forks from a thread it keeps locked until the child has
+// been reaped: that thread outlives the child.
+func (p *process) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		select {
+		case <-p.exited:
+		default:
+			return fmt.Errorf("start %s: already running (pid %d)", p.name, p.cmd.Process.Pid)
+		}
+	}
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("start %s: open log: %w", p.name, err)
+	}
+	fmt.Fprintf(logFile, "==== %s: starting %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.argv, " "))
+
+	cmd := exec.Command(p.argv[0], p.argv[1:]...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	exited := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		defer close(exited)
+		defer logFile.Close()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.waitErr = err
+		p.mu.Unlock()
+	}()
+	if err := <-started; err != nil {
+		<-exited
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.cmd, p.exited, p.waitErr = cmd, exited, nil
+	return nil
+}
+
+// exitedChan returns a channel closed when the current run has exited (nil if never started).
+func (p *process) exitedChan() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited
+}
+
+// running reports whether the process was started and has not exited.
+func (p *process) running() bool {
+	ch := p.exitedChan()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
+}
+
+// exitError describes how the process ended, for messages about a daemon that died early.
+func (p *process) exitError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waitErr == nil {
+		return fmt.Errorf("%s exited with status 0", p.name)
+	}
+	return fmt.Errorf("%s exited: %w", p.name, p.waitErr)
+}
+
+// stop sends sig to the process group, waits up to grace for the process to exit, then kills
+// the group and waits for it. Stopping a process that is not running is a no-op.
+func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	pgid := cmd.Process.Pid // Setsid made the child the leader of its own group
+	select {
+	case <-exited:
+		// The leader is gone; anything it left in its group still goes.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		return nil
+	default:
+	}
+	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("stop %s: signal %v: %w", p.name, sig, err)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-exited:
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		return nil
+	case <-timer.C:
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("stop %s: kill: %w", p.name, err)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("stop %s: pid %d still not reaped 30s after SIGKILL", p.name, pgid)
+	}
+}
+
+// logTail returns the last n lines of the process's log.
+func (p *process) logTail(n int) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", p.logPath, err)
+	}
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// logTailOnFailure registers a cleanup that prints the tail of p's log if the test failed.
+// Register it after the cleanup that stops p, so that it runs first: the log is complete
+// enough by then and the message appears before teardown noise.
+func logTailOnFailure(t testing.TB, p *process) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("---- last lines of %s (%s) ----\n%s", p.name, p.logPath, p.logTail(60))
+		}
+	})
+}
