@@ -1,0 +1,1016 @@
+package offline
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// BoltStore is the Store the agent runs with: one bbolt file, fsynced on
+// every commit (NoSync is never set), concurrent writes group-committed, and
+// unchanged writes skipped. Create it with Open.
+type BoltStore struct {
+	path  string
+	db    *bolt.DB
+	lock  *fileLock
+	now   func() time.Time
+	batch *batcher
+
+	// closed is set once by Close; methods check it first.
+	closed atomic.Bool
+
+	writes, skipped, commits, quarantined atomic.Uint64
+}
+
+var _ Store = (*BoltStore)(nil)
+
+// Path returns the database file's path.
+func (s *BoltStore) Path() string { return s.path }
+
+// Stats implements Store.
+func (s *BoltStore) Stats() Stats {
+	return Stats{
+		Writes:        s.writes.Load(),
+		SkippedWrites: s.skipped.Load(),
+		Commits:       s.commits.Load(),
+		Quarantined:   s.quarantined.Load(),
+	}
+}
+
+// Close implements Store. It waits for transactions in progress, closes the
+// file and then releases the lock file.
+func (s *BoltStore) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	err := s.db.Close()
+	if lerr := s.lock.release(); err == nil {
+		err = lerr
+	}
+	if err != nil {
+		return fmt.Errorf("close state database %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// view runs a read transaction.
+func (s *BoltStore) view(fn func(tx *bolt.Tx) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return guardedView(s.db, fn)
+}
+
+// update runs fn in a batched, fsynced write transaction. fn may run more
+// than once; see batcher.
+func (s *BoltStore) update(fn func(tx *bolt.Tx) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.batch.do(fn)
+}
+
+func (s *BoltStore) count(changed bool) {
+	if changed {
+		s.writes.Add(1)
+	} else {
+		s.skipped.Add(1)
+	}
+}
+
+// bucketAt walks path from the root; nil if any bucket is missing.
+func bucketAt(tx *bolt.Tx, path ...[]byte) *bolt.Bucket {
+	if len(path) == 0 {
+		return nil
+	}
+	b := tx.Bucket(path[0])
+	for _, name := range path[1:] {
+		if b == nil {
+			return nil
+		}
+		b = b.Bucket(name)
+	}
+	return b
+}
+
+// put stores raw at path/key unless it is already there. The probe runs in
+// a read transaction so an unchanged value costs no write transaction at
+// all; the write re-checks inside its transaction. Missing buckets on path
+// are created if create is set, else the put fails with ErrNotFound.
+func (s *BoltStore) put(op string, path [][]byte, key, raw []byte, create bool) error {
+	same := false
+	err := s.view(func(tx *bolt.Tx) error {
+		b := bucketAt(tx, path...)
+		if b == nil {
+			if !create {
+				return ErrNotFound
+			}
+			return nil
+		}
+		same = bytes.Equal(b.Get(key), raw)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if same {
+		s.count(false)
+		return nil
+	}
+	var changed bool
+	err = s.update(func(tx *bolt.Tx) error {
+		changed = false
+		b, err := writableBucket(tx, path, create)
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(b.Get(key), raw) {
+			return nil
+		}
+		changed = true
+		return b.Put(key, raw)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	s.count(changed)
+	return nil
+}
+
+// del deletes path/key if present.
+func (s *BoltStore) del(op string, path [][]byte, key []byte) error {
+	present := false
+	err := s.view(func(tx *bolt.Tx) error {
+		if b := bucketAt(tx, path...); b != nil {
+			present = b.Get(key) != nil
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if !present {
+		s.count(false)
+		return nil
+	}
+	var changed bool
+	err = s.update(func(tx *bolt.Tx) error {
+		changed = false
+		b := bucketAt(tx, path...)
+		if b == nil || b.Get(key) == nil {
+			return nil
+		}
+		changed = true
+		return b.Delete(key)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	s.count(changed)
+	return nil
+}
+
+func writableBucket(tx *bolt.Tx, path [][]byte, create bool) (*bolt.Bucket, error) {
+	if !create {
+		if b := bucketAt(tx, path...); b != nil {
+			return b, nil
+		}
+		return nil, ErrNotFound
+	}
+	b, err := tx.CreateBucketIfNotExists(path[0])
+	for _, name := range path[1:] {
+		if err != nil {
+			break
+		}
+		b, err = b.CreateBucketIfNotExists(name)
+	}
+	return b, err
+}
+
+// readOrQuarantine runs read in a read transaction; if it reports bad
+// records, it runs again in a write transaction where it quarantines them,
+// so the result returned always matches what was quarantined.
+func (s *BoltStore) readOrQuarantine(read func(tx *bolt.Tx, q *quarantiner) error) (map[string]error, error) {
+	q := newQuarantiner(s.now)
+	if err := s.view(func(tx *bolt.Tx) error { return read(tx, q) }); err != nil {
+		return nil, err
+	}
+	if len(q.errs) == 0 {
+		return nil, nil
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		q = newQuarantiner(s.now)
+		return read(tx, q)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.quarantined.Add(uint64(q.moved))
+	if q.moved > 0 {
+		s.writes.Add(1)
+	}
+	return q.errs, nil
+}
+
+// --- pods ---
+
+// PutPod implements Store.
+func (s *BoltStore) PutPod(source Source, pod *v1.Pod) error {
+	raw, err := encodePod(source, pod)
+	if err != nil {
+		return fmt.Errorf("put pod: %w", err)
+	}
+	return s.put(fmt.Sprintf("put pod %s", pod.UID), [][]byte{bucketPods, []byte(pod.UID)}, keyPod, raw, true)
+}
+
+// SetAdmission implements Store.
+func (s *BoltStore) SetAdmission(uid types.UID, a Admission) error {
+	op := fmt.Sprintf("set admission of pod %s", uid)
+	raw, err := encodeAdmission(a)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	// check decides from the stored value: nil to write, errSame to skip.
+	errSame := errors.New("same")
+	check := func(b *bolt.Bucket) error {
+		if b == nil || b.Get(keyPod) == nil {
+			return ErrNotFound
+		}
+		old := b.Get(keyAdmission)
+		switch {
+		case old == nil:
+			return nil
+		case bytes.Equal(old, raw):
+			return errSame
+		}
+		if prev, err := decodeAdmission(old); err == nil {
+			return fmt.Errorf("%w: accepted=%t at %s", ErrAdmissionDecided, prev.Accepted, prev.At.Format(time.RFC3339))
+		}
+		return nil // undecodable: quarantined and replaced below
+	}
+	err = s.view(func(tx *bolt.Tx) error { return check(bucketAt(tx, bucketPods, []byte(uid))) })
+	if errors.Is(err, errSame) {
+		s.count(false)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var changed bool
+	var q *quarantiner
+	err = s.update(func(tx *bolt.Tx) error {
+		changed, q = false, newQuarantiner(s.now)
+		b := bucketAt(tx, bucketPods, []byte(uid))
+		if err := check(b); err != nil {
+			if errors.Is(err, errSame) {
+				return nil
+			}
+			return err
+		}
+		if old := b.Get(keyAdmission); old != nil {
+			_, derr := decodeAdmission(old)
+			if err := q.put(tx, "pods/"+string(uid)+"/admission", old, derr); err != nil {
+				return err
+			}
+		}
+		changed = true
+		return b.Put(keyAdmission, raw)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	s.quarantined.Add(uint64(q.moved))
+	s.count(changed)
+	return nil
+}
+
+// PutContainer implements Store.
+func (s *BoltStore) PutContainer(uid types.UID, c ContainerRecord) error {
+	op := fmt.Sprintf("put container %q of pod %s", c.Name, uid)
+	raw, err := encodeContainer(c)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	same := false
+	err = s.view(func(tx *bolt.Tx) error {
+		pb := bucketAt(tx, bucketPods, []byte(uid))
+		if pb == nil || pb.Get(keyPod) == nil {
+			return ErrNotFound
+		}
+		if cb := pb.Bucket(bucketContainers); cb != nil {
+			same = bytes.Equal(cb.Get([]byte(c.Name)), raw)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if same {
+		s.count(false)
+		return nil
+	}
+	var changed bool
+	err = s.update(func(tx *bolt.Tx) error {
+		changed = false
+		pb := bucketAt(tx, bucketPods, []byte(uid))
+		if pb == nil || pb.Get(keyPod) == nil {
+			return ErrNotFound
+		}
+		cb, err := pb.CreateBucketIfNotExists(bucketContainers)
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(cb.Get([]byte(c.Name)), raw) {
+			return nil
+		}
+		changed = true
+		return cb.Put([]byte(c.Name), raw)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	s.count(changed)
+	return nil
+}
+
+// readPod decodes one pod bucket. Bad parts are reported to q; in a
+// writable transaction they are also quarantined (the whole pod if its
+// object or admission is bad, else only the container record). ok is false
+// if the pod itself is unusable.
+func readPod(tx *bolt.Tx, pods *bolt.Bucket, uid types.UID, q *quarantiner) (rec PodRecord, ok bool, err error) {
+	key := "pods/" + string(uid)
+	pb := pods.Bucket([]byte(uid))
+	if pb == nil {
+		raw := pods.Get([]byte(uid))
+		perr := fmt.Errorf("%w: a value where a pod bucket was expected", errUndecodable)
+		q.note(string(uid), perr)
+		if tx.Writable() {
+			if err := q.put(tx, key, raw, perr); err != nil {
+				return rec, false, err
+			}
+			return rec, false, pods.Delete([]byte(uid))
+		}
+		return rec, false, nil
+	}
+	podErr := func(perr error) (PodRecord, bool, error) {
+		q.note(string(uid), perr)
+		if tx.Writable() {
+			if err := q.quarantineBucket(tx, pb, key, perr); err != nil {
+				return PodRecord{}, false, err
+			}
+			return PodRecord{}, false, pods.DeleteBucket([]byte(uid))
+		}
+		return PodRecord{}, false, nil
+	}
+	raw := pb.Get(keyPod)
+	if raw == nil {
+		return podErr(fmt.Errorf("%w: pod bucket without a pod object", errUndecodable))
+	}
+	e, err := decodePod(uid, raw)
+	if err != nil {
+		return podErr(fmt.Errorf("pod object: %w", err))
+	}
+	rec = PodRecord{UID: uid, Source: e.Source, Pod: e.Pod}
+	if raw := pb.Get(keyAdmission); raw != nil {
+		if rec.Admission, err = decodeAdmission(raw); err != nil {
+			return podErr(fmt.Errorf("admission: %w", err))
+		}
+	}
+	cb := pb.Bucket(bucketContainers)
+	if cb == nil {
+		return rec, true, nil
+	}
+	type bad struct {
+		name string
+		raw  []byte
+		err  error
+	}
+	var bads []bad
+	c := cb.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		name := string(k)
+		if v == nil && cb.Bucket(k) != nil {
+			bads = append(bads, bad{name, nil, fmt.Errorf("%w: a bucket where a container record was expected", errUndecodable)})
+			continue
+		}
+		cr, err := decodeContainer(name, v)
+		if err != nil {
+			bads = append(bads, bad{name, clone(v), err})
+			continue
+		}
+		rec.Containers = append(rec.Containers, cr)
+	}
+	for _, b := range bads {
+		reportKey := string(uid) + "/" + b.name
+		q.note(reportKey, b.err)
+		if !tx.Writable() {
+			continue
+		}
+		if sub := cb.Bucket([]byte(b.name)); sub != nil {
+			if err := q.quarantineBucket(tx, sub, key+"/containers/"+b.name, b.err); err != nil {
+				return rec, true, err
+			}
+			if err := cb.DeleteBucket([]byte(b.name)); err != nil {
+				return rec, true, err
+			}
+			continue
+		}
+		if err := q.put(tx, key+"/containers/"+b.name, b.raw, b.err); err != nil {
+			return rec, true, err
+		}
+		if err := cb.Delete([]byte(b.name)); err != nil {
+			return rec, true, err
+		}
+	}
+	return rec, true, nil
+}
+
+// GetPod implements Store.
+func (s *BoltStore) GetPod(uid types.UID) (PodRecord, error) {
+	op := fmt.Sprintf("get pod %s", uid)
+	var rec PodRecord
+	var found bool
+	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
+		rec, found = PodRecord{}, false
+		pods := tx.Bucket(bucketPods)
+		if pods.Get([]byte(uid)) == nil && pods.Bucket([]byte(uid)) == nil {
+			return nil
+		}
+		found = true
+		var err error
+		rec, _, err = readPod(tx, pods, uid, q)
+		return err
+	})
+	if err != nil {
+		return PodRecord{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if len(errs) > 0 {
+		return PodRecord{}, fmt.Errorf("%s: %w: %v", op, ErrCorruptRecord, joinErrs(errs))
+	}
+	if !found {
+		return PodRecord{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return rec, nil
+}
+
+// LoadPods implements Store.
+func (s *BoltStore) LoadPods() ([]PodRecord, map[string]error, error) {
+	var recs []PodRecord
+	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
+		recs = nil
+		pods := tx.Bucket(bucketPods)
+		var uids []types.UID
+		if err := pods.ForEach(func(k, _ []byte) error {
+			uids = append(uids, types.UID(k))
+			return nil
+		}); err != nil {
+			return err
+		}
+		// Keys are collected first: bbolt forbids changing a bucket while a
+		// cursor walks it, and readPod may quarantine.
+		for _, uid := range uids {
+			rec, ok, err := readPod(tx, pods, uid, q)
+			if err != nil {
+				return fmt.Errorf("pod %s: %w", uid, err)
+			}
+			if ok {
+				recs = append(recs, rec)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("load pods: %w", err)
+	}
+	return recs, errs, nil
+}
+
+// DeletePod implements Store.
+func (s *BoltStore) DeletePod(uid types.UID) error {
+	op := fmt.Sprintf("delete pod %s", uid)
+	present := false
+	if err := s.view(func(tx *bolt.Tx) error {
+		pods := tx.Bucket(bucketPods)
+		present = pods.Bucket([]byte(uid)) != nil || pods.Get([]byte(uid)) != nil
+		return nil
+	}); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if !present {
+		s.count(false)
+		return nil
+	}
+	var changed bool
+	err := s.update(func(tx *bolt.Tx) error {
+		changed = false
+		pods := tx.Bucket(bucketPods)
+		switch {
+		case pods.Bucket([]byte(uid)) != nil:
+			changed = true
+			return pods.DeleteBucket([]byte(uid))
+		case pods.Get([]byte(uid)) != nil:
+			changed = true
+			return pods.Delete([]byte(uid))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	s.count(changed)
+	return nil
+}
+
+// --- single values: pod list resourceVersion, node ---
+
+// getValue reads path/key, quarantining it if decode fails. found is false
+// if it is absent (or was just quarantined, in which case err wraps
+// ErrCorruptRecord).
+func (s *BoltStore) getValue(op string, bucket, key []byte, decode func([]byte) error) (found bool, err error) {
+	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
+		found = false
+		b := tx.Bucket(bucket)
+		raw := b.Get(key)
+		if raw == nil {
+			return nil
+		}
+		if derr := decode(raw); derr != nil {
+			path := string(bucket) + "/" + string(key)
+			if tx.Writable() {
+				if err := q.putAndNote(tx, path, path, raw, derr); err != nil {
+					return err
+				}
+				return b.Delete(key)
+			}
+			q.note(path, derr)
+			return nil
+		}
+		found = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", op, err)
+	}
+	if len(errs) > 0 {
+		return false, fmt.Errorf("%s: %w: %v", op, ErrCorruptRecord, joinErrs(errs))
+	}
+	return found, nil
+}
+
+// SetPodListResourceVersion implements Store.
+func (s *BoltStore) SetPodListResourceVersion(rv string) error {
+	raw, err := encodeValue(rv)
+	if err != nil {
+		return fmt.Errorf("set pod list resourceVersion: %w", err)
+	}
+	return s.put("set pod list resourceVersion", [][]byte{bucketSync}, keyPodListRV, raw, true)
+}
+
+// PodListResourceVersion implements Store.
+func (s *BoltStore) PodListResourceVersion() (string, error) {
+	var rv string
+	_, err := s.getValue("get pod list resourceVersion", bucketSync, keyPodListRV, func(raw []byte) (err error) {
+		rv, err = decodeString(raw)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return rv, nil
+}
+
+// PutNode implements Store.
+func (s *BoltStore) PutNode(node *v1.Node) error {
+	if node == nil {
+		return fmt.Errorf("put node: %w: nil node", ErrInvalid)
+	}
+	raw, err := encodeValue(node)
+	if err != nil {
+		return fmt.Errorf("put node: %w", err)
+	}
+	return s.put("put node", [][]byte{bucketNode}, keyNode, raw, true)
+}
+
+// GetNode implements Store.
+func (s *BoltStore) GetNode() (*v1.Node, error) {
+	var node *v1.Node
+	found, err := s.getValue("get node", bucketNode, keyNode, func(raw []byte) (err error) {
+		node, err = decodeNode(raw)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("get node: %w", ErrNotFound)
+	}
+	return node, nil
+}
+
+// --- ConfigMaps and Secrets ---
+
+func putObject[T any, P namedObject[T]](s *BoltStore, kind string, bucket []byte, obj P) error {
+	if obj == nil {
+		return fmt.Errorf("put %s: %w: nil object", kind, ErrInvalid)
+	}
+	key, err := objectKey(obj.GetNamespace(), obj.GetName())
+	if err != nil {
+		return fmt.Errorf("put %s: %w", kind, err)
+	}
+	raw, err := encodeValue(obj)
+	if err != nil {
+		return fmt.Errorf("put %s %s: %w", kind, key, err)
+	}
+	return s.put(fmt.Sprintf("put %s %s", kind, key), [][]byte{bucket}, []byte(key), raw, true)
+}
+
+func getObject[T any, P namedObject[T]](s *BoltStore, kind string, bucket []byte, namespace, name string) (P, error) {
+	key, err := objectKey(namespace, name)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", kind, err)
+	}
+	var obj P
+	found, err := s.getValue(fmt.Sprintf("get %s %s", kind, key), bucket, []byte(key), func(raw []byte) (err error) {
+		obj, err = decodeObject[T, P](key, raw)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("get %s %s: %w", kind, key, ErrNotFound)
+	}
+	return obj, nil
+}
+
+func loadObjects[T any, P namedObject[T]](s *BoltStore, kind string, bucket []byte) ([]P, map[string]error, error) {
+	var objs []P
+	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
+		objs = nil
+		b := tx.Bucket(bucket)
+		type bad struct {
+			key []byte
+			raw []byte
+			err error
+			sub bool
+		}
+		var bads []bad
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if v == nil && b.Bucket(k) != nil {
+				bads = append(bads, bad{clone(k), nil, fmt.Errorf("%w: a bucket where a record was expected", errUndecodable), true})
+				continue
+			}
+			obj, err := decodeObject[T, P](string(k), v)
+			if err != nil {
+				bads = append(bads, bad{clone(k), clone(v), err, false})
+				continue
+			}
+			objs = append(objs, obj)
+		}
+		for _, e := range bads {
+			q.note(string(e.key), e.err)
+			if !tx.Writable() {
+				continue
+			}
+			path := string(bucket) + "/" + string(e.key)
+			if e.sub {
+				if err := q.quarantineBucket(tx, b.Bucket(e.key), path, e.err); err != nil {
+					return err
+				}
+				if err := b.DeleteBucket(e.key); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := q.put(tx, path, e.raw, e.err); err != nil {
+				return err
+			}
+			if err := b.Delete(e.key); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("load %ss: %w", kind, err)
+	}
+	return objs, errs, nil
+}
+
+func (s *BoltStore) deleteObject(kind string, bucket []byte, namespace, name string) error {
+	key, err := objectKey(namespace, name)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", kind, err)
+	}
+	return s.del(fmt.Sprintf("delete %s %s", kind, key), [][]byte{bucket}, []byte(key))
+}
+
+// PutConfigMap implements Store.
+func (s *BoltStore) PutConfigMap(cm *v1.ConfigMap) error {
+	return putObject(s, "configmap", bucketConfigMaps, cm)
+}
+
+// GetConfigMap implements Store.
+func (s *BoltStore) GetConfigMap(namespace, name string) (*v1.ConfigMap, error) {
+	return getObject[v1.ConfigMap](s, "configmap", bucketConfigMaps, namespace, name)
+}
+
+// DeleteConfigMap implements Store.
+func (s *BoltStore) DeleteConfigMap(namespace, name string) error {
+	return s.deleteObject("configmap", bucketConfigMaps, namespace, name)
+}
+
+// LoadConfigMaps implements Store.
+func (s *BoltStore) LoadConfigMaps() ([]*v1.ConfigMap, map[string]error, error) {
+	return loadObjects[v1.ConfigMap](s, "configmap", bucketConfigMaps)
+}
+
+// PutSecret implements Store.
+func (s *BoltStore) PutSecret(secret *v1.Secret) error {
+	return putObject(s, "secret", bucketSecrets, secret)
+}
+
+// GetSecret implements Store.
+func (s *BoltStore) GetSecret(namespace, name string) (*v1.Secret, error) {
+	return getObject[v1.Secret](s, "secret", bucketSecrets, namespace, name)
+}
+
+// DeleteSecret implements Store.
+func (s *BoltStore) DeleteSecret(namespace, name string) error {
+	return s.deleteObject("secret", bucketSecrets, namespace, name)
+}
+
+// LoadSecrets implements Store.
+func (s *BoltStore) LoadSecrets() ([]*v1.Secret, map[string]error, error) {
+	return loadObjects[v1.Secret](s, "secret", bucketSecrets)
+}
+
+// --- outbox ---
+
+// AppendStatus implements Store.
+func (s *BoltStore) AppendStatus(u StatusUpdate) (uint64, error) {
+	op := fmt.Sprintf("append status of pod %s", u.UID)
+	raw, err := encodeStatus(u)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	var seq uint64
+	err = s.update(func(tx *bolt.Tx) error {
+		ob := tx.Bucket(bucketOutbox)
+		var err error
+		if seq, err = ob.NextSequence(); err != nil {
+			return err
+		}
+		if err := ob.Put(seqKey(seq), raw); err != nil {
+			return err
+		}
+		idx, err := tx.Bucket(bucketOutboxIndex).CreateBucketIfNotExists([]byte(u.UID))
+		if err != nil {
+			return err
+		}
+		return idx.Put(seqKey(seq), []byte{})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	s.count(true)
+	return seq, nil
+}
+
+// PendingStatuses implements Store.
+func (s *BoltStore) PendingStatuses() ([]PendingStatus, map[string]error, error) {
+	var entries []sequencedStatus
+	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
+		entries = nil
+		ob := tx.Bucket(bucketOutbox)
+		type bad struct {
+			key, raw []byte
+			err      error
+		}
+		var bads []bad
+		c := ob.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			seq, ok := parseSeqKey(k)
+			if !ok {
+				bads = append(bads, bad{clone(k), clone(v), fmt.Errorf("%w: outbox key of %d bytes", errUndecodable, len(k))})
+				continue
+			}
+			e, err := decodeStatus(v)
+			if err != nil {
+				bads = append(bads, bad{clone(k), clone(v), err})
+				continue
+			}
+			entries = append(entries, sequencedStatus{seq: seq, entry: e})
+		}
+		for _, b := range bads {
+			name := fmt.Sprintf("%x", b.key)
+			if seq, ok := parseSeqKey(b.key); ok {
+				name = seqString(seq)
+			}
+			q.note(name, b.err)
+			if !tx.Writable() {
+				continue
+			}
+			if ob.Bucket(b.key) != nil {
+				if err := q.quarantineBucket(tx, ob.Bucket(b.key), "outbox/"+name, b.err); err != nil {
+					return err
+				}
+				if err := ob.DeleteBucket(b.key); err != nil {
+					return err
+				}
+			} else {
+				if err := q.put(tx, "outbox/"+name, b.raw, b.err); err != nil {
+					return err
+				}
+				if err := ob.Delete(b.key); err != nil {
+					return err
+				}
+			}
+			if err := dropFromIndex(tx, b.key); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read outbox: %w", err)
+	}
+	return coalesce(entries), errs, nil
+}
+
+// dropFromIndex removes an outbox sequence key from whichever pod's index
+// holds it (used when the entry itself is undecodable).
+func dropFromIndex(tx *bolt.Tx, key []byte) error {
+	idx := tx.Bucket(bucketOutboxIndex)
+	var owners [][]byte
+	if err := idx.ForEachBucket(func(uid []byte) error {
+		if idx.Bucket(uid).Get(key) != nil {
+			owners = append(owners, clone(uid))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, uid := range owners {
+		if err := idx.Bucket(uid).Delete(key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AckStatuses implements Store.
+func (s *BoltStore) AckStatuses(uid types.UID, upTo uint64) error {
+	op := fmt.Sprintf("ack statuses of pod %s up to %d", uid, upTo)
+	// acked lists the pod's sequence keys <= upTo.
+	acked := func(tx *bolt.Tx) [][]byte {
+		idx := bucketAt(tx, bucketOutboxIndex, []byte(uid))
+		if idx == nil {
+			return nil
+		}
+		var keys [][]byte
+		c := idx.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			seq, ok := parseSeqKey(k)
+			if ok && seq > upTo {
+				break
+			}
+			keys = append(keys, clone(k))
+		}
+		return keys
+	}
+	pending := false
+	if err := s.view(func(tx *bolt.Tx) error { pending = len(acked(tx)) > 0; return nil }); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if !pending {
+		s.count(false)
+		return nil
+	}
+	var changed bool
+	err := s.update(func(tx *bolt.Tx) error {
+		keys := acked(tx)
+		changed = len(keys) > 0
+		ob := tx.Bucket(bucketOutbox)
+		idx := bucketAt(tx, bucketOutboxIndex, []byte(uid))
+		for _, k := range keys {
+			if err := ob.Delete(k); err != nil {
+				return err
+			}
+			if err := idx.Delete(k); err != nil {
+				return err
+			}
+		}
+		if idx != nil {
+			if k, _ := idx.Cursor().First(); k == nil {
+				return tx.Bucket(bucketOutboxIndex).DeleteBucket([]byte(uid))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	s.count(changed)
+	return nil
+}
+
+// --- meta ---
+
+// NodeName implements Store.
+func (s *BoltStore) NodeName() (string, error) {
+	var name string
+	err := s.view(func(tx *bolt.Tx) error {
+		name = string(tx.Bucket(bucketMeta).Get(keyNodeName))
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("get node name: %w", err)
+	}
+	return name, nil
+}
+
+// SetNodeName implements Store.
+func (s *BoltStore) SetNodeName(name string) error {
+	if name == "" {
+		return fmt.Errorf("set node name: %w: empty name", ErrInvalid)
+	}
+	return s.put("set node name", [][]byte{bucketMeta}, keyNodeName, []byte(name), false)
+}
+
+// BootCount implements Store.
+func (s *BoltStore) BootCount() (uint64, error) {
+	var n uint64
+	err := s.view(func(tx *bolt.Tx) error {
+		n = decodeCounter(tx.Bucket(bucketMeta).Get(keyBootCount))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("get boot count: %w", err)
+	}
+	return n, nil
+}
+
+// IncrementBootCount implements Store.
+func (s *BoltStore) IncrementBootCount() (uint64, error) {
+	var n uint64
+	err := s.update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		n = decodeCounter(meta.Get(keyBootCount)) + 1
+		return meta.Put(keyBootCount, binary.BigEndian.AppendUint64(nil, n))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("increment boot count: %w", err)
+	}
+	s.count(true)
+	return n, nil
+}
+
+// decodeCounter reads an 8-byte big-endian counter; anything else (a
+// damaged raw meta value) counts as 0 rather than stopping a boot.
+func decodeCounter(raw []byte) uint64 {
+	if len(raw) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(raw)
+}
+
+// Quarantined implements Store.
+func (s *BoltStore) Quarantined() ([]QuarantinedRecord, error) {
+	var out []QuarantinedRecord
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketQuarantine).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			seq, _ := parseSeqKey(k)
+			out = append(out, decodeQuarantine(seq, v))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list quarantine: %w", err)
+	}
+	return out, nil
+}
+
+// joinErrs renders a per-key error map in key order, for messages.
+func joinErrs(errs map[string]error) error {
+	keys := make([]string, 0, len(errs))
+	for k := range errs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var all []error
+	for _, k := range keys {
+		all = append(all, fmt.Errorf("%s: %w", k, errs[k]))
+	}
+	return errors.Join(all...)
+}

@@ -1,0 +1,223 @@
+package offline
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Every record value (not the raw meta keys) is framed as
+//
+//	crc32c(payload) as 4 bytes big-endian || payload (JSON)
+//
+// so that a flipped bit on a worn SD card is detected as a corrupt record
+// and quarantined instead of being acted on.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+const frameHeader = 4
+
+// errUndecodable marks decoding failures; the stores turn them into
+// ErrCorruptRecord after quarantining.
+var errUndecodable = errors.New("undecodable")
+
+func encodeValue(v any) ([]byte, error) {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", v, err)
+	}
+	out := make([]byte, frameHeader+len(payload))
+	binary.BigEndian.PutUint32(out, crc32.Checksum(payload, castagnoli))
+	copy(out[frameHeader:], payload)
+	return out, nil
+}
+
+func decodeValue(raw []byte, v any) error {
+	if len(raw) < frameHeader {
+		return fmt.Errorf("%w: %d bytes, shorter than the frame header", errUndecodable, len(raw))
+	}
+	payload := raw[frameHeader:]
+	if want, got := binary.BigEndian.Uint32(raw), crc32.Checksum(payload, castagnoli); want != got {
+		return fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", errUndecodable, want, got)
+	}
+	if err := json.Unmarshal(payload, v); err != nil {
+		return fmt.Errorf("%w: %v", errUndecodable, err)
+	}
+	return nil
+}
+
+// podEntry is the value under pods/<uid>/pod.
+type podEntry struct {
+	Source Source  `json:"source"`
+	Pod    *v1.Pod `json:"pod"`
+}
+
+// outboxEntry is the value under outbox/<seq>.
+type outboxEntry struct {
+	UID       types.UID    `json:"uid"`
+	Namespace string       `json:"namespace"`
+	Name      string       `json:"name"`
+	Status    v1.PodStatus `json:"status"`
+	Timestamp time.Time    `json:"timestamp"`
+}
+
+// quarantineEntry is the value under quarantine/<seq>.
+type quarantineEntry struct {
+	Key    string    `json:"key"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+	Value  []byte    `json:"value"`
+}
+
+func encodePod(source Source, pod *v1.Pod) ([]byte, error) {
+	if !source.valid() {
+		return nil, fmt.Errorf("%w: source %q (want %q or %q)", ErrInvalid, source, SourceAPI, SourceFile)
+	}
+	if pod == nil || pod.UID == "" {
+		return nil, fmt.Errorf("%w: pod without UID", ErrInvalid)
+	}
+	return encodeValue(podEntry{Source: source, Pod: pod})
+}
+
+func decodePod(uid types.UID, raw []byte) (podEntry, error) {
+	var e podEntry
+	if err := decodeValue(raw, &e); err != nil {
+		return podEntry{}, err
+	}
+	switch {
+	case e.Pod == nil:
+		return podEntry{}, fmt.Errorf("%w: no pod object", errUndecodable)
+	case e.Pod.UID != uid:
+		return podEntry{}, fmt.Errorf("%w: pod UID %q stored under key %q", errUndecodable, e.Pod.UID, uid)
+	case !e.Source.valid():
+		return podEntry{}, fmt.Errorf("%w: unknown source %q", errUndecodable, e.Source)
+	}
+	return e, nil
+}
+
+func encodeAdmission(a Admission) ([]byte, error) {
+	if !a.Decided() {
+		return nil, fmt.Errorf("%w: admission without a decision time", ErrInvalid)
+	}
+	a.At = a.At.UTC()
+	return encodeValue(a)
+}
+
+func decodeAdmission(raw []byte) (Admission, error) {
+	var a Admission
+	if err := decodeValue(raw, &a); err != nil {
+		return Admission{}, err
+	}
+	if !a.Decided() {
+		return Admission{}, fmt.Errorf("%w: admission without a decision time", errUndecodable)
+	}
+	return a, nil
+}
+
+func encodeContainer(c ContainerRecord) ([]byte, error) {
+	if c.Name == "" {
+		return nil, fmt.Errorf("%w: container record without a name", ErrInvalid)
+	}
+	if t := c.LastTermination; t != nil {
+		cp := *t
+		cp.StartedAt, cp.FinishedAt = cp.StartedAt.UTC(), cp.FinishedAt.UTC()
+		c.LastTermination = &cp
+	}
+	return encodeValue(c)
+}
+
+func decodeContainer(name string, raw []byte) (ContainerRecord, error) {
+	var c ContainerRecord
+	if err := decodeValue(raw, &c); err != nil {
+		return ContainerRecord{}, err
+	}
+	if c.Name != name {
+		return ContainerRecord{}, fmt.Errorf("%w: container %q stored under key %q", errUndecodable, c.Name, name)
+	}
+	return c, nil
+}
+
+func encodeStatus(u StatusUpdate) ([]byte, error) {
+	if u.UID == "" {
+		return nil, fmt.Errorf("%w: status update without pod UID", ErrInvalid)
+	}
+	return encodeValue(outboxEntry{
+		UID: u.UID, Namespace: u.Namespace, Name: u.Name,
+		Status: u.Status, Timestamp: u.Timestamp.UTC(),
+	})
+}
+
+func decodeStatus(raw []byte) (outboxEntry, error) {
+	var e outboxEntry
+	if err := decodeValue(raw, &e); err != nil {
+		return outboxEntry{}, err
+	}
+	if e.UID == "" {
+		return outboxEntry{}, fmt.Errorf("%w: status update without pod UID", errUndecodable)
+	}
+	return e, nil
+}
+
+// objectKey is the key of ConfigMaps and Secrets: "namespace/name".
+func objectKey(namespace, name string) (string, error) {
+	if name == "" || strings.Contains(namespace, "/") || strings.Contains(name, "/") {
+		return "", fmt.Errorf("%w: object key %q/%q", ErrInvalid, namespace, name)
+	}
+	return namespace + "/" + name, nil
+}
+
+// namedObject is what ConfigMaps and Secrets have in common for the codec:
+// a pointer to T with object metadata.
+type namedObject[T any] interface {
+	*T
+	GetNamespace() string
+	GetName() string
+}
+
+func decodeObject[T any, P namedObject[T]](key string, raw []byte) (P, error) {
+	obj := P(new(T))
+	if err := decodeValue(raw, obj); err != nil {
+		return nil, err
+	}
+	if got := obj.GetNamespace() + "/" + obj.GetName(); got != key {
+		return nil, fmt.Errorf("%w: object %q stored under key %q", errUndecodable, got, key)
+	}
+	return obj, nil
+}
+
+func decodeNode(raw []byte) (*v1.Node, error) {
+	n := new(v1.Node)
+	if err := decodeValue(raw, n); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func decodeString(raw []byte) (string, error) {
+	var s string
+	if err := decodeValue(raw, &s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// seqKey encodes a sequence number so keys sort in numeric order.
+func seqKey(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(nil, seq)
+}
+
+func parseSeqKey(k []byte) (uint64, bool) {
+	if len(k) != 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(k), true
+}
+
+func seqString(seq uint64) string { return strconv.FormatUint(seq, 10) }

@@ -1,0 +1,637 @@
+package offline
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestContract runs the one contract suite against every Store.
+func TestContract(t *testing.T) {
+	impls := []struct {
+		name string
+		open func(t *testing.T) Store
+	}{
+		{"bolt", func(t *testing.T) Store { return newTestBolt(t) }},
+		{"memory", func(t *testing.T) Store { return NewMemStore(func() time.Time { return t0 }) }},
+	}
+	for _, impl := range impls {
+		t.Run(impl.name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range contractCases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					c.run(t, impl.open(t))
+				})
+			}
+		})
+	}
+}
+
+var contractCases = []struct {
+	name string
+	run  func(t *testing.T, s Store)
+}{
+	{"PodRoundTrip", testPodRoundTrip},
+	{"PutPodRejectsInvalid", testPutPodRejectsInvalid},
+	{"PutPodKeepsAdmissionAndContainers", testPutPodKeeps},
+	{"AdmissionIsDecidedOnce", testAdmissionOnce},
+	{"Containers", testContainers},
+	{"DeletePod", testDeletePod},
+	{"SkipsUnchangedWrites", testSkipUnchanged},
+	{"ConfigMapsAndSecrets", testObjects},
+	{"NodeAndMeta", testNodeAndMeta},
+	{"PodListResourceVersion", testPodListRV},
+	{"OutboxOrderCoalesceAck", testOutbox},
+	{"QuarantinePodRecords", testQuarantinePods},
+	{"QuarantineOtherRecords", testQuarantineOthers},
+	{"CopiesInAndOut", testCopies},
+	{"Closed", testClosed},
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testPodRoundTrip(t *testing.T, s Store) {
+	pod := testPod("uid-1", "web")
+	must(t, s.PutPod(SourceAPI, pod))
+	got, err := s.GetPod("uid-1")
+	must(t, err)
+	if got.UID != "uid-1" || got.Source != SourceAPI || got.Admission.Decided() || len(got.Containers) != 0 {
+		t.Errorf("GetPod = %+v", got)
+	}
+	if !equality.Semantic.DeepEqual(got.Pod, pod) {
+		t.Errorf("pod changed in the round trip:\n got %+v\nwant %+v", got.Pod, pod)
+	}
+	must(t, s.PutPod(SourceFile, testPod("uid-0", "static")))
+	recs, errs, err := s.LoadPods()
+	must(t, err)
+	if len(errs) != 0 {
+		t.Errorf("LoadPods errors: %v", errs)
+	}
+	if len(recs) != 2 || recs[0].UID != "uid-0" || recs[1].UID != "uid-1" || recs[0].Source != SourceFile {
+		t.Errorf("LoadPods = %+v, want uid-0 (file), uid-1 (api)", recs)
+	}
+	if _, err := s.GetPod("nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetPod(absent) = %v, want ErrNotFound", err)
+	}
+}
+
+func testPutPodRejectsInvalid(t *testing.T, s Store) {
+	for name, put := range map[string]func() error{
+		"nil":        func() error { return s.PutPod(SourceAPI, nil) },
+		"no UID":     func() error { return s.PutPod(SourceAPI, testPod("", "x")) },
+		"bad source": func() error { return s.PutPod("carrier-pigeon", testPod("u", "x")) },
+	} {
+		if err := put(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := s.SetAdmission("u", Admission{Accepted: true}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("admission without time: %v, want ErrInvalid", err)
+	}
+	if err := s.PutContainer("u", ContainerRecord{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("container without name: %v, want ErrInvalid", err)
+	}
+}
+
+func testPutPodKeeps(t *testing.T, s Store) {
+	pod := testPod("uid-1", "web")
+	must(t, s.PutPod(SourceAPI, pod))
+	must(t, s.SetAdmission("uid-1", Admission{Accepted: true, At: t0}))
+	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app", ContainerID: "c1", RestartCount: 2}))
+	pod = pod.DeepCopy()
+	pod.Labels["version"] = "2"
+	pod.ResourceVersion = "101"
+	must(t, s.PutPod(SourceAPI, pod))
+	got, err := s.GetPod("uid-1")
+	must(t, err)
+	if got.Pod.Labels["version"] != "2" || !got.Admission.Accepted || len(got.Containers) != 1 || got.Containers[0].RestartCount != 2 {
+		t.Errorf("after update: %+v", got)
+	}
+}
+
+func testAdmissionOnce(t *testing.T, s Store) {
+	if err := s.SetAdmission("uid-1", Admission{Accepted: true, At: t0}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("admission of an unknown pod: %v, want ErrNotFound", err)
+	}
+	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
+	// A time in another zone is the same instant: stored in UTC.
+	accepted := Admission{Accepted: true, At: t0.In(time.FixedZone("CET", 3600))}
+	must(t, s.SetAdmission("uid-1", accepted))
+	before := s.Stats()
+	must(t, s.SetAdmission("uid-1", Admission{Accepted: true, At: t0}))
+	if d := s.Stats().SkippedWrites - before.SkippedWrites; d != 1 {
+		t.Errorf("same decision again: %d skipped writes, want 1", d)
+	}
+	rejected := Admission{Accepted: false, At: t0.Add(time.Hour), Reason: "OutOfcpu", Message: "Node didn't have enough resource: cpu"}
+	if err := s.SetAdmission("uid-1", rejected); !errors.Is(err, ErrAdmissionDecided) {
+		t.Errorf("re-judging an accepted pod: %v, want ErrAdmissionDecided", err)
+	}
+	got, err := s.GetPod("uid-1")
+	must(t, err)
+	if !got.Admission.Accepted || !got.Admission.At.Equal(t0) {
+		t.Errorf("admission = %+v, want accepted at %s", got.Admission, t0)
+	}
+	// A rejection is a decision too.
+	must(t, s.PutPod(SourceAPI, testPod("uid-2", "big")))
+	must(t, s.SetAdmission("uid-2", rejected))
+	got, err = s.GetPod("uid-2")
+	must(t, err)
+	if got.Admission != (Admission{Accepted: false, At: rejected.At, Reason: "OutOfcpu", Message: rejected.Message}) {
+		t.Errorf("rejected admission = %+v", got.Admission)
+	}
+}
+
+func testContainers(t *testing.T, s Store) {
+	if err := s.PutContainer("uid-1", ContainerRecord{Name: "app"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("container of an unknown pod: %v, want ErrNotFound", err)
+	}
+	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
+	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "sidecar", ContainerID: "s0"}))
+	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app", ContainerID: "a0"}))
+	term := &Termination{
+		ExitCode: 137, Signal: 9, Reason: "OOMKilled", ContainerID: "a0",
+		StartedAt: t0, FinishedAt: t0.Add(90 * time.Second).In(time.FixedZone("X", -7200)),
+	}
+	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app", ContainerID: "a1", Attempt: 1, RestartCount: 1, LastTermination: term}))
+	got, err := s.GetPod("uid-1")
+	must(t, err)
+	names := []string{}
+	for _, c := range got.Containers {
+		names = append(names, c.Name)
+	}
+	if !slices.Equal(names, []string{"app", "sidecar"}) {
+		t.Errorf("containers = %v, want [app sidecar]", names)
+	}
+	app, ok := got.Container("app")
+	if !ok || app.ContainerID != "a1" || app.Attempt != 1 || app.RestartCount != 1 || app.LastTermination == nil {
+		t.Fatalf("app = %+v", app)
+	}
+	lt := app.LastTermination
+	if lt.ExitCode != 137 || lt.Signal != 9 || lt.Reason != "OOMKilled" || lt.ContainerID != "a0" ||
+		!lt.StartedAt.Equal(t0) || !lt.FinishedAt.Equal(t0.Add(90*time.Second)) {
+		t.Errorf("lastTermination = %+v", lt)
+	}
+	if _, ok := got.Container("nope"); ok {
+		t.Error("Container(nope) found")
+	}
+}
+
+func testDeletePod(t *testing.T, s Store) {
+	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
+	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app"}))
+	must(t, s.PutPod(SourceAPI, testPod("uid-2", "db")))
+	must(t, s.DeletePod("uid-1"))
+	if _, err := s.GetPod("uid-1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("deleted pod: %v", err)
+	}
+	must(t, s.DeletePod("uid-1")) // absent: no-op
+	// Re-creating it starts with no containers.
+	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
+	got, err := s.GetPod("uid-1")
+	must(t, err)
+	if len(got.Containers) != 0 || got.Admission.Decided() {
+		t.Errorf("re-created pod kept old state: %+v", got)
+	}
+	recs, _, err := s.LoadPods()
+	must(t, err)
+	if len(recs) != 2 {
+		t.Errorf("%d pods, want 2", len(recs))
+	}
+}
+
+func testSkipUnchanged(t *testing.T, s Store) {
+	pod := testPod("uid-1", "web")
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cfg", ResourceVersion: "3"}, Data: map[string]string{"a": "1"}}
+	sec := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "tok", ResourceVersion: "4"}, Data: map[string][]byte{"t": []byte("x")}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gw-01"}}
+	c := ContainerRecord{Name: "app", ContainerID: "a0", LastTermination: &Termination{StartedAt: t0, FinishedAt: t0}}
+	writes := []func() error{
+		func() error { return s.PutPod(SourceAPI, pod) },
+		func() error { return s.PutContainer("uid-1", c) },
+		func() error { return s.PutConfigMap(cm) },
+		func() error { return s.PutSecret(sec) },
+		func() error { return s.PutNode(node) },
+		func() error { return s.SetPodListResourceVersion("1234") },
+		func() error { return s.SetNodeName("gw-01") },
+	}
+	for round := range 3 {
+		before := s.Stats()
+		for _, w := range writes {
+			must(t, w())
+		}
+		d := s.Stats()
+		wrote, skipped, commits := d.Writes-before.Writes, d.SkippedWrites-before.SkippedWrites, d.Commits-before.Commits
+		switch {
+		case round == 0 && (wrote != uint64(len(writes)) || skipped != 0):
+			t.Errorf("first round: %d written, %d skipped; want %d, 0", wrote, skipped, len(writes))
+		case round > 0 && (wrote != 0 || skipped != uint64(len(writes)) || commits != 0):
+			t.Errorf("round %d (unchanged): %d written, %d skipped, %d commits; want 0, %d, 0", round, wrote, skipped, commits, len(writes))
+		}
+	}
+	// Equal content built anew (another object, another time zone) is
+	// still byte-identical once encoded.
+	before := s.Stats()
+	must(t, s.PutPod(SourceAPI, pod.DeepCopy()))
+	c2 := c
+	c2.LastTermination = &Termination{StartedAt: t0.Local(), FinishedAt: t0.In(time.FixedZone("Y", 5*3600))}
+	must(t, s.PutContainer("uid-1", c2))
+	if d := s.Stats(); d.Writes != before.Writes || d.SkippedWrites != before.SkippedWrites+2 {
+		t.Errorf("equal values: stats %+v -> %+v, want 2 more skipped", before, d)
+	}
+	// A real change is written.
+	pod2 := pod.DeepCopy()
+	pod2.Labels["x"] = "y"
+	must(t, s.PutPod(SourceAPI, pod2))
+	must(t, s.DeleteConfigMap("default", "cfg"))
+	must(t, s.DeleteConfigMap("default", "cfg"))
+	if d := s.Stats(); d.Writes != before.Writes+2 || d.SkippedWrites != before.SkippedWrites+3 {
+		t.Errorf("changes: stats %+v -> %+v, want 2 more written, 1 more skipped", before, d)
+	}
+}
+
+func testObjects(t *testing.T, s Store) {
+	for _, name := range []string{"b", "a"} {
+		must(t, s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: "7"}, Data: map[string]string{"k": name}}))
+		must(t, s.PutSecret(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: "8"}, Data: map[string][]byte{"k": []byte(name)}}))
+	}
+	cm, err := s.GetConfigMap("ns", "a")
+	must(t, err)
+	if cm.Data["k"] != "a" || cm.ResourceVersion != "7" {
+		t.Errorf("GetConfigMap = %+v", cm)
+	}
+	sec, err := s.GetSecret("ns", "b")
+	must(t, err)
+	if string(sec.Data["k"]) != "b" || sec.ResourceVersion != "8" {
+		t.Errorf("GetSecret = %+v", sec)
+	}
+	cms, errs, err := s.LoadConfigMaps()
+	must(t, err)
+	if len(errs) != 0 || len(cms) != 2 || cms[0].Name != "a" || cms[1].Name != "b" {
+		t.Errorf("LoadConfigMaps = %v, %v", cms, errs)
+	}
+	must(t, s.DeleteSecret("ns", "a"))
+	if _, err := s.GetSecret("ns", "a"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("deleted secret: %v", err)
+	}
+	secs, _, err := s.LoadSecrets()
+	must(t, err)
+	if len(secs) != 1 || secs[0].Name != "b" {
+		t.Errorf("LoadSecrets = %v", secs)
+	}
+	if _, err := s.GetConfigMap("ns", "zz"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("absent configmap: %v", err)
+	}
+	if err := s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "a/b", Name: "c"}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("namespace with a slash: %v, want ErrInvalid", err)
+	}
+}
+
+func testNodeAndMeta(t *testing.T, s Store) {
+	if _, err := s.GetNode(); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetNode on empty store: %v", err)
+	}
+	must(t, s.PutNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gw-01", ResourceVersion: "5"}}))
+	n, err := s.GetNode()
+	must(t, err)
+	if n.Name != "gw-01" || n.ResourceVersion != "5" {
+		t.Errorf("GetNode = %+v", n)
+	}
+	name, err := s.NodeName()
+	must(t, err)
+	if name != "" {
+		t.Errorf("NodeName on empty store = %q", name)
+	}
+	must(t, s.SetNodeName("gw-01"))
+	if name, _ := s.NodeName(); name != "gw-01" {
+		t.Errorf("NodeName = %q", name)
+	}
+	if n, _ := s.BootCount(); n != 0 {
+		t.Errorf("BootCount on empty store = %d", n)
+	}
+	for want := uint64(1); want <= 3; want++ {
+		n, err := s.IncrementBootCount()
+		must(t, err)
+		if n != want {
+			t.Errorf("IncrementBootCount = %d, want %d", n, want)
+		}
+	}
+	if n, _ := s.BootCount(); n != 3 {
+		t.Errorf("BootCount = %d, want 3", n)
+	}
+}
+
+func testPodListRV(t *testing.T, s Store) {
+	rv, err := s.PodListResourceVersion()
+	must(t, err)
+	if rv != "" {
+		t.Errorf("unknown resourceVersion = %q, want \"\"", rv)
+	}
+	must(t, s.SetPodListResourceVersion("4711"))
+	if rv, _ := s.PodListResourceVersion(); rv != "4711" {
+		t.Errorf("resourceVersion = %q", rv)
+	}
+}
+
+func testOutbox(t *testing.T, s Store) {
+	pending, errs, err := s.PendingStatuses()
+	must(t, err)
+	if len(pending) != 0 || len(errs) != 0 {
+		t.Fatalf("empty outbox: %v %v", pending, errs)
+	}
+	type app struct {
+		uid   types.UID
+		phase v1.PodPhase
+		at    time.Duration
+	}
+	var last uint64
+	for i, a := range []app{
+		{"a", v1.PodPending, 1}, {"b", v1.PodPending, 2}, {"a", v1.PodRunning, 3},
+		{"c", v1.PodRunning, 4}, {"b", v1.PodFailed, 5}, {"a", v1.PodSucceeded, 6},
+	} {
+		seq, err := s.AppendStatus(StatusUpdate{
+			UID: a.uid, Namespace: "default", Name: "pod-" + string(a.uid),
+			Status: testStatus(a.phase, int32(i)), Timestamp: t0.Add(a.at * time.Minute),
+		})
+		must(t, err)
+		if seq <= last {
+			t.Fatalf("sequence %d after %d", seq, last)
+		}
+		last = seq
+	}
+	pending, errs, err = s.PendingStatuses()
+	must(t, err)
+	if len(errs) != 0 {
+		t.Errorf("errors: %v", errs)
+	}
+	type view struct {
+		uid     types.UID
+		phase   v1.PodPhase
+		at, at0 time.Time
+		n       int
+	}
+	var got []view
+	for _, p := range pending {
+		got = append(got, view{p.UID, p.Status.Phase, p.Timestamp, p.FirstTimestamp, p.Entries})
+		if p.Name != "pod-"+string(p.UID) || p.FirstSeq > p.LastSeq {
+			t.Errorf("pending %+v", p)
+		}
+	}
+	want := []view{
+		{"a", v1.PodSucceeded, t0.Add(6 * time.Minute), t0.Add(time.Minute), 3},
+		{"b", v1.PodFailed, t0.Add(5 * time.Minute), t0.Add(2 * time.Minute), 2},
+		{"c", v1.PodRunning, t0.Add(4 * time.Minute), t0.Add(4 * time.Minute), 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("pending = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].uid != want[i].uid || got[i].phase != want[i].phase || !got[i].at.Equal(want[i].at) ||
+			!got[i].at0.Equal(want[i].at0) || got[i].n != want[i].n {
+			t.Errorf("pending[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if rc := pending[0].Status.ContainerStatuses[0].RestartCount; rc != 5 {
+		t.Errorf("latest status of a has restartCount %d, want 5", rc)
+	}
+
+	// Deliver a; meanwhile a gets a newer status: the ack leaves it.
+	ackA := pending[0].LastSeq
+	_, err = s.AppendStatus(StatusUpdate{UID: "a", Namespace: "default", Name: "pod-a", Status: testStatus(v1.PodRunning, 9), Timestamp: t0.Add(7 * time.Minute)})
+	must(t, err)
+	must(t, s.AckStatuses("a", ackA))
+	// Acking b only up to its first entry leaves its second.
+	must(t, s.AckStatuses("b", pending[1].FirstSeq))
+	before := s.Stats()
+	must(t, s.AckStatuses("nobody", 1000))
+	must(t, s.AckStatuses("c", 0))
+	if d := s.Stats(); d.Writes != before.Writes {
+		t.Errorf("acks of nothing wrote: %+v -> %+v", before, d)
+	}
+	pending, _, err = s.PendingStatuses()
+	must(t, err)
+	// Left: c@4, b@5 (its first entry acked), a@7.
+	if len(pending) != 3 || pending[0].UID != "c" || pending[1].UID != "b" || pending[1].Entries != 1 ||
+		pending[1].Status.Phase != v1.PodFailed || pending[2].UID != "a" || pending[2].Entries != 1 ||
+		pending[2].Status.ContainerStatuses[0].RestartCount != 9 {
+		t.Errorf("after acks: %+v", pending)
+	}
+	for _, p := range pending {
+		must(t, s.AckStatuses(p.UID, p.LastSeq))
+	}
+	pending, _, err = s.PendingStatuses()
+	must(t, err)
+	if len(pending) != 0 {
+		t.Errorf("after acking all: %+v", pending)
+	}
+	// Sequence numbers keep increasing after the outbox emptied.
+	seq, err := s.AppendStatus(StatusUpdate{UID: "d", Status: testStatus(v1.PodRunning, 0), Timestamp: t0})
+	must(t, err)
+	if seq <= last+1 {
+		t.Errorf("sequence %d reused (last was %d)", seq, last+1)
+	}
+	if _, err := s.AppendStatus(StatusUpdate{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("status without UID: %v", err)
+	}
+}
+
+func testQuarantinePods(t *testing.T, s Store) {
+	cr := s.(corrupter)
+	for i := range 4 {
+		uid := fmt.Sprintf("uid-%d", i)
+		must(t, s.PutPod(SourceAPI, testPod(uid, "p"+uid)))
+		must(t, s.SetAdmission(types.UID(uid), Admission{Accepted: true, At: t0}))
+		must(t, s.PutContainer(types.UID(uid), ContainerRecord{Name: "app", RestartCount: 3}))
+		must(t, s.PutContainer(types.UID(uid), ContainerRecord{Name: "sidecar"}))
+	}
+	cr.corruptRecord(t, "pod", "uid-0", garbage)
+	cr.corruptRecord(t, "admission", "uid-1", garbage)
+	cr.corruptRecord(t, "container", "uid-2/sidecar", garbage)
+	// Valid framing, valid JSON, but the record says it is another container.
+	wrong, _ := encodeContainer(ContainerRecord{Name: "other"})
+	cr.corruptRecord(t, "container", "uid-3/app", wrong)
+
+	recs, errs, err := s.LoadPods()
+	must(t, err)
+	var uids []string
+	for _, r := range recs {
+		uids = append(uids, string(r.UID))
+	}
+	if !slices.Equal(uids, []string{"uid-2", "uid-3"}) {
+		t.Errorf("good pods = %v, want [uid-2 uid-3]", uids)
+	}
+	for _, k := range []string{"uid-0", "uid-1", "uid-2/sidecar", "uid-3/app"} {
+		if !errors.Is(errs[k], errUndecodable) {
+			t.Errorf("errs[%s] = %v", k, errs[k])
+		}
+	}
+	if len(errs) != 4 {
+		t.Errorf("errs = %v", errs)
+	}
+	if c, ok := recs[0].Container("app"); !ok || c.RestartCount != 3 || len(recs[0].Containers) != 1 {
+		t.Errorf("uid-2 containers = %+v", recs[0].Containers)
+	}
+	q, err := s.Quarantined()
+	must(t, err)
+	keys := map[string]QuarantinedRecord{}
+	for _, r := range q {
+		keys[r.Key] = r
+	}
+	for _, k := range []string{"pods/uid-0/pod", "pods/uid-1/admission", "pods/uid-2/containers/sidecar", "pods/uid-3/containers/app"} {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("quarantine lacks %s; has %v", k, slices.Sorted(func(yield func(string) bool) {
+				for k := range keys {
+					if !yield(k) {
+						return
+					}
+				}
+			}))
+		}
+	}
+	if r := keys["pods/uid-0/pod"]; string(r.Value) != string(garbage) || r.Reason == "" || r.At.IsZero() {
+		t.Errorf("quarantined pod record = %+v", r)
+	}
+	// The whole of pod uid-0 went, its good parts kept for inspection too.
+	if _, ok := keys["pods/uid-0/containers/app"]; !ok {
+		t.Error("the good parts of a quarantined pod were not kept")
+	}
+	if st := s.Stats(); st.Quarantined < 4 {
+		t.Errorf("Stats.Quarantined = %d", st.Quarantined)
+	}
+	// Quarantined records are gone: the next load is clean.
+	recs, errs, err = s.LoadPods()
+	must(t, err)
+	if len(recs) != 2 || len(errs) != 0 {
+		t.Errorf("second load: %d pods, errs %v", len(recs), errs)
+	}
+	// GetPod quarantines too.
+	cr.corruptRecord(t, "container", "uid-2/app", garbage)
+	if _, err := s.GetPod("uid-2"); !errors.Is(err, ErrCorruptRecord) {
+		t.Errorf("GetPod with a bad container: %v, want ErrCorruptRecord", err)
+	}
+	got, err := s.GetPod("uid-2")
+	must(t, err)
+	if len(got.Containers) != 0 || !got.Admission.Accepted {
+		t.Errorf("GetPod after quarantine = %+v", got)
+	}
+}
+
+func testQuarantineOthers(t *testing.T, s Store) {
+	cr := s.(corrupter)
+	for _, n := range []string{"a", "b"} {
+		must(t, s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n}}))
+		must(t, s.PutSecret(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n}}))
+	}
+	must(t, s.PutNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gw"}}))
+	must(t, s.SetPodListResourceVersion("9"))
+	var seqs []uint64
+	for i, uid := range []types.UID{"p", "q", "p"} {
+		seq, err := s.AppendStatus(StatusUpdate{UID: uid, Name: string(uid), Status: testStatus(v1.PodRunning, int32(i)), Timestamp: t0})
+		must(t, err)
+		seqs = append(seqs, seq)
+	}
+
+	cr.corruptRecord(t, "configmap", "ns/a", garbage)
+	cms, errs, err := s.LoadConfigMaps()
+	must(t, err)
+	if len(cms) != 1 || cms[0].Name != "b" || len(errs) != 1 || errs["ns/a"] == nil {
+		t.Errorf("LoadConfigMaps = %v, %v", cms, errs)
+	}
+	// A secret stored under the wrong key is as bad as garbage.
+	moved, _ := encodeValue(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}})
+	cr.corruptRecord(t, "secret", "ns/b", moved)
+	if _, err := s.GetSecret("ns", "b"); !errors.Is(err, ErrCorruptRecord) {
+		t.Errorf("GetSecret(bad) = %v, want ErrCorruptRecord", err)
+	}
+	if _, err := s.GetSecret("ns", "b"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetSecret after quarantine = %v, want ErrNotFound", err)
+	}
+	cr.corruptRecord(t, "node", "", garbage)
+	if _, err := s.GetNode(); !errors.Is(err, ErrCorruptRecord) {
+		t.Errorf("GetNode(bad) = %v", err)
+	}
+	cr.corruptRecord(t, "rv", "", garbage)
+	if _, err := s.PodListResourceVersion(); !errors.Is(err, ErrCorruptRecord) {
+		t.Errorf("PodListResourceVersion(bad) = %v", err)
+	}
+	if rv, err := s.PodListResourceVersion(); rv != "" || err != nil {
+		t.Errorf("after quarantine: %q, %v; want unknown", rv, err)
+	}
+
+	cr.corruptRecord(t, "outbox", seqString(seqs[1]), garbage)
+	pending, errs, err := s.PendingStatuses()
+	must(t, err)
+	if len(pending) != 1 || pending[0].UID != "p" || pending[0].Entries != 2 || len(errs) != 1 || errs[seqString(seqs[1])] == nil {
+		t.Errorf("PendingStatuses = %+v, %v", pending, errs)
+	}
+	must(t, s.AckStatuses("q", seqs[2]))
+	must(t, s.AckStatuses("p", seqs[2]))
+	if pending, _, _ := s.PendingStatuses(); len(pending) != 0 {
+		t.Errorf("after acks: %+v", pending)
+	}
+	q, err := s.Quarantined()
+	must(t, err)
+	var keys []string
+	for _, r := range q {
+		keys = append(keys, r.Key)
+	}
+	want := []string{"configmaps/ns/a", "secrets/ns/b", "node/node", "sync/pods_resource_version", "outbox/" + seqString(seqs[1])}
+	if !slices.Equal(keys, want) {
+		t.Errorf("quarantine keys = %v, want %v", keys, want)
+	}
+	for i := 1; i < len(q); i++ {
+		if q[i].Seq <= q[i-1].Seq {
+			t.Errorf("quarantine not in order: %v", keys)
+		}
+	}
+}
+
+func testCopies(t *testing.T, s Store) {
+	pod := testPod("uid-1", "web")
+	must(t, s.PutPod(SourceAPI, pod))
+	pod.Labels["app"] = "changed after put"
+	got, err := s.GetPod("uid-1")
+	must(t, err)
+	if got.Pod.Labels["app"] != "web" {
+		t.Errorf("store saw a mutation made after PutPod")
+	}
+	got.Pod.Labels["app"] = "changed after get"
+	again, err := s.GetPod("uid-1")
+	must(t, err)
+	if again.Pod.Labels["app"] != "web" {
+		t.Errorf("store saw a mutation of a returned pod")
+	}
+}
+
+func testClosed(t *testing.T, s Store) {
+	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
+	must(t, s.Close())
+	if err := s.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close: %v", err)
+	}
+	checks := map[string]error{
+		"PutPod": s.PutPod(SourceAPI, testPod("uid-2", "x")),
+		"GetPod": func() error { _, err := s.GetPod("uid-1"); return err }(),
+		"Load":   func() error { _, _, err := s.LoadPods(); return err }(),
+		"Append": func() error { _, err := s.AppendStatus(StatusUpdate{UID: "u"}); return err }(),
+		"Boot":   func() error { _, err := s.IncrementBootCount(); return err }(),
+		"Node":   s.PutNode(&v1.Node{}),
+	}
+	for name, err := range checks {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+}

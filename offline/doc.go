@@ -1,0 +1,103 @@
+// Package offline is holdfast's state store: what the agent must remember to
+// keep running pods while the apiserver is unreachable, to boot them with no
+// apiserver, and to reconcile when it returns.
+//
+// The agent uses the Store interface. BoltStore (Open) is one bbolt file
+// under the agent's state directory; MemStore is the same semantics in
+// memory for unit tests of agent logic. One contract suite runs against both.
+//
+// # Guarantees
+//
+//   - Durability: every write is a bbolt transaction committed with fsync
+//     (NoSync is never set). A method that returned nil survived; a kill -9
+//     at any point loses at most the writes whose calls had not returned.
+//   - Flash wear: a put whose encoded value is byte-identical to the stored
+//     one writes nothing (Stats.SkippedWrites); the check runs in a read
+//     transaction, so an unchanged write costs no fsync at all.
+//   - Concurrent writes are group-committed: writers that arrive while a
+//     commit is in flight share the next transaction (Stats.Commits).
+//   - One agent per file: Open holds an exclusive flock on "<path>.lock"
+//     and waits at most Options.Timeout (1 s) for it; a second agent gets an
+//     error wrapping ErrLocked that names the path and the holder's PID.
+//   - A bad file never stops a boot: Open moves an unusable file aside to
+//     "<path>.corrupt-<UTC timestamp>", starts empty, and says so in its
+//     OpenReport (for an event and a node condition). The agent then
+//     rebuilds from containerd's labels, static manifests and the apiserver.
+//   - A bad record never fails a load: it is moved to the quarantine bucket
+//     with its key, and reported in the per-key error map of the Load* call
+//     (or as ErrCorruptRecord by a single Get); the good records are
+//     returned. Every value carries a CRC-32C so bit rot is caught here
+//     rather than acted upon.
+//   - Empty means unknown: PodListResourceVersion returns "" when no list
+//     ever completed; nothing in this package turns "no record" into "delete".
+//
+// # Files
+//
+// For a database at <path> (the agent's choice, e.g. <state-dir>/state.db):
+//
+//	<path>                      the bbolt file, mode 0600, directory 0700
+//	<path>.lock                 flock target holding the owner's PID; never removed
+//	<path>.new                  a fresh database being created (renamed into place)
+//	<path>.corrupt-<timestamp>  an unusable file moved aside, kept for inspection
+//
+// # Schema v2 (current)
+//
+// Raw values are marked (raw); every other value is framed as
+// CRC-32C (4 bytes, big-endian) followed by JSON.
+//
+//	meta/
+//	|-- version                  -> "2" (raw ASCII decimal)
+//	|-- node_name                -> node name (raw)
+//	|-- boot_count               -> uint64, 8 bytes big-endian (raw)
+//	pods/
+//	|-- <pod UID>/
+//	    |-- pod                  -> {"source": "api"|"file", "pod": v1.Pod as applied}
+//	    |-- admission            -> Admission {accepted, at, reason, message}; absent until decided
+//	    |-- containers/
+//	        |-- <container name> -> ContainerRecord {name, containerID, attempt,
+//	                                restartCount, lastTermination {exitCode, signal,
+//	                                reason, message, startedAt, finishedAt, containerID}}
+//	sync/
+//	|-- pods_resource_version    -> string: RV of the last complete pod list/watch event
+//	configmaps/
+//	|-- <namespace>/<name>       -> v1.ConfigMap (its RV in metadata)
+//	secrets/
+//	|-- <namespace>/<name>       -> v1.Secret (its RV in metadata; not encrypted)
+//	node/
+//	|-- node                     -> v1.Node
+//	outbox/                         (bucket sequence = last sequence number issued)
+//	|-- <seq, uint64 big-endian> -> {uid, namespace, name, status: v1.PodStatus, timestamp}
+//	outbox_index/
+//	|-- <pod UID>/
+//	    |-- <seq, uint64 BE>     -> "" (which outbox entries belong to the pod, for acks)
+//	quarantine/                     (bucket sequence = last quarantine number)
+//	|-- <n, uint64 big-endian>   -> {key: original bucket path and key, reason, at, value: raw bytes}
+//
+// # Schema v1 (previous)
+//
+// Written by the first prototype; offline/testdata/schema-v1.db is one,
+// produced by offline/internal/genv1db. Plain JSON values, no checksum; pods
+// keyed by namespace/name and written only once admitted; no container
+// records, outbox, boot counter, sync or quarantine buckets.
+//
+//	meta/
+//	|-- version            -> "1" (raw)
+//	|-- node_name          -> node name (raw)
+//	pods/
+//	|-- <namespace>/<name> -> {"source", "pod": v1.Pod, "admittedAt"}
+//	configmaps/
+//	|-- <namespace>/<name> -> v1.ConfigMap
+//	secrets/
+//	|-- <namespace>/<name> -> v1.Secret
+//	node/
+//	|-- node               -> v1.Node
+//
+// Open migrates v1 to v2 in one transaction: pods are re-keyed by UID with an
+// accepted admission at admittedAt and no container records, every value is
+// framed with its checksum, the new buckets are created. A v1 record that
+// does not decode, or a pod without a UID, is quarantined under its v1 key.
+//
+// Changing the JSON shape of a record type (Admission, ContainerRecord,
+// Termination, the entries in codec.go) means a new schema version and a
+// migration, with a test against a file of the previous version.
+package offline

@@ -1,0 +1,629 @@
+package offline
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// MemStore is a Store in memory, for unit tests of agent logic. It keeps
+// values encoded exactly as BoltStore does, so it skips the same unchanged
+// writes, detects the same corrupt records and hands out copies; it passes
+// the same contract suite. Nothing survives the process.
+type MemStore struct {
+	now func() time.Time
+
+	// mu protects every field below.
+	mu         sync.Mutex
+	closed     bool
+	failWrites error
+	pods       map[types.UID]*memPod
+	podListRV  []byte
+	configMaps map[string][]byte
+	secrets    map[string][]byte
+	node       []byte
+	outbox     []memOutboxEntry // increasing seq
+	outboxSeq  uint64
+	nodeName   string
+	bootCount  uint64
+	quarantine []QuarantinedRecord
+	stats      Stats
+}
+
+type memPod struct {
+	pod        []byte
+	admission  []byte
+	containers map[string][]byte
+}
+
+type memOutboxEntry struct {
+	seq uint64
+	raw []byte
+}
+
+var _ Store = (*MemStore)(nil)
+
+// NewMemStore returns an empty in-memory store. now stamps quarantined
+// records; nil means time.Now.
+func NewMemStore(now func() time.Time) *MemStore {
+	if now == nil {
+		now = time.Now
+	}
+	return &MemStore{
+		now:        now,
+		pods:       map[types.UID]*memPod{},
+		configMaps: map[string][]byte{},
+		secrets:    map[string][]byte{},
+	}
+}
+
+// FailWrites makes every later write return err (wrapped), to test how the
+// agent copes with a full or failing disk; nil restores normal writes.
+func (m *MemStore) FailWrites(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failWrites = err
+}
+
+// lock takes mu and checks the store is open; write also checks FailWrites.
+func (m *MemStore) lock(write bool) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	if write && m.failWrites != nil {
+		err := m.failWrites
+		m.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// wrote counts a mutation; called with mu held.
+func (m *MemStore) wrote(changed bool) {
+	if changed {
+		m.stats.Writes++
+		m.stats.Commits++
+	} else {
+		m.stats.SkippedWrites++
+	}
+}
+
+// quarantineLocked stores raw in the quarantine; called with mu held.
+func (m *MemStore) quarantineLocked(key string, raw []byte, reason error) {
+	m.quarantine = append(m.quarantine, QuarantinedRecord{
+		Seq: uint64(len(m.quarantine)) + 1, Key: key, Reason: reason.Error(),
+		At: m.now().UTC(), Value: clone(raw),
+	})
+	m.stats.Quarantined++
+}
+
+// setBytes stores raw in *slot unless identical; called with mu held.
+func (m *MemStore) setBytes(slot *[]byte, raw []byte) {
+	same := *slot != nil && bytes.Equal(*slot, raw)
+	if !same {
+		*slot = raw
+	}
+	m.wrote(!same)
+}
+
+// Stats implements Store.
+func (m *MemStore) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// Close implements Store.
+func (m *MemStore) Close() error {
+	if err := m.lock(false); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	m.closed = true
+	return nil
+}
+
+// PutPod implements Store.
+func (m *MemStore) PutPod(source Source, pod *v1.Pod) error {
+	raw, err := encodePod(source, pod)
+	if err != nil {
+		return fmt.Errorf("put pod: %w", err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("put pod %s: %w", pod.UID, err)
+	}
+	defer m.mu.Unlock()
+	p := m.pods[pod.UID]
+	if p == nil {
+		p = &memPod{containers: map[string][]byte{}}
+		m.pods[pod.UID] = p
+	}
+	m.setBytes(&p.pod, raw)
+	return nil
+}
+
+// SetAdmission implements Store.
+func (m *MemStore) SetAdmission(uid types.UID, a Admission) error {
+	op := fmt.Sprintf("set admission of pod %s", uid)
+	raw, err := encodeAdmission(a)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	p := m.pods[uid]
+	if p == nil {
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	if p.admission != nil {
+		if bytes.Equal(p.admission, raw) {
+			m.wrote(false)
+			return nil
+		}
+		prev, derr := decodeAdmission(p.admission)
+		if derr == nil {
+			return fmt.Errorf("%s: %w: accepted=%t at %s", op, ErrAdmissionDecided, prev.Accepted, prev.At.Format(time.RFC3339))
+		}
+		m.quarantineLocked("pods/"+string(uid)+"/admission", p.admission, derr)
+	}
+	p.admission = raw
+	m.wrote(true)
+	return nil
+}
+
+// PutContainer implements Store.
+func (m *MemStore) PutContainer(uid types.UID, c ContainerRecord) error {
+	op := fmt.Sprintf("put container %q of pod %s", c.Name, uid)
+	raw, err := encodeContainer(c)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	p := m.pods[uid]
+	if p == nil {
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	slot := p.containers[c.Name]
+	m.setBytes(&slot, raw)
+	p.containers[c.Name] = slot
+	return nil
+}
+
+// readPodLocked decodes one pod, quarantining bad parts as BoltStore does.
+func (m *MemStore) readPodLocked(uid types.UID, errs map[string]error) (PodRecord, bool) {
+	p := m.pods[uid]
+	key := "pods/" + string(uid)
+	podErr := func(err error) (PodRecord, bool) {
+		errs[string(uid)] = err
+		m.quarantineLocked(key+"/pod", p.pod, err)
+		if p.admission != nil {
+			m.quarantineLocked(key+"/admission", p.admission, err)
+		}
+		for _, name := range slices.Sorted(maps.Keys(p.containers)) {
+			m.quarantineLocked(key+"/containers/"+name, p.containers[name], err)
+		}
+		delete(m.pods, uid)
+		m.stats.Writes++
+		m.stats.Commits++
+		return PodRecord{}, false
+	}
+	e, err := decodePod(uid, p.pod)
+	if err != nil {
+		return podErr(fmt.Errorf("pod object: %w", err))
+	}
+	rec := PodRecord{UID: uid, Source: e.Source, Pod: e.Pod}
+	if p.admission != nil {
+		if rec.Admission, err = decodeAdmission(p.admission); err != nil {
+			return podErr(fmt.Errorf("admission: %w", err))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.containers)) {
+		c, err := decodeContainer(name, p.containers[name])
+		if err != nil {
+			errs[string(uid)+"/"+name] = err
+			m.quarantineLocked(key+"/containers/"+name, p.containers[name], err)
+			delete(p.containers, name)
+			m.stats.Writes++
+			m.stats.Commits++
+			continue
+		}
+		rec.Containers = append(rec.Containers, c)
+	}
+	return rec, true
+}
+
+// GetPod implements Store.
+func (m *MemStore) GetPod(uid types.UID) (PodRecord, error) {
+	op := fmt.Sprintf("get pod %s", uid)
+	if err := m.lock(false); err != nil {
+		return PodRecord{}, fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	if m.pods[uid] == nil {
+		return PodRecord{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	errs := map[string]error{}
+	rec, _ := m.readPodLocked(uid, errs)
+	if len(errs) > 0 {
+		return PodRecord{}, fmt.Errorf("%s: %w: %v", op, ErrCorruptRecord, joinErrs(errs))
+	}
+	return rec, nil
+}
+
+// LoadPods implements Store.
+func (m *MemStore) LoadPods() ([]PodRecord, map[string]error, error) {
+	if err := m.lock(false); err != nil {
+		return nil, nil, fmt.Errorf("load pods: %w", err)
+	}
+	defer m.mu.Unlock()
+	errs := map[string]error{}
+	var recs []PodRecord
+	for _, uid := range slices.Sorted(maps.Keys(m.pods)) {
+		if rec, ok := m.readPodLocked(uid, errs); ok {
+			recs = append(recs, rec)
+		}
+	}
+	if len(errs) == 0 {
+		errs = nil
+	}
+	return recs, errs, nil
+}
+
+// DeletePod implements Store.
+func (m *MemStore) DeletePod(uid types.UID) error {
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("delete pod %s: %w", uid, err)
+	}
+	defer m.mu.Unlock()
+	_, present := m.pods[uid]
+	delete(m.pods, uid)
+	m.wrote(present)
+	return nil
+}
+
+// SetPodListResourceVersion implements Store.
+func (m *MemStore) SetPodListResourceVersion(rv string) error {
+	raw, err := encodeValue(rv)
+	if err != nil {
+		return fmt.Errorf("set pod list resourceVersion: %w", err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("set pod list resourceVersion: %w", err)
+	}
+	defer m.mu.Unlock()
+	m.setBytes(&m.podListRV, raw)
+	return nil
+}
+
+// getSlotLocked decodes *slot, quarantining it under key if it is bad.
+func (m *MemStore) getSlotLocked(op, key string, slot *[]byte, decode func([]byte) error) (bool, error) {
+	if *slot == nil {
+		return false, nil
+	}
+	if err := decode(*slot); err != nil {
+		m.quarantineLocked(key, *slot, err)
+		*slot = nil
+		m.stats.Writes++
+		m.stats.Commits++
+		return false, fmt.Errorf("%s: %w: %s: %v", op, ErrCorruptRecord, key, err)
+	}
+	return true, nil
+}
+
+// PodListResourceVersion implements Store.
+func (m *MemStore) PodListResourceVersion() (string, error) {
+	op := "get pod list resourceVersion"
+	if err := m.lock(false); err != nil {
+		return "", fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	var rv string
+	_, err := m.getSlotLocked(op, "sync/pods_resource_version", &m.podListRV, func(raw []byte) (err error) {
+		rv, err = decodeString(raw)
+		return err
+	})
+	return rv, err
+}
+
+// PutNode implements Store.
+func (m *MemStore) PutNode(node *v1.Node) error {
+	if node == nil {
+		return fmt.Errorf("put node: %w: nil node", ErrInvalid)
+	}
+	raw, err := encodeValue(node)
+	if err != nil {
+		return fmt.Errorf("put node: %w", err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("put node: %w", err)
+	}
+	defer m.mu.Unlock()
+	m.setBytes(&m.node, raw)
+	return nil
+}
+
+// GetNode implements Store.
+func (m *MemStore) GetNode() (*v1.Node, error) {
+	if err := m.lock(false); err != nil {
+		return nil, fmt.Errorf("get node: %w", err)
+	}
+	defer m.mu.Unlock()
+	var node *v1.Node
+	found, err := m.getSlotLocked("get node", "node/node", &m.node, func(raw []byte) (err error) {
+		node, err = decodeNode(raw)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("get node: %w", ErrNotFound)
+	}
+	return node, nil
+}
+
+func memPutObject[T any, P namedObject[T]](m *MemStore, kind string, table map[string][]byte, obj P) error {
+	if obj == nil {
+		return fmt.Errorf("put %s: %w: nil object", kind, ErrInvalid)
+	}
+	key, err := objectKey(obj.GetNamespace(), obj.GetName())
+	if err != nil {
+		return fmt.Errorf("put %s: %w", kind, err)
+	}
+	raw, err := encodeValue(obj)
+	if err != nil {
+		return fmt.Errorf("put %s %s: %w", kind, key, err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("put %s %s: %w", kind, key, err)
+	}
+	defer m.mu.Unlock()
+	slot := table[key]
+	m.setBytes(&slot, raw)
+	table[key] = slot
+	return nil
+}
+
+func memGetObject[T any, P namedObject[T]](m *MemStore, kind, bucket string, table map[string][]byte, namespace, name string) (P, error) {
+	key, err := objectKey(namespace, name)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", kind, err)
+	}
+	op := fmt.Sprintf("get %s %s", kind, key)
+	if err := m.lock(false); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	slot := table[key]
+	var obj P
+	found, err := m.getSlotLocked(op, bucket+"/"+key, &slot, func(raw []byte) (err error) {
+		obj, err = decodeObject[T, P](key, raw)
+		return err
+	})
+	if slot == nil {
+		delete(table, key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return obj, nil
+}
+
+func memLoadObjects[T any, P namedObject[T]](m *MemStore, kind, bucket string, table map[string][]byte) ([]P, map[string]error, error) {
+	if err := m.lock(false); err != nil {
+		return nil, nil, fmt.Errorf("load %ss: %w", kind, err)
+	}
+	defer m.mu.Unlock()
+	var objs []P
+	var errs map[string]error
+	for _, key := range slices.Sorted(maps.Keys(table)) {
+		obj, err := decodeObject[T, P](key, table[key])
+		if err != nil {
+			if errs == nil {
+				errs = map[string]error{}
+			}
+			errs[key] = err
+			m.quarantineLocked(bucket+"/"+key, table[key], err)
+			delete(table, key)
+			m.stats.Writes++
+			m.stats.Commits++
+			continue
+		}
+		objs = append(objs, obj)
+	}
+	return objs, errs, nil
+}
+
+func (m *MemStore) deleteObject(kind string, table map[string][]byte, namespace, name string) error {
+	key, err := objectKey(namespace, name)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", kind, err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("delete %s %s: %w", kind, key, err)
+	}
+	defer m.mu.Unlock()
+	_, present := table[key]
+	delete(table, key)
+	m.wrote(present)
+	return nil
+}
+
+// PutConfigMap implements Store.
+func (m *MemStore) PutConfigMap(cm *v1.ConfigMap) error {
+	return memPutObject(m, "configmap", m.configMaps, cm)
+}
+
+// GetConfigMap implements Store.
+func (m *MemStore) GetConfigMap(namespace, name string) (*v1.ConfigMap, error) {
+	return memGetObject[v1.ConfigMap](m, "configmap", "configmaps", m.configMaps, namespace, name)
+}
+
+// DeleteConfigMap implements Store.
+func (m *MemStore) DeleteConfigMap(namespace, name string) error {
+	return m.deleteObject("configmap", m.configMaps, namespace, name)
+}
+
+// LoadConfigMaps implements Store.
+func (m *MemStore) LoadConfigMaps() ([]*v1.ConfigMap, map[string]error, error) {
+	return memLoadObjects[v1.ConfigMap](m, "configmap", "configmaps", m.configMaps)
+}
+
+// PutSecret implements Store.
+func (m *MemStore) PutSecret(s *v1.Secret) error {
+	return memPutObject(m, "secret", m.secrets, s)
+}
+
+// GetSecret implements Store.
+func (m *MemStore) GetSecret(namespace, name string) (*v1.Secret, error) {
+	return memGetObject[v1.Secret](m, "secret", "secrets", m.secrets, namespace, name)
+}
+
+// DeleteSecret implements Store.
+func (m *MemStore) DeleteSecret(namespace, name string) error {
+	return m.deleteObject("secret", m.secrets, namespace, name)
+}
+
+// LoadSecrets implements Store.
+func (m *MemStore) LoadSecrets() ([]*v1.Secret, map[string]error, error) {
+	return memLoadObjects[v1.Secret](m, "secret", "secrets", m.secrets)
+}
+
+// AppendStatus implements Store.
+func (m *MemStore) AppendStatus(u StatusUpdate) (uint64, error) {
+	op := fmt.Sprintf("append status of pod %s", u.UID)
+	raw, err := encodeStatus(u)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := m.lock(true); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	m.outboxSeq++
+	m.outbox = append(m.outbox, memOutboxEntry{seq: m.outboxSeq, raw: raw})
+	m.wrote(true)
+	return m.outboxSeq, nil
+}
+
+// PendingStatuses implements Store.
+func (m *MemStore) PendingStatuses() ([]PendingStatus, map[string]error, error) {
+	if err := m.lock(false); err != nil {
+		return nil, nil, fmt.Errorf("read outbox: %w", err)
+	}
+	defer m.mu.Unlock()
+	var entries []sequencedStatus
+	var errs map[string]error
+	kept := m.outbox[:0:0]
+	for _, e := range m.outbox {
+		d, err := decodeStatus(e.raw)
+		if err != nil {
+			if errs == nil {
+				errs = map[string]error{}
+			}
+			errs[seqString(e.seq)] = err
+			m.quarantineLocked("outbox/"+seqString(e.seq), e.raw, err)
+			m.stats.Writes++
+			m.stats.Commits++
+			continue
+		}
+		kept = append(kept, e)
+		entries = append(entries, sequencedStatus{seq: e.seq, entry: d})
+	}
+	m.outbox = kept
+	return coalesce(entries), errs, nil
+}
+
+// AckStatuses implements Store. Undecodable entries cannot be attributed to
+// a pod and stay until PendingStatuses quarantines them.
+func (m *MemStore) AckStatuses(uid types.UID, upTo uint64) error {
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("ack statuses of pod %s up to %d: %w", uid, upTo, err)
+	}
+	defer m.mu.Unlock()
+	kept := m.outbox[:0:0]
+	for _, e := range m.outbox {
+		if e.seq <= upTo {
+			if d, err := decodeStatus(e.raw); err == nil && d.UID == uid {
+				continue
+			}
+		}
+		kept = append(kept, e)
+	}
+	m.wrote(len(kept) != len(m.outbox))
+	m.outbox = kept
+	return nil
+}
+
+// NodeName implements Store.
+func (m *MemStore) NodeName() (string, error) {
+	if err := m.lock(false); err != nil {
+		return "", fmt.Errorf("get node name: %w", err)
+	}
+	defer m.mu.Unlock()
+	return m.nodeName, nil
+}
+
+// SetNodeName implements Store.
+func (m *MemStore) SetNodeName(name string) error {
+	if name == "" {
+		return fmt.Errorf("set node name: %w: empty name", ErrInvalid)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("set node name: %w", err)
+	}
+	defer m.mu.Unlock()
+	m.wrote(m.nodeName != name)
+	m.nodeName = name
+	return nil
+}
+
+// BootCount implements Store.
+func (m *MemStore) BootCount() (uint64, error) {
+	if err := m.lock(false); err != nil {
+		return 0, fmt.Errorf("get boot count: %w", err)
+	}
+	defer m.mu.Unlock()
+	return m.bootCount, nil
+}
+
+// IncrementBootCount implements Store.
+func (m *MemStore) IncrementBootCount() (uint64, error) {
+	if err := m.lock(true); err != nil {
+		return 0, fmt.Errorf("increment boot count: %w", err)
+	}
+	defer m.mu.Unlock()
+	m.bootCount++
+	m.wrote(true)
+	return m.bootCount, nil
+}
+
+// Quarantined implements Store.
+func (m *MemStore) Quarantined() ([]QuarantinedRecord, error) {
+	if err := m.lock(false); err != nil {
+		return nil, fmt.Errorf("list quarantine: %w", err)
+	}
+	defer m.mu.Unlock()
+	out := make([]QuarantinedRecord, len(m.quarantine))
+	for i, q := range m.quarantine {
+		q.Value = clone(q.Value)
+		out[i] = q
+	}
+	return out, nil
+}

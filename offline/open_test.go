@@ -1,0 +1,565 @@
+package offline
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestReopenKeepsEverything(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, rep := openTestStore(t, path, Options{})
+	if !rep.Created || rep.String() == "" {
+		t.Fatalf("first open: %v", rep)
+	}
+	must(t, s.PutPod(SourceFile, testPod("uid-1", "web")))
+	must(t, s.SetAdmission("uid-1", Admission{Accepted: true, At: t0}))
+	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app", ContainerID: "a3", Attempt: 3, RestartCount: 3,
+		LastTermination: &Termination{ExitCode: 1, Reason: "Error", StartedAt: t0, FinishedAt: t0.Add(time.Second)}}))
+	_, err := s.AppendStatus(StatusUpdate{UID: "uid-1", Namespace: "default", Name: "web", Status: testStatus(v1.PodRunning, 3), Timestamp: t0})
+	must(t, err)
+	must(t, s.SetNodeName("gw-01"))
+	must(t, s.SetPodListResourceVersion("77"))
+	_, err = s.IncrementBootCount()
+	must(t, err)
+	must(t, s.Close())
+
+	s, rep = openTestStore(t, path, Options{})
+	if rep.Created || rep.Recovered != nil || rep.MigratedFrom != 0 {
+		t.Fatalf("reopen: %v", rep)
+	}
+	got, err := s.GetPod("uid-1")
+	must(t, err)
+	c, _ := got.Container("app")
+	if got.Source != SourceFile || !got.Admission.Accepted || c.RestartCount != 3 || c.LastTermination.Reason != "Error" {
+		t.Errorf("pod after reopen: %+v", got)
+	}
+	n, _ := s.IncrementBootCount()
+	rv, _ := s.PodListResourceVersion()
+	name, _ := s.NodeName()
+	pending, _, _ := s.PendingStatuses()
+	if n != 2 || rv != "77" || name != "gw-01" || len(pending) != 1 || !pending[0].Timestamp.Equal(t0) {
+		t.Errorf("after reopen: boot %d, rv %q, name %q, pending %+v", n, rv, name, pending)
+	}
+}
+
+// TestOpenTimeoutSameProcess: flock locks belong to open file descriptions,
+// so two opens in one process conflict just as two processes do.
+func TestOpenTimeoutSameProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	openTestStore(t, path, Options{})
+	start := time.Now()
+	s, _, err := Open(path, Options{Timeout: 150 * time.Millisecond})
+	if err == nil {
+		s.Close()
+		t.Fatal("second Open of the same file succeeded")
+	}
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), path) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) ||
+		!strings.Contains(err.Error(), "another holdfast may be running") {
+		t.Errorf("second Open: %v", err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
+		t.Errorf("second Open gave up after %s", d)
+	}
+}
+
+// TestBoltFlockSameProcess checks the premise above on bbolt itself.
+func TestBoltFlockSameProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "raw.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	must(t, err)
+	defer db.Close()
+	db2, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 100 * time.Millisecond})
+	if err == nil {
+		db2.Close()
+		t.Fatal("bbolt opened the same file twice in one process")
+	}
+	if !errors.Is(err, berrors.ErrTimeout) {
+		t.Errorf("second bolt.Open: %v, want ErrTimeout", err)
+	}
+	// And a store fails clearly if a foreign tool holds bbolt's own lock.
+	_, _, err = Open(path, Options{Timeout: 100 * time.Millisecond})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), path) {
+		t.Errorf("Open while bbolt's lock is held elsewhere: %v", err)
+	}
+}
+
+// writeValidDB creates a database with enough data to span many pages.
+func writeValidDB(t *testing.T, path string) {
+	t.Helper()
+	s, _, err := Open(path, Options{})
+	must(t, err)
+	for i := range 60 {
+		uid := types.UID(fmt.Sprintf("uid-%03d", i))
+		pod := testPod(string(uid), string(uid))
+		pod.Annotations = map[string]string{"padding": strings.Repeat("x", 1500)}
+		must(t, s.PutPod(SourceAPI, pod))
+		must(t, s.SetAdmission(uid, Admission{Accepted: true, At: t0}))
+		must(t, s.PutContainer(uid, ContainerRecord{Name: "app", RestartCount: int32(i)}))
+	}
+	must(t, s.Close())
+}
+
+func TestCorruptFileIsMovedAside(t *testing.T) {
+	pageSize := os.Getpagesize()
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, valid []byte) []byte
+		// kinds are the acceptable classifications: whether bbolt itself
+		// refuses the file or our checks after it opened catch the damage
+		// depends on which pages were hit (the freelist is read by Open).
+		kinds []RecoveryKind
+	}{
+		{"zero bytes", func(*testing.T, []byte) []byte { return []byte{} }, []RecoveryKind{RecoveryEmptyFile}},
+		{"truncated to half", func(_ *testing.T, b []byte) []byte { return b[:len(b)/2] }, []RecoveryKind{RecoveryUnreadable, RecoveryInconsistent}},
+		{"truncated to one page", func(_ *testing.T, b []byte) []byte { return b[:pageSize] }, []RecoveryKind{RecoveryUnreadable}},
+		{"truncated mid-page, freelist intact (fault on a page past the end)", func(t *testing.T, b []byte) []byte {
+			g := relocateFreelists(t, b, 10)
+			root := newestMeta(g).root
+			return g[:int(root)*pageSize-pageSize/2]
+		}, []RecoveryKind{RecoveryInconsistent}},
+		{"root page garbled", func(t *testing.T, b []byte) []byte {
+			g := bytes.Clone(b)
+			root := int(newestMeta(g).root)
+			r := rand.New(rand.NewPCG(5, 6))
+			for i := root*pageSize + 8; i < (root+1)*pageSize; i++ {
+				g[i] = byte(r.Uint32())
+			}
+			return g
+		}, []RecoveryKind{RecoveryInconsistent}},
+		{"leaf page zeroed", func(t *testing.T, b []byte) []byte {
+			g := bytes.Clone(b)
+			clear(g[30*pageSize : 31*pageSize])
+			return g
+		}, []RecoveryKind{RecoveryInconsistent}},
+		{"random garbage", func(_ *testing.T, b []byte) []byte {
+			r := rand.New(rand.NewPCG(1, 2))
+			g := make([]byte, len(b))
+			for i := range g {
+				g[i] = byte(r.Uint32())
+			}
+			return g
+		}, []RecoveryKind{RecoveryUnreadable}},
+		{"small text file", func(*testing.T, []byte) []byte { return []byte("hello, I am not a database\n") }, []RecoveryKind{RecoveryUnreadable}},
+		{"valid header then garbage", func(_ *testing.T, b []byte) []byte {
+			r := rand.New(rand.NewPCG(3, 4))
+			g := bytes.Clone(b)
+			for i := 2 * pageSize; i < len(g); i++ {
+				g[i] = byte(r.Uint32())
+			}
+			return g
+		}, []RecoveryKind{RecoveryUnreadable, RecoveryInconsistent}},
+		{"valid header then zeros", func(_ *testing.T, b []byte) []byte {
+			g := bytes.Clone(b)
+			clear(g[2*pageSize:])
+			return g
+		}, []RecoveryKind{RecoveryUnreadable, RecoveryInconsistent}},
+		{"both meta pages damaged", func(_ *testing.T, b []byte) []byte {
+			g := bytes.Clone(b)
+			for _, off := range []int{0, pageSize} {
+				copy(g[off+16:off+64], bytes.Repeat([]byte{0xAB}, 48))
+			}
+			return g
+		}, []RecoveryKind{RecoveryUnreadable}},
+	}
+	valid := filepath.Join(t.TempDir(), "valid.db")
+	writeValidDB(t, valid)
+	good, err := os.ReadFile(valid)
+	must(t, err)
+	if len(good) < 8*pageSize {
+		t.Fatalf("valid database is only %d bytes", len(good))
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "state.db")
+			damaged := c.damage(t, good)
+			must(t, os.WriteFile(path, damaged, 0o600))
+			when := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
+
+			s, rep := openTestStore(t, path, Options{Now: func() time.Time { return when }})
+			t.Logf("report: %v", rep)
+			r := rep.Recovered
+			if r == nil {
+				t.Fatalf("no recovery reported: %v", rep)
+			}
+			if !slices.Contains(c.kinds, r.Kind) {
+				t.Errorf("kind %s, want one of %v (%v)", r.Kind, c.kinds, r.Err)
+			}
+			if want := path + ".corrupt-20261102T093000Z"; r.MovedTo != want {
+				t.Errorf("moved to %s, want %s", r.MovedTo, want)
+			}
+			if !rep.Created || r.Err == nil || r.Size != int64(len(damaged)) || !strings.Contains(rep.String(), r.MovedTo) {
+				t.Errorf("report %+v", rep)
+			}
+			kept, err := os.ReadFile(r.MovedTo)
+			must(t, err)
+			if !bytes.Equal(kept, damaged) {
+				t.Errorf("the file kept for inspection differs from the damaged one (%d vs %d bytes)", len(kept), len(damaged))
+			}
+			// The fresh store works and is empty.
+			recs, _, err := s.LoadPods()
+			must(t, err)
+			if len(recs) != 0 {
+				t.Errorf("fresh store has %d pods", len(recs))
+			}
+			must(t, s.PutPod(SourceAPI, testPod("uid-new", "new")))
+			must(t, s.Close())
+			// Next boot: a normal open; a second recovery would not clobber
+			// the first file kept.
+			s2, rep2 := openTestStore(t, path, Options{Now: func() time.Time { return when }})
+			if rep2.Recovered != nil || rep2.Created {
+				t.Errorf("second open: %v", rep2)
+			}
+			if _, err := s2.GetPod("uid-new"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestMoveAsideNeverOverwrites(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	when := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
+	var moved []string
+	for range 3 {
+		must(t, os.WriteFile(path, []byte("garbage"), 0o600))
+		s, rep := openTestStore(t, path, Options{Now: func() time.Time { return when }})
+		must(t, s.Close())
+		moved = append(moved, rep.Recovered.MovedTo)
+	}
+	base := path + ".corrupt-20261102T093000Z"
+	want := []string{base, base + "-2", base + "-3"}
+	if strings.Join(moved, " ") != strings.Join(want, " ") {
+		t.Errorf("moved to %v, want %v", moved, want)
+	}
+}
+
+// TestOpenSchemaProblems covers files bbolt reads fine but that are not a
+// state database this version can use.
+func TestOpenSchemaProblems(t *testing.T) {
+	cases := []struct {
+		name    string
+		prepare func(tx *bolt.Tx) error
+		kind    RecoveryKind // "" for no recovery
+		created bool
+	}{
+		{"no buckets (first boot interrupted)", func(*bolt.Tx) error { return nil }, "", true},
+		{"foreign database", func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucket([]byte("allocations"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("k"), []byte("v"))
+		}, RecoveryForeign, true},
+		{"newer schema", func(tx *bolt.Tx) error {
+			if err := initSchema(tx); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketMeta).Put(keyVersion, []byte("3"))
+		}, RecoveryNewerSchema, true},
+		{"garbled version", func(tx *bolt.Tx) error {
+			if err := initSchema(tx); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketMeta).Put(keyVersion, []byte("two"))
+		}, RecoveryForeign, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state.db")
+			db, err := bolt.Open(path, 0o600, nil)
+			must(t, err)
+			must(t, db.Update(c.prepare))
+			must(t, db.Close())
+			s, rep := openTestStore(t, path, Options{})
+			t.Logf("report: %v", rep)
+			switch {
+			case c.kind == "" && rep.Recovered != nil:
+				t.Errorf("unexpected recovery: %v", rep)
+			case c.kind != "" && (rep.Recovered == nil || rep.Recovered.Kind != c.kind):
+				t.Errorf("recovery %+v, want kind %s", rep.Recovered, c.kind)
+			}
+			if rep.Created != c.created {
+				t.Errorf("Created = %t, want %t", rep.Created, c.created)
+			}
+			must(t, s.PutPod(SourceAPI, testPod("u", "p")))
+		})
+	}
+}
+
+// TestBitRotInAValueIsARecordProblem: a flipped byte inside one value
+// leaves the file structurally sound; the record's checksum catches it at
+// load, it is quarantined, and everything else loads.
+func TestBitRotInAValueIsARecordProblem(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	writeValidDB(t, path)
+	raw, err := os.ReadFile(path)
+	must(t, err)
+	// Flip one byte of the padding annotation of one pod, in the file.
+	marker := []byte(`"uid-017","resourceVersion"`)
+	i := bytes.Index(raw, marker)
+	if i < 0 {
+		t.Fatal("pod uid-017 not found in the file")
+	}
+	j := bytes.Index(raw[i:], []byte("xxxx"))
+	raw[i+j] = 'y'
+	must(t, os.WriteFile(path, raw, 0o600))
+
+	s, rep := openTestStore(t, path, Options{})
+	if rep.Recovered != nil {
+		t.Fatalf("a bad value made the whole file unusable: %v", rep)
+	}
+	recs, errs, err := s.LoadPods()
+	must(t, err)
+	if len(recs) != 59 || len(errs) != 1 || !strings.Contains(fmt.Sprint(errs["uid-017"]), "checksum") {
+		t.Errorf("load: %d pods, errs %v", len(recs), errs)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	in, err := os.Open(from)
+	must(t, err)
+	defer in.Close()
+	out, err := os.Create(to)
+	must(t, err)
+	_, err = io.Copy(out, in)
+	must(t, err)
+	must(t, out.Close())
+}
+
+// TestMigrateFromV1 opens the committed schema v1 file (see
+// internal/genv1db) and checks what the migration made of it.
+func TestMigrateFromV1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	copyFile(t, "testdata/schema-v1.db", path)
+	s, rep := openTestStore(t, path, Options{})
+	t.Logf("report: %v", rep)
+	if rep.MigratedFrom != 1 || rep.Recovered != nil || rep.Created {
+		t.Fatalf("report %v, want a migration from v1", rep)
+	}
+	for _, k := range []string{"pods/default/no-uid", "pods/default/torn"} {
+		if !errors.Is(rep.Quarantined[k], errUndecodable) {
+			t.Errorf("report.Quarantined[%s] = %v", k, rep.Quarantined[k])
+		}
+	}
+	if len(rep.Quarantined) != 2 {
+		t.Errorf("quarantined %v", rep.Quarantined)
+	}
+	recs, errs, err := s.LoadPods()
+	must(t, err)
+	if len(errs) != 0 || len(recs) != 2 {
+		t.Fatalf("pods %+v, errs %v", recs, errs)
+	}
+	want := map[types.UID]struct {
+		name   string
+		source Source
+		at     time.Time
+	}{
+		"6f1b6a3e-0000-4000-8000-000000000001": {"sensor-reader", SourceAPI, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)},
+		"6f1b6a3e-0000-4000-8000-000000000002": {"edge-proxy-gw-01", SourceFile, time.Date(2026, 3, 1, 12, 1, 0, 0, time.UTC)},
+	}
+	for _, r := range recs {
+		w, ok := want[r.UID]
+		if !ok || r.Pod.Name != w.name || r.Source != w.source || !r.Admission.Accepted || !r.Admission.At.Equal(w.at) || len(r.Containers) != 0 {
+			t.Errorf("migrated pod %s: %+v", r.UID, r)
+		}
+		// Containers can be recorded on a migrated pod.
+		must(t, s.PutContainer(r.UID, ContainerRecord{Name: "app", ContainerID: "c1"}))
+	}
+	cm, err := s.GetConfigMap("default", "sensor-config")
+	must(t, err)
+	sec, err := s.GetSecret("default", "sensor-token")
+	must(t, err)
+	node, err := s.GetNode()
+	must(t, err)
+	name, _ := s.NodeName()
+	boots, _ := s.BootCount()
+	if cm.Data["interval"] != "5s" || cm.ResourceVersion != "17" || string(sec.Data["token"]) != "s3cr3t" ||
+		node.ResourceVersion != "99" || name != "gw-01" || boots != 0 {
+		t.Errorf("migrated: cm %+v, secret %+v, node %+v, name %q, boots %d", cm, sec, node, name, boots)
+	}
+	q, err := s.Quarantined()
+	must(t, err)
+	if len(q) != 2 || !strings.HasPrefix(string(q[1].Value), `{"source":"api","pod":{"metadata":{"name":"to`) {
+		t.Errorf("quarantine %+v", q)
+	}
+	must(t, s.Close())
+
+	s, rep = openTestStore(t, path, Options{})
+	if rep.MigratedFrom != 0 || rep.Recovered != nil {
+		t.Errorf("second open migrated again: %v", rep)
+	}
+	recs, _, _ = s.LoadPods()
+	if len(recs) != 2 || len(recs[0].Containers) != 1 {
+		t.Errorf("after reopen: %+v", recs)
+	}
+}
+
+// TestFailedMigrationChangesNothing: the migration is one transaction, so a
+// failure halfway leaves the old file byte for byte as it was, moved aside.
+func TestFailedMigrationChangesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	copyFile(t, "testdata/schema-v1.db", path)
+	before, err := os.ReadFile(path)
+	must(t, err)
+	orig := migrations[1]
+	t.Cleanup(func() { migrations[1] = orig })
+	migrations[1] = func(tx *bolt.Tx, q *quarantiner) error {
+		if err := orig(tx, q); err != nil {
+			return err
+		}
+		return errors.New("injected failure after the whole migration ran")
+	}
+	s, rep := openTestStore(t, path, Options{})
+	if rep.Recovered == nil || rep.Recovered.Kind != RecoveryMigrationFailed || rep.MigratedFrom != 0 || rep.Quarantined != nil {
+		t.Fatalf("report %v", rep)
+	}
+	after, err := os.ReadFile(rep.Recovered.MovedTo)
+	must(t, err)
+	if !bytes.Equal(before, after) {
+		t.Error("the failed migration changed the old file")
+	}
+	if recs, _, _ := s.LoadPods(); len(recs) != 0 {
+		t.Errorf("fresh store has pods: %v", recs)
+	}
+}
+
+func TestOpenErrorsThatRecoveryCannotFix(t *testing.T) {
+	dir := t.TempDir()
+	// A directory where the file should be.
+	path := filepath.Join(dir, "state.db")
+	must(t, os.Mkdir(path, 0o700))
+	if _, _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("Open on a directory: %v", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the directory was moved: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		// An unreadable file is a permission problem, not corruption.
+		path := filepath.Join(dir, "unreadable.db")
+		writeValidDB(t, path)
+		must(t, os.Chmod(path, 0))
+		if _, _, err := Open(path, Options{}); !errors.Is(err, os.ErrPermission) {
+			t.Errorf("Open of an unreadable file: %v", err)
+		}
+	}
+}
+
+// TestNodeObjectSurvives is a small check that the node object keeps its
+// status fields, which the agent re-sends on reconnect.
+func TestNodeObjectSurvives(t *testing.T) {
+	s := newTestBolt(t)
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-01"},
+		Status: v1.NodeStatus{
+			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(t0)}},
+			NodeInfo:   v1.NodeSystemInfo{Architecture: "arm64"},
+		},
+	}
+	must(t, s.PutNode(node))
+	got, err := s.GetNode()
+	must(t, err)
+	if got.Status.NodeInfo.Architecture != "arm64" || !got.Status.Conditions[0].LastHeartbeatTime.Equal(&node.Status.Conditions[0].LastHeartbeatTime) {
+		t.Errorf("node = %+v", got.Status)
+	}
+}
+
+// bbolt's meta page, for the damage tests: after the 16-byte page header,
+// magic, version, pageSize, flags (4 bytes each), root bucket (pgid,
+// sequence), freelist pgid, high-water pgid, txid, then an FNV-64a checksum
+// of everything before it. Little-endian on every platform we build for.
+const (
+	metaAt         = 16
+	metaRoot       = metaAt + 16
+	metaFreelist   = metaAt + 32
+	metaTxid       = metaAt + 48
+	metaChecksum   = metaAt + 56
+	pageHeaderSize = 16
+)
+
+type metaInfo struct {
+	offset             int
+	root, freelist, tx uint64
+}
+
+func readMeta(b []byte, offset int) metaInfo {
+	return metaInfo{
+		offset:   offset,
+		root:     binary.LittleEndian.Uint64(b[offset+metaRoot:]),
+		freelist: binary.LittleEndian.Uint64(b[offset+metaFreelist:]),
+		tx:       binary.LittleEndian.Uint64(b[offset+metaTxid:]),
+	}
+}
+
+func newestMeta(b []byte) metaInfo {
+	m0, m1 := readMeta(b, 0), readMeta(b, os.Getpagesize())
+	if m1.tx > m0.tx {
+		return m1
+	}
+	return m0
+}
+
+// relocateFreelists copies each meta page's freelist page to a low page
+// (to, to+1) and points the meta there, re-sealing its checksum: a file
+// whose freelist survives a truncation that takes data pages with it.
+func relocateFreelists(t *testing.T, b []byte, to int) []byte {
+	t.Helper()
+	ps := os.Getpagesize()
+	g := bytes.Clone(b)
+	for i, off := range []int{0, ps} {
+		m := readMeta(g, off)
+		dst := to + i
+		copy(g[dst*ps:(dst+1)*ps], g[int(m.freelist)*ps:(int(m.freelist)+1)*ps])
+		binary.LittleEndian.PutUint64(g[dst*ps:], uint64(dst)) // the page's own id
+		binary.LittleEndian.PutUint64(g[off+metaFreelist:], uint64(dst))
+		h := fnv.New64a()
+		h.Write(g[off+metaAt : off+metaChecksum])
+		binary.LittleEndian.PutUint64(g[off+metaChecksum:], h.Sum64())
+	}
+	// The relocated file must still open in bbolt, or the test proves nothing.
+	path := filepath.Join(t.TempDir(), "relocated.db")
+	must(t, os.WriteFile(path, g, 0o600))
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatalf("relocated file does not open: %v", err)
+	}
+	must(t, db.Close())
+	return g
+}
+
+// TestStaleNewFileFromACrashedCreate: a crash while creating a database
+// leaves "<path>.new" behind and nothing at path; the next boot is a plain
+// first boot.
+func TestStaleNewFileFromACrashedCreate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	must(t, os.WriteFile(path+".new", []byte{}, 0o600))
+	s, rep := openTestStore(t, path, Options{})
+	if !rep.Created || rep.Recovered != nil {
+		t.Errorf("report %v", rep)
+	}
+	if _, err := os.Stat(path + ".new"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale .new file left: %v", err)
+	}
+	must(t, s.PutPod(SourceAPI, testPod("u", "p")))
+}

@@ -1,0 +1,248 @@
+package offline
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	v1 "k8s.io/api/core/v1"
+)
+
+//go:generate go run ./internal/genv1db -out testdata/schema-v1.db
+
+// SchemaVersion is the schema this package reads and writes. See doc.go for
+// the tree of each version.
+const SchemaVersion = 2
+
+// Bucket and key names of schema v2 (doc.go draws the tree).
+var (
+	bucketMeta        = []byte("meta")
+	keyVersion        = []byte("version")
+	keyNodeName       = []byte("node_name")
+	keyBootCount      = []byte("boot_count")
+	bucketPods        = []byte("pods")
+	keyPod            = []byte("pod")
+	keyAdmission      = []byte("admission")
+	bucketContainers  = []byte("containers")
+	bucketSync        = []byte("sync")
+	keyPodListRV      = []byte("pods_resource_version")
+	bucketConfigMaps  = []byte("configmaps")
+	bucketSecrets     = []byte("secrets")
+	bucketNode        = []byte("node")
+	keyNode           = []byte("node")
+	bucketOutbox      = []byte("outbox")
+	bucketOutboxIndex = []byte("outbox_index")
+	bucketQuarantine  = []byte("quarantine")
+
+	// topBuckets are the top-level buckets of schema v2.
+	topBuckets = [][]byte{
+		bucketMeta, bucketPods, bucketSync, bucketConfigMaps, bucketSecrets,
+		bucketNode, bucketOutbox, bucketOutboxIndex, bucketQuarantine,
+	}
+)
+
+// initSchema creates the buckets and meta keys of the current schema in an
+// empty database.
+func initSchema(tx *bolt.Tx) error {
+	for _, name := range topBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if err := meta.Put(keyVersion, []byte(strconv.Itoa(SchemaVersion))); err != nil {
+		return fmt.Errorf("put schema version: %w", err)
+	}
+	if meta.Get(keyBootCount) == nil {
+		if err := meta.Put(keyBootCount, binary.BigEndian.AppendUint64(nil, 0)); err != nil {
+			return fmt.Errorf("put boot counter: %w", err)
+		}
+	}
+	return nil
+}
+
+// errNoSchema: the database has no buckets at all (a new bbolt file).
+var errNoSchema = errors.New("no schema")
+
+// readVersion returns the schema version of the database, errNoSchema for a
+// database without buckets, or an error describing why it is not ours.
+func readVersion(tx *bolt.Tx) (int, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		empty := true
+		_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+		if empty {
+			return 0, errNoSchema
+		}
+		return 0, errors.New("no meta bucket: not a holdfast state database")
+	}
+	raw := meta.Get(keyVersion)
+	if raw == nil {
+		return 0, errors.New("meta bucket without a schema version")
+	}
+	v, err := strconv.Atoi(string(raw))
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("unreadable schema version %q", raw)
+	}
+	return v, nil
+}
+
+// migration upgrades a database from version `from` to from+1 inside the
+// caller's transaction. q records undecodable records it quarantined instead
+// of failing the migration.
+type migration func(tx *bolt.Tx, q *quarantiner) error
+
+// migrations[v] upgrades from schema v to v+1.
+var migrations = map[int]migration{
+	1: migrateV1toV2,
+}
+
+// Schema v1, as written by the first prototype (see doc.go): flat buckets
+// keyed namespace/name, plain JSON values without a checksum, pods admitted
+// before they were written, no container records, no outbox.
+type v1PodEntry struct {
+	Source     Source    `json:"source"`
+	Pod        *v1.Pod   `json:"pod"`
+	AdmittedAt time.Time `json:"admittedAt"`
+}
+
+// migrateV1toV2 re-keys pods by UID (recording their admission and an empty
+// container bucket), frames every value with a checksum, and adds the new
+// buckets. A v1 record that does not decode, or a pod without a UID, is
+// quarantined under its v1 key.
+func migrateV1toV2(tx *bolt.Tx, q *quarantiner) error {
+	for _, name := range topBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+
+	// Pods: the v1 bucket shares its name with the v2 one, so read it all,
+	// drop it and write the new tree.
+	type kv struct{ k, v []byte }
+	var oldPods []kv
+	if err := tx.Bucket(bucketPods).ForEach(func(k, v []byte) error {
+		oldPods = append(oldPods, kv{clone(k), clone(v)})
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read v1 pods: %w", err)
+	}
+	if err := tx.DeleteBucket(bucketPods); err != nil {
+		return fmt.Errorf("drop v1 pods bucket: %w", err)
+	}
+	pods, err := tx.CreateBucket(bucketPods)
+	if err != nil {
+		return fmt.Errorf("create v2 pods bucket: %w", err)
+	}
+	for _, p := range oldPods {
+		key := "pods/" + string(p.k)
+		if p.v == nil { // a nested bucket: v1 had none; dropped with the bucket
+			q.note(key, fmt.Errorf("migrate v1 pod: %w: unexpected nested bucket (dropped)", errUndecodable))
+			continue
+		}
+		var e v1PodEntry
+		if err := json.Unmarshal(p.v, &e); err != nil {
+			if err := q.putAndNote(tx, key, key, p.v, fmt.Errorf("migrate v1 pod: %w: %v", errUndecodable, err)); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.Pod == nil || e.Pod.UID == "" || !e.Source.valid() {
+			if err := q.putAndNote(tx, key, key, p.v, fmt.Errorf("migrate v1 pod: %w: no pod, no UID or unknown source", errUndecodable)); err != nil {
+				return err
+			}
+			continue
+		}
+		raw, err := encodeValue(podEntry{Source: e.Source, Pod: e.Pod})
+		if err != nil {
+			return fmt.Errorf("migrate v1 pod %s: %w", key, err)
+		}
+		b, err := pods.CreateBucketIfNotExists([]byte(e.Pod.UID))
+		if err != nil {
+			return fmt.Errorf("migrate v1 pod %s: %w", key, err)
+		}
+		if err := b.Put(keyPod, raw); err != nil {
+			return fmt.Errorf("migrate v1 pod %s: %w", key, err)
+		}
+		if !e.AdmittedAt.IsZero() {
+			// v1 only wrote pods after admitting them.
+			araw, err := encodeAdmission(Admission{Accepted: true, At: e.AdmittedAt})
+			if err != nil {
+				return fmt.Errorf("migrate v1 pod %s: %w", key, err)
+			}
+			if err := b.Put(keyAdmission, araw); err != nil {
+				return fmt.Errorf("migrate v1 pod %s: %w", key, err)
+			}
+		}
+		if _, err := b.CreateBucketIfNotExists(bucketContainers); err != nil {
+			return fmt.Errorf("migrate v1 pod %s: %w", key, err)
+		}
+	}
+
+	// ConfigMaps, Secrets, Node: same keys, values re-encoded and framed
+	// with a checksum.
+	reframe := func(bucket []byte, decode func([]byte) (any, error)) error {
+		b := tx.Bucket(bucket)
+		var all []kv
+		if err := b.ForEach(func(k, v []byte) error {
+			all = append(all, kv{clone(k), clone(v)})
+			return nil
+		}); err != nil {
+			return fmt.Errorf("read v1 %s: %w", bucket, err)
+		}
+		for _, e := range all {
+			key := string(bucket) + "/" + string(e.k)
+			if e.v == nil { // a nested bucket: v1 had none; leave it alone
+				q.note(key, fmt.Errorf("migrate v1 record: %w: unexpected nested bucket", errUndecodable))
+				continue
+			}
+			obj, err := decode(e.v)
+			if err != nil {
+				if err := b.Delete(e.k); err != nil {
+					return fmt.Errorf("migrate %s: %w", key, err)
+				}
+				if err := q.putAndNote(tx, key, key, e.v, fmt.Errorf("migrate v1 record: %w: %v", errUndecodable, err)); err != nil {
+					return err
+				}
+				continue
+			}
+			framed, err := encodeValue(obj)
+			if err != nil {
+				return fmt.Errorf("migrate %s: %w", key, err)
+			}
+			if err := b.Put(e.k, framed); err != nil {
+				return fmt.Errorf("migrate %s: %w", key, err)
+			}
+		}
+		return nil
+	}
+	if err := reframe(bucketConfigMaps, decodeJSON[v1.ConfigMap]); err != nil {
+		return err
+	}
+	if err := reframe(bucketSecrets, decodeJSON[v1.Secret]); err != nil {
+		return err
+	}
+	if err := reframe(bucketNode, decodeJSON[v1.Node]); err != nil {
+		return err
+	}
+	return initSchema(tx)
+}
+
+func decodeJSON[T any](raw []byte) (any, error) {
+	v := new(T)
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}

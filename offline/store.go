@@ -1,0 +1,299 @@
+package offline
+
+import (
+	"errors"
+	"io"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Store is everything the agent keeps across restarts. Both implementations
+// (BoltStore on disk, MemStore in memory) pass the same contract suite, so
+// agent logic tested against MemStore sees the same semantics the gateway
+// runs with.
+//
+// Common guarantees, unless a method says otherwise:
+//   - Safe for concurrent use.
+//   - A write that returned nil is durable (BoltStore: committed and fsynced)
+//     and visible to every read that starts after it returned.
+//   - A put whose encoded value is byte-identical to the stored one writes
+//     nothing and is counted in Stats.SkippedWrites.
+//   - Values handed in are encoded before the call returns: the caller may
+//     reuse or mutate them afterwards. Values handed out are fresh copies.
+//   - A read that meets an undecodable record moves it to the quarantine and
+//     reports it (ErrCorruptRecord for single reads, the per-key error map for
+//     Load* calls); it never fails a whole load because of one record.
+//   - After Close every method returns ErrClosed.
+type Store interface {
+	// PutPod records a pod the agent has received, keyed by pod.UID, with
+	// its source. It creates the record or replaces the stored object; it
+	// never touches the pod's admission or container records. The object is
+	// stored as given: callers store the pod as applied (status and
+	// managedFields only cost flash writes).
+	PutPod(source Source, pod *v1.Pod) error
+
+	// SetAdmission records the outcome of admission for a recorded pod.
+	// Admission runs once per pod: once decided it is immutable. Setting the
+	// same decision again is a no-op; a different one returns
+	// ErrAdmissionDecided. a.At must be set. ErrNotFound if the pod is not
+	// recorded.
+	SetAdmission(uid types.UID, a Admission) error
+
+	// PutContainer records (or replaces) the state of one container of a
+	// recorded pod, keyed by container name. ErrNotFound if the pod is not
+	// recorded: persist the pod before creating its containers.
+	PutContainer(uid types.UID, c ContainerRecord) error
+
+	// GetPod returns one pod record with its admission and containers.
+	// ErrNotFound if absent. If any part of it is undecodable, that part is
+	// quarantined (the whole pod if its object or admission is bad, only the
+	// container record otherwise) and an error wrapping ErrCorruptRecord is
+	// returned; a second call returns what is left.
+	GetPod(uid types.UID) (PodRecord, error)
+
+	// LoadPods returns every decodable pod record, sorted by UID, and a map
+	// from key to error for every record that could not be decoded (key: the
+	// pod UID, or "<uid>/<container>" for a single container record). Those
+	// records are moved to the quarantine. The error return is for failures
+	// of the store itself, in which case the other two are nil.
+	LoadPods() ([]PodRecord, map[string]error, error)
+
+	// DeletePod removes the pod record with its admission and containers.
+	// Pending status updates of the pod stay in the outbox until acked.
+	// Deleting an absent pod is a no-op.
+	DeletePod(uid types.UID) error
+
+	// SetPodListResourceVersion records the resourceVersion of the last
+	// complete, successful pod list or watch event from the apiserver.
+	SetPodListResourceVersion(rv string) error
+
+	// PodListResourceVersion returns what SetPodListResourceVersion stored,
+	// or "" if nothing was stored: unknown, never "no pods".
+	PodListResourceVersion() (string, error)
+
+	// PutConfigMap records a ConfigMap a pod mounts, keyed namespace/name;
+	// its resourceVersion is in its ObjectMeta.
+	PutConfigMap(cm *v1.ConfigMap) error
+	// GetConfigMap returns a recorded ConfigMap or ErrNotFound.
+	GetConfigMap(namespace, name string) (*v1.ConfigMap, error)
+	// DeleteConfigMap removes a recorded ConfigMap; absent is a no-op.
+	DeleteConfigMap(namespace, name string) error
+	// LoadConfigMaps returns every decodable ConfigMap sorted by
+	// namespace/name, and per-key errors for the ones quarantined.
+	LoadConfigMaps() ([]*v1.ConfigMap, map[string]error, error)
+
+	// PutSecret records a Secret a pod mounts, keyed namespace/name. The
+	// data is stored as is (not encrypted): the file's mode is 0600.
+	PutSecret(s *v1.Secret) error
+	// GetSecret returns a recorded Secret or ErrNotFound.
+	GetSecret(namespace, name string) (*v1.Secret, error)
+	// DeleteSecret removes a recorded Secret; absent is a no-op.
+	DeleteSecret(namespace, name string) error
+	// LoadSecrets returns every decodable Secret sorted by namespace/name,
+	// and per-key errors for the ones quarantined.
+	LoadSecrets() ([]*v1.Secret, map[string]error, error)
+
+	// PutNode records the Node object last seen or sent.
+	PutNode(node *v1.Node) error
+	// GetNode returns the recorded Node or ErrNotFound.
+	GetNode() (*v1.Node, error)
+
+	// AppendStatus appends a pod status update to the outbox and returns
+	// its sequence number. Sequence numbers increase strictly, across
+	// restarts, and are never reused. u.Timestamp is kept as given.
+	AppendStatus(u StatusUpdate) (seq uint64, err error)
+
+	// PendingStatuses returns the outbox coalesced per pod: one entry per
+	// pod with the latest status, in the order of each pod's first pending
+	// entry. Undecodable entries are quarantined and reported by sequence
+	// number (decimal) in the map.
+	PendingStatuses() ([]PendingStatus, map[string]error, error)
+
+	// AckStatuses removes the pod's outbox entries with a sequence number
+	// <= upTo (typically PendingStatus.LastSeq after a successful update).
+	// Entries appended later stay. Acking nothing is a no-op.
+	AckStatuses(uid types.UID, upTo uint64) error
+
+	// NodeName returns the node name recorded by SetNodeName, or "".
+	NodeName() (string, error)
+	// SetNodeName records the name of the node this state belongs to.
+	SetNodeName(name string) error
+	// BootCount returns how many times IncrementBootCount was called.
+	BootCount() (uint64, error)
+	// IncrementBootCount adds one to the boot counter and returns the new
+	// value. The agent calls it once per start.
+	IncrementBootCount() (uint64, error)
+
+	// Quarantined lists the records moved to the quarantine, oldest first.
+	Quarantined() ([]QuarantinedRecord, error)
+
+	// Stats returns counters since the store was opened.
+	Stats() Stats
+
+	// Close releases the store (and, for BoltStore, the file and its lock).
+	// It waits for writes in progress. Closing twice returns ErrClosed.
+	io.Closer
+}
+
+// Errors returned by Store methods, wrapped with context; test with errors.Is.
+var (
+	// ErrNotFound: the record does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrCorruptRecord: a stored record could not be decoded; it has been
+	// moved to the quarantine.
+	ErrCorruptRecord = errors.New("corrupt record (quarantined)")
+	// ErrAdmissionDecided: admission already decided differently for this pod.
+	ErrAdmissionDecided = errors.New("admission already decided")
+	// ErrLocked: another process holds the state database.
+	ErrLocked = errors.New("state database is locked")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store closed")
+	// ErrInvalid: the caller passed a value the store refuses to record.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrCorruptDatabase: bbolt panicked or faulted on the file while the
+	// store was running: damage the checks at Open did not see. Close the
+	// store and Open it again, which moves the file aside and starts fresh.
+	ErrCorruptDatabase = errors.New("state database is corrupt")
+)
+
+// Source says where a pod came from.
+type Source string
+
+const (
+	// SourceAPI: the pod came from the apiserver.
+	SourceAPI Source = "api"
+	// SourceFile: a static pod from the manifest directory.
+	SourceFile Source = "file"
+)
+
+func (s Source) valid() bool { return s == SourceAPI || s == SourceFile }
+
+// PodRecord is what the store knows about one pod.
+type PodRecord struct {
+	UID    types.UID
+	Source Source
+	// Pod is the object as applied.
+	Pod *v1.Pod
+	// Admission is the zero value until SetAdmission was called.
+	Admission Admission
+	// Containers holds one record per container name, sorted by name.
+	Containers []ContainerRecord
+}
+
+// Container returns the record of the named container.
+func (r PodRecord) Container(name string) (ContainerRecord, bool) {
+	i := slices.IndexFunc(r.Containers, func(c ContainerRecord) bool { return c.Name == name })
+	if i < 0 {
+		return ContainerRecord{}, false
+	}
+	return r.Containers[i], true
+}
+
+// Admission is the outcome of the one admission a pod goes through. Its JSON
+// shape is part of the on-disk schema (see doc.go).
+type Admission struct {
+	// Accepted is true if the pod was admitted.
+	Accepted bool `json:"accepted"`
+	// At is when the decision was made; zero means not decided yet.
+	At time.Time `json:"at"`
+	// Reason and Message explain a rejection (e.g. "OutOfcpu").
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Decided reports whether admission has run for the pod.
+func (a Admission) Decided() bool { return !a.At.IsZero() }
+
+// ContainerRecord is the state of one container of a pod that must survive
+// a reboot: which containerd container is the current attempt, and what
+// restartCount and lastState report. Its JSON shape is part of the on-disk
+// schema (see doc.go).
+type ContainerRecord struct {
+	// Name is the container's name in the pod spec (init and regular
+	// containers share one namespace of names).
+	Name string `json:"name"`
+	// ContainerID is the containerd container ID of the current attempt.
+	ContainerID string `json:"containerID,omitempty"`
+	// Attempt numbers the containerd containers created for this name,
+	// starting at 0.
+	Attempt uint32 `json:"attempt"`
+	// RestartCount is what status.containerStatuses[].restartCount reports.
+	RestartCount int32 `json:"restartCount"`
+	// LastTermination feeds lastState.terminated; nil if it never ended.
+	LastTermination *Termination `json:"lastTermination,omitempty"`
+}
+
+// Termination describes how a container attempt ended.
+type Termination struct {
+	ExitCode    int32     `json:"exitCode"`
+	Signal      int32     `json:"signal,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Message     string    `json:"message,omitempty"`
+	StartedAt   time.Time `json:"startedAt"`
+	FinishedAt  time.Time `json:"finishedAt"`
+	ContainerID string    `json:"containerID,omitempty"`
+}
+
+// StatusUpdate is one pod status the agent wants the apiserver to see.
+type StatusUpdate struct {
+	UID       types.UID
+	Namespace string
+	Name      string
+	Status    v1.PodStatus
+	// Timestamp is when the status was observed. It is delivered as is, so
+	// a status computed while offline keeps its original time.
+	Timestamp time.Time
+}
+
+// PendingStatus is the outbox coalesced for one pod.
+type PendingStatus struct {
+	UID       types.UID
+	Namespace string
+	Name      string
+	// Status and Timestamp are those of the latest pending entry.
+	Status    v1.PodStatus
+	Timestamp time.Time
+	// FirstSeq and FirstTimestamp are those of the oldest pending entry:
+	// the order of delivery and how late it is.
+	FirstSeq       uint64
+	FirstTimestamp time.Time
+	// LastSeq is the sequence number to ack once Status was delivered.
+	LastSeq uint64
+	// Entries is how many pending entries were coalesced.
+	Entries int
+}
+
+// QuarantinedRecord is a record that could not be decoded and was moved out
+// of the way, kept for inspection.
+type QuarantinedRecord struct {
+	// Seq orders quarantined records.
+	Seq uint64
+	// Key is where the record was: bucket path and key joined with "/",
+	// e.g. "pods/<uid>/containers/<name>".
+	Key string
+	// Reason is why it was moved.
+	Reason string
+	// At is when it was moved.
+	At time.Time
+	// Value is the raw bytes as they were stored.
+	Value []byte
+}
+
+// Stats counts store activity since open. Tests use it to assert that
+// unchanged writes are skipped and concurrent writes batched.
+type Stats struct {
+	// Writes counts logical writes that changed the store: puts of new or
+	// different bytes, deletes, appends, acks, counter increments.
+	Writes uint64
+	// SkippedWrites counts puts and deletes skipped because they would not
+	// change the stored bytes.
+	SkippedWrites uint64
+	// Commits counts write transactions committed (BoltStore: each one a
+	// fsync; several writes may share one). MemStore counts one per write.
+	Commits uint64
+	// Quarantined counts records moved to the quarantine.
+	Quarantined uint64
+}
