@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -30,6 +31,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/sources"
 	"github.com/holdfast-dev/holdfast/agent/status"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // Agent is one running holdfast.
@@ -86,7 +88,14 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	hostIPs := func() []string { return node.HostIPs(cfg.NodeIP) }
 	netMgr := network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir)
-	statusMgr := status.NewManager(client, a.log.With("component", "status"))
+	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{})
+	if err != nil {
+		return fmt.Errorf("%w (is another holdfast running with state dir %s?)", err, cfg.StateDir)
+	}
+	defer store.Close()
+	stateCondition := a.reportStore(report)
+
+	statusMgr := status.NewManager(client, store, cfg.NodeName, a.log.With("component", "status"))
 	podMgr := pods.NewManager(pods.Config{
 		StateDir:     cfg.StateDir,
 		PodLogDir:    cfg.PodLogDir,
@@ -104,7 +113,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { return fs.Run(ctx) })
 	}
 	if client != nil {
-		api := &sources.APISource{Client: client, NodeName: cfg.NodeName, Sink: podMgr, Log: a.log.With("component", "apisource")}
+		api := &sources.APISource{Client: client, NodeName: cfg.NodeName, Sink: podMgr, Store: store,
+			Log: a.log.With("component", "apisource"), OnMirrorDeleted: statusMgr.MirrorDeleted}
+		// Boot from the cache first, with no apiserver call on the path; the informer then
+		// reconciles when the apiserver answers.
+		if n := api.Restore(); n > 0 {
+			a.log.Info("restored cached pods", "pods", n)
+		}
+		if n := statusMgr.RestoreOutbox(); n > 0 {
+			a.log.Info("status updates waiting for the apiserver", "pods", n)
+		}
 		factory := api.Start()
 		ready = append(ready, api.Ready)
 		g.Go(func() error { return api.Run(ctx, factory) })
@@ -119,6 +137,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			RenewInterval:   cfg.NodeStatus.LeaseRenewInterval.Duration,
 			UpdateFrequency: cfg.NodeStatus.UpdateFrequency.Duration,
 			ReportFrequency: cfg.NodeStatus.ReportFrequency.Duration,
+			ExtraConditions: stateCondition,
 		}, client, rt.Version, func() error {
 			if err := podMgr.RelistHealthy(); err != nil {
 				return err
@@ -146,6 +165,30 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("holdfast running", "node", cfg.NodeName, "version", a.version, "standalone", cfg.Standalone(),
 		"manifests", cfg.ManifestDir, "containerd", cfg.Containerd.Address)
 	return g.Wait()
+}
+
+// reportStore logs what opening the state database found and returns the node condition
+// that tells the cluster about a database that had to be moved aside.
+func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
+	switch {
+	case r.Recovered != nil:
+		a.log.Error("state database was unusable: moved aside and started empty; rebuilding from containerd, manifests and the apiserver",
+			"path", r.Path, "kind", r.Recovered.Kind, "movedTo", r.Recovered.MovedTo, "err", r.Recovered.Err)
+		return []v1.NodeCondition{{
+			Type:    "HoldfastStateRecovered",
+			Status:  v1.ConditionTrue,
+			Reason:  "StateDatabase" + string(r.Recovered.Kind),
+			Message: fmt.Sprintf("state database %s was unusable (%v); kept at %s; running containers were kept and the cache is being rebuilt", r.Path, r.Recovered.Err, r.Recovered.MovedTo),
+		}}
+	case r.MigratedFrom != 0:
+		a.log.Info("state database migrated", "path", r.Path, "from", r.MigratedFrom, "to", r.SchemaVersion)
+	case r.Created:
+		a.log.Info("state database created", "path", r.Path)
+	}
+	for key, reason := range r.Quarantined {
+		a.log.Warn("state record quarantined", "key", key, "reason", reason)
+	}
+	return nil
 }
 
 // connectRuntime waits for containerd: at boot it may come up after the agent.

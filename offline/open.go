@@ -302,6 +302,12 @@ func verify(db *bolt.DB) (err error) {
 		}
 	}()
 	return db.View(func(tx *bolt.Tx) error {
+		// A file cut short (a partial copy, a power cut on a filesystem that lost the tail)
+		// may still have readable buckets while its freelist or free pages lie past the end,
+		// which only the next write would trip on: catch it here.
+		if fi, err := os.Stat(db.Path()); err == nil && fi.Size() < tx.Size() {
+			return fmt.Errorf("file is %d bytes, shorter than the %d bytes its metadata describes: truncated", fi.Size(), tx.Size())
+		}
 		var sum uint32
 		var walk func(b *bolt.Bucket)
 		walk = func(b *bolt.Bucket) {

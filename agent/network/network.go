@@ -98,9 +98,10 @@ func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string) (*P
 		return nil, err
 	}
 	path := m.netnsPath(podUID)
-	if isNetNS(path) {
-		// Created by an earlier attempt that did not finish: CNI DEL first so that IPAM
-		// releases what it may have allocated.
+	if _, err := os.Stat(m.recordPath(podUID)); err == nil || isNetNS(path) {
+		// Left by an earlier setup that did not finish, or by a boot before a reboot (the
+		// namespace is gone, IPAM still remembers): CNI DEL first so IPAM releases what it
+		// allocated to this pod.
 		_ = c.Remove(ctx, podUID, path, podLabels(podUID, namespace, name))
 	}
 	if err := createNetNS(path); err != nil {

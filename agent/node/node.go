@@ -44,6 +44,9 @@ type Config struct {
 	RenewInterval   time.Duration
 	UpdateFrequency time.Duration
 	ReportFrequency time.Duration
+	// ExtraConditions are reported as they are beside kubelet's four (e.g. a state database
+	// that had to be rebuilt).
+	ExtraConditions []v1.NodeCondition
 }
 
 // Controller owns the Node object and its Lease.
@@ -238,6 +241,9 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 		pressure(old, v1.NodeDiskPressure, diskPressure, "KubeletHasDiskPressure", "KubeletHasNoDiskPressure", "disk pressure", now),
 		pressure(old, v1.NodePIDPressure, pidPressure, "KubeletHasInsufficientPID", "KubeletHasSufficientPID", "PID available", now),
 		nodeCondition(old, v1.NodeReady, ready, readyReason, readyMsg, now),
+	}
+	for _, c := range c.cfg.ExtraConditions {
+		st.Conditions = append(st.Conditions, nodeCondition(old, c.Type, c.Status == v1.ConditionTrue, c.Reason, c.Message, now))
 	}
 	return st, nil
 }

@@ -2,30 +2,64 @@ package sources
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // APISource delivers the pods bound to this node in the apiserver, through an informer.
 // Deletions are authoritative: the informer reports a pod deleted only when the apiserver
 // said so (a watch DELETED event, or absence from a complete relist), never because a list
 // failed.
+//
+// Every pod it delivers is first written to the offline store, so the agent runs it after a
+// reboot with no apiserver. Cached pods the apiserver no longer has are removed only once
+// the informer has completed a full list: the list proves the deletion.
 type APISource struct {
 	Client   kubernetes.Interface
 	NodeName string
 	Sink     Sink
+	Store    offline.Store
 	Log      *slog.Logger
+	// OnMirrorDeleted is told when a mirror pod disappears from the apiserver, so that the
+	// status side re-creates it while its static pod runs.
+	OnMirrorDeleted func(pod *v1.Pod)
 
-	synced cache.InformerSynced
+	synced  cache.InformerSynced
+	indexer cache.Indexer
+}
+
+// Restore delivers the pods cached by earlier runs, before the apiserver is contacted: the
+// boot path of an offline gateway. Records that cannot be decoded are reported and skipped.
+func (s *APISource) Restore() int {
+	recs, bad, err := s.Store.LoadPods()
+	if err != nil {
+		s.Log.Error("load cached pods", "err", err)
+		return 0
+	}
+	for key, err := range bad {
+		s.Log.Error("cached pod record unreadable; quarantined", "key", key, "err", err)
+	}
+	n := 0
+	for _, rec := range recs {
+		if rec.Source != offline.SourceAPI || rec.Pod == nil {
+			continue
+		}
+		s.Sink.Update(rec.Pod)
+		n++
+	}
+	return n
 }
 
 // Ready reports whether the informer has delivered the complete list of the node's pods.
@@ -47,13 +81,21 @@ func (s *APISource) Start() informers.SharedInformerFactory {
 				obj = d.Obj
 			}
 			pod, ok := obj.(*v1.Pod)
-			if !ok || isMirror(pod) {
+			if !ok {
 				return
 			}
+			if isMirror(pod) {
+				if s.OnMirrorDeleted != nil {
+					s.OnMirrorDeleted(pod)
+				}
+				return
+			}
+			s.forget(pod.UID)
 			s.Sink.Remove(pod.UID, "pod deleted in the API")
 		},
 	})
 	s.synced = inf.HasSynced
+	s.indexer = inf.GetIndexer()
 	return factory
 }
 
@@ -62,7 +104,55 @@ func (s *APISource) update(obj any) {
 	if !ok || isMirror(pod) {
 		return
 	}
+	if err := s.Store.PutPod(offline.SourceAPI, forCache(pod)); err != nil {
+		// Still run it: losing the cache entry only matters after a reboot while offline.
+		s.Log.Error("cache pod; it will not survive a reboot without the apiserver", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
 	s.Sink.Update(pod)
+}
+
+func (s *APISource) forget(uid types.UID) {
+	if err := s.Store.DeletePod(uid); err != nil && !errors.Is(err, offline.ErrNotFound) {
+		s.Log.Error("remove cached pod", "uid", uid, "err", err)
+	}
+}
+
+// forCache strips what changes often and is not needed to run the pod (status is recomputed
+// from the runtime, managedFields is bookkeeping), so a status write costs no flash write.
+func forCache(pod *v1.Pod) *v1.Pod {
+	c := pod.DeepCopy()
+	c.Status = v1.PodStatus{}
+	c.ManagedFields = nil
+	c.ResourceVersion = ""
+	return c
+}
+
+// reconcileCache removes the cached pods that a complete list from the apiserver does not
+// have: they were deleted while the node was away.
+func (s *APISource) reconcileCache() {
+	recs, _, err := s.Store.LoadPods()
+	if err != nil {
+		s.Log.Error("load cached pods", "err", err)
+		return
+	}
+	present := map[types.UID]bool{}
+	for _, obj := range s.indexer.List() {
+		if pod, ok := obj.(*v1.Pod); ok {
+			present[pod.UID] = true
+		}
+	}
+	for _, rec := range recs {
+		if rec.Source != offline.SourceAPI || present[rec.UID] {
+			continue
+		}
+		name := "?"
+		if rec.Pod != nil {
+			name = rec.Pod.Namespace + "/" + rec.Pod.Name
+		}
+		s.Log.Info("cached pod is gone from the apiserver; stopping it", "pod", name, "uid", rec.UID)
+		s.forget(rec.UID)
+		s.Sink.Remove(rec.UID, "pod was deleted in the API while the node was disconnected")
+	}
 }
 
 // Run runs the informer until ctx ends.
@@ -71,6 +161,7 @@ func (s *APISource) Run(ctx context.Context, factory informers.SharedInformerFac
 	start := time.Now()
 	if cache.WaitForCacheSync(ctx.Done(), s.synced) {
 		s.Log.Info("apiserver pod source synced", "after", time.Since(start).Round(time.Millisecond))
+		s.reconcileCache()
 	}
 	<-ctx.Done()
 	factory.Shutdown()

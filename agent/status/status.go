@@ -23,30 +23,83 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // Manager keeps and reports pod statuses. With a nil client it only keeps them (standalone).
+//
+// Statuses of API pods also go to the offline store's outbox before any write is tried, so a
+// status computed while the apiserver is unreachable is delivered, with its original
+// timestamps, when it comes back, even across an agent restart. Static pods are reported
+// through mirror pods, which the manager creates (and re-creates when deleted) whenever the
+// apiserver is reachable.
 type Manager struct {
-	client kubernetes.Interface
-	log    *slog.Logger
-	wake   chan struct{} // buffered(1)
+	client   kubernetes.Interface
+	store    offline.Store // nil: no outbox
+	nodeName string
+	log      *slog.Logger
+	wake     chan struct{} // buffered(1)
 
-	mu   sync.Mutex // protects pods
-	pods map[types.UID]*entry
+	mu      sync.Mutex // protects pods, nodeUID
+	pods    map[types.UID]*entry
+	nodeUID types.UID
 }
 
 type entry struct {
 	pod       *v1.Pod // latest pod object the worker had (for name, namespace, source)
 	status    v1.PodStatus
-	sent      *v1.PodStatus // last status the apiserver accepted; nil until the first write
+	sent      *v1.PodStatus // last status the apiserver has; nil until read or written
+	seq       uint64        // outbox sequence of status, to ack once delivered
 	dirty     bool
-	terminate bool // containers gone: delete the API object after the final status
-	deleted   bool
+	terminate bool      // containers gone: delete the API object after the final status
+	mirrorUID types.UID // static pods: the mirror pod reporting for it, "" until created
 }
 
-// NewManager builds a manager; Run writes to the apiserver.
-func NewManager(client kubernetes.Interface, log *slog.Logger) *Manager {
-	return &Manager{client: client, log: log, wake: make(chan struct{}, 1), pods: map[types.UID]*entry{}}
+// NewManager builds a manager; Run writes to the apiserver. store may be nil (no outbox).
+func NewManager(client kubernetes.Interface, store offline.Store, nodeName string, log *slog.Logger) *Manager {
+	return &Manager{client: client, store: store, nodeName: nodeName, log: log, wake: make(chan struct{}, 1), pods: map[types.UID]*entry{}}
+}
+
+// RestoreOutbox loads the statuses an earlier run could not deliver; Run delivers them in
+// the order they were first recorded, coalesced to the latest per pod.
+func (m *Manager) RestoreOutbox() int {
+	if m.store == nil {
+		return 0
+	}
+	pending, bad, err := m.store.PendingStatuses()
+	if err != nil {
+		m.log.Error("load status outbox", "err", err)
+		return 0
+	}
+	for key, err := range bad {
+		m.log.Error("status outbox entry unreadable; quarantined", "key", key, "err", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range pending {
+		if _, ok := m.pods[p.UID]; ok {
+			continue
+		}
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID}}
+		m.pods[p.UID] = &entry{pod: pod, status: p.Status, seq: p.LastSeq, dirty: true}
+	}
+	if len(pending) > 0 {
+		m.poke()
+	}
+	return len(pending)
+}
+
+// MirrorDeleted is told that a mirror pod disappeared from the apiserver; if its static pod
+// still runs, the mirror is created again.
+func (m *Manager) MirrorDeleted(mirror *v1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.pods {
+		if e.mirrorUID == mirror.UID {
+			e.mirrorUID, e.sent, e.dirty = "", nil, true
+			m.poke()
+		}
+	}
 }
 
 // SetPodStatus records a pod's latest computed status. An unchanged status is a no-op.
@@ -57,10 +110,6 @@ func (m *Manager) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
 	if !ok {
 		e = &entry{}
 		m.pods[pod.UID] = e
-		if reportable(pod) {
-			base := pod.Status
-			e.sent = &base
-		}
 	}
 	e.pod = pod
 	if ok && apiequality.Semantic.DeepEqual(e.status, st) {
@@ -69,6 +118,14 @@ func (m *Manager) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
 	m.logChange(pod, e.status, st, !ok)
 	e.status = st
 	e.dirty = true
+	if m.store != nil && !manifest.IsStatic(pod) {
+		seq, err := m.store.AppendStatus(offline.StatusUpdate{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Status: st, Timestamp: time.Now()})
+		if err != nil {
+			m.log.Error("record status in the outbox", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		} else {
+			e.seq = seq
+		}
+	}
 	m.poke()
 }
 
@@ -131,9 +188,6 @@ func (m *Manager) poke() {
 	}
 }
 
-// reportable: the pod exists in the apiserver (static pods get mirror pods in a later step).
-func reportable(pod *v1.Pod) bool { return !manifest.IsStatic(pod) }
-
 // Run writes dirty statuses until ctx ends. A failed write stays dirty and is retried.
 func (m *Manager) Run(ctx context.Context) error {
 	ticker := time.NewTicker(10 * time.Second)
@@ -151,11 +205,13 @@ func (m *Manager) Run(ctx context.Context) error {
 
 func (m *Manager) syncAll(ctx context.Context) {
 	type job struct {
-		uid  types.UID
-		pod  *v1.Pod
-		st   v1.PodStatus
-		sent *v1.PodStatus
-		term bool
+		uid       types.UID
+		pod       *v1.Pod
+		st        v1.PodStatus
+		sent      *v1.PodStatus
+		seq       uint64
+		term      bool
+		mirrorUID types.UID
 	}
 	var jobs []job
 	m.mu.Lock()
@@ -163,27 +219,53 @@ func (m *Manager) syncAll(ctx context.Context) {
 		if !e.dirty {
 			continue
 		}
-		if !reportable(e.pod) || m.client == nil {
+		if m.client == nil {
 			e.dirty = false
 			if e.terminate {
 				delete(m.pods, uid)
 			}
 			continue
 		}
-		jobs = append(jobs, job{uid, e.pod, e.status, e.sent, e.terminate})
+		jobs = append(jobs, job{uid, e.pod, e.status, e.sent, e.seq, e.terminate, e.mirrorUID})
 	}
 	m.mu.Unlock()
+	// Deliver in the order statuses were first recorded, oldest first.
+	sort.Slice(jobs, func(i, j int) bool { return jobs[i].seq < jobs[j].seq })
 
 	for _, j := range jobs {
-		sent, err := m.patch(ctx, j.pod, j.sent, j.st)
-		if err == nil && j.term && j.pod.DeletionTimestamp != nil {
-			err = m.delete(ctx, j.pod)
+		var sent *v1.PodStatus
+		var err error
+		mirrorUID := j.mirrorUID
+		static := manifest.IsStatic(j.pod)
+		switch {
+		case static && j.term:
+			err = m.deleteMirror(ctx, j.pod, mirrorUID)
+		case static:
+			var target *v1.Pod
+			if target, err = m.ensureMirror(ctx, j.pod, mirrorUID); err == nil {
+				if mirrorUID != target.UID {
+					mirrorUID, j.sent = target.UID, &target.Status
+				}
+				sent, err = m.patch(ctx, target, j.sent, j.st)
+			}
+		default:
+			sent, err = m.patch(ctx, j.pod, j.sent, j.st)
+			if err == nil && m.store != nil && j.seq > 0 {
+				if aerr := m.store.AckStatuses(j.uid, j.seq); aerr != nil {
+					m.log.Warn("ack delivered status", "pod", j.pod.Namespace+"/"+j.pod.Name, "err", aerr)
+				}
+			}
+			if err == nil && j.term && j.pod.DeletionTimestamp != nil {
+				err = m.delete(ctx, j.pod)
+			}
 		}
 		m.mu.Lock()
-		e := m.pods[j.uid]
-		if e != nil {
+		if e := m.pods[j.uid]; e != nil {
 			if sent != nil {
 				e.sent = sent
+			}
+			if static && e.mirrorUID == j.mirrorUID {
+				e.mirrorUID = mirrorUID
 			}
 			if err == nil && apiequality.Semantic.DeepEqual(e.status, j.st) && e.terminate == j.term {
 				e.dirty = false
@@ -193,23 +275,128 @@ func (m *Manager) syncAll(ctx context.Context) {
 			}
 		}
 		m.mu.Unlock()
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			m.log.Warn("report pod status", "pod", j.pod.Namespace+"/"+j.pod.Name, "err", err)
 		}
 	}
 }
 
+// ensureMirror returns the mirror pod of a static pod, creating it (or replacing one made
+// for an older version of the manifest) as kubelet does.
+func (m *Manager) ensureMirror(ctx context.Context, static *v1.Pod, known types.UID) (*v1.Pod, error) {
+	pods := m.client.CoreV1().Pods(static.Namespace)
+	hash := static.Annotations[manifest.ConfigHashAnnotation]
+	existing, err := pods.Get(ctx, static.Name, metav1.GetOptions{})
+	if absent(err) {
+		err = apierrors.NewNotFound(v1.Resource("pods"), static.Name)
+	}
+	switch {
+	case err == nil && existing.Annotations[manifest.MirrorAnnotation] == hash && existing.DeletionTimestamp == nil:
+		return existing, nil
+	case err == nil:
+		// A mirror of another version of the manifest (or a pod of the same name being
+		// deleted): replace it.
+		zero := int64(0)
+		if err := pods.Delete(ctx, existing.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero,
+			Preconditions: metav1.NewUIDPreconditions(string(existing.UID))}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("replace stale mirror pod %s/%s: %w", static.Namespace, static.Name, err)
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("get mirror pod %s/%s: %w", static.Namespace, static.Name, err)
+	}
+	nodeUID, err := m.getNodeUID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mirror := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: static.Name, Namespace: static.Namespace,
+			Labels:      static.Labels,
+			Annotations: map[string]string{},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: m.nodeName, UID: nodeUID, Controller: ptrTrue(),
+			}},
+		},
+		Spec: *static.Spec.DeepCopy(),
+	}
+	for k, v := range static.Annotations {
+		mirror.Annotations[k] = v
+	}
+	mirror.Annotations[manifest.MirrorAnnotation] = hash
+	created, err := pods.Create(ctx, mirror, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create mirror pod %s/%s: %w", static.Namespace, static.Name, err)
+	}
+	m.log.Info("mirror pod created", "pod", static.Namespace+"/"+static.Name, "mirrorUID", created.UID)
+	return created, nil
+}
+
+// deleteMirror deletes the mirror of a static pod that stopped, if it is still the one made
+// for that version of the manifest.
+func (m *Manager) deleteMirror(ctx context.Context, static *v1.Pod, mirrorUID types.UID) error {
+	pods := m.client.CoreV1().Pods(static.Namespace)
+	existing, err := pods.Get(ctx, static.Name, metav1.GetOptions{})
+	if absent(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("get mirror pod %s/%s: %w", static.Namespace, static.Name, err)
+	}
+	if existing.Annotations[manifest.MirrorAnnotation] != static.Annotations[manifest.ConfigHashAnnotation] {
+		return nil // already replaced by the mirror of a newer manifest
+	}
+	zero := int64(0)
+	err = pods.Delete(ctx, existing.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: metav1.NewUIDPreconditions(string(existing.UID))})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete mirror pod %s/%s: %w", static.Namespace, static.Name, err)
+	}
+	return nil
+}
+
+func (m *Manager) getNodeUID(ctx context.Context) (types.UID, error) {
+	m.mu.Lock()
+	uid := m.nodeUID
+	m.mu.Unlock()
+	if uid != "" {
+		return uid, nil
+	}
+	node, err := m.client.CoreV1().Nodes().Get(ctx, m.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("get node %s for mirror pod owner: %w", m.nodeName, err)
+	}
+	m.mu.Lock()
+	m.nodeUID = node.UID
+	m.mu.Unlock()
+	return node.UID, nil
+}
+
+// absent says a GET found no pod this node may see. The Node authorizer answers Forbidden,
+// not NotFound, for a pod that is not bound to this node, which includes one that no longer
+// exists at all.
+func absent(err error) bool { return apierrors.IsNotFound(err) || apierrors.IsForbidden(err) }
+
+func ptrTrue() *bool { t := true; return &t }
+
 // patch writes st with a strategic merge patch computed from the last status the apiserver
 // accepted, with the pod UID as a precondition so a re-created pod of the same name is never
 // patched with another pod's status.
 func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st v1.PodStatus) (*v1.PodStatus, error) {
-	if sent != nil && apiequality.Semantic.DeepEqual(*sent, st) {
+	if sent == nil {
+		// First write since start: patch from what the apiserver has, not from nothing.
+		cur, err := m.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if absent(err) {
+			return nil, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("read status of %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if cur.UID != pod.UID {
+			return nil, nil // another pod of the same name: ours is gone
+		}
+		sent = &cur.Status
+	}
+	if apiequality.Semantic.DeepEqual(*sent, st) {
 		return sent, nil
 	}
-	var base v1.PodStatus
-	if sent != nil {
-		base = *sent
-	}
+	base := *sent
 	oldJSON, err := json.Marshal(v1.Pod{Status: base})
 	if err != nil {
 		return nil, err
@@ -231,7 +418,7 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 		return nil, err
 	}
 	updated, err := m.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+	if absent(err) || apierrors.IsConflict(err) {
 		return nil, nil // gone or replaced: nothing to report any more
 	}
 	if err != nil {

@@ -85,7 +85,13 @@ func StartAgent(t testing.TB, dir string, cfg config.Config) *Agent {
 	}
 	a := &Agent{Config: cfg, Dir: dir, t: t}
 	a.proc = newProcess("holdfast", filepath.Join(dir, "holdfast.log"), bin, "run", "--config", filepath.Join(dir, "config.yaml"), "--log-level", "debug")
-	t.Cleanup(func() { _ = a.proc.stop(syscall.SIGKILL, 0) })
+	t.Cleanup(func() {
+		_ = a.proc.stop(syscall.SIGKILL, 0)
+		// Pod network namespaces are bind mounts under dir; the killed agent left them.
+		if err := unmountUnder(dir); err != nil {
+			t.Errorf("unmount what the agent left in %s: %v", dir, err)
+		}
+	})
 	logTailOnFailure(t, a.proc)
 	a.Start()
 	return a
