@@ -105,6 +105,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		HostIPs:      hostIPs,
 	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
 
+	podMgr.SetAdmission(&admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods}, store)
+
 	g, ctx := errgroup.WithContext(ctx)
 	var ready []func() bool
 	if cfg.ManifestDir != "" {

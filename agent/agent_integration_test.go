@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
@@ -345,5 +346,62 @@ func TestUnrunnablePodReportsReason(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("events %d", len(evs.Items))
+	})
+}
+
+// TestNodeAdmission: a pod that does not fit the node's allocatable cpu, or whose nodeSelector
+// does not match, ends Failed with kubelet's reason and a message; an agent restart does not
+// judge the running pods again.
+func TestNodeAdmission(t *testing.T) {
+	e := startEnv(t, true, func(c *config.Config) { c.NodeLabels = map[string]string{"site": "plant-7"} })
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	mk := func(name string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
+			NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+			Containers: []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "3600"}}},
+		}}
+	}
+	big := mk("big")
+	big.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1000")}
+	elsewhere := mk("elsewhere")
+	elsewhere.Spec.NodeSelector = map[string]string{"site": "plant-8"}
+	here := mk("here")
+	here.Spec.NodeSelector = map[string]string{"site": "plant-7"}
+	for _, p := range []*v1.Pod{big, elsewhere, here} {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, reason := range map[string]string{"big": "OutOfcpu", "elsewhere": "NodeAffinity"} {
+		testenv.Eventually(t, 60*time.Second, name+" rejected with "+reason, func() error {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != v1.PodFailed || p.Status.Reason != reason || !strings.HasPrefix(p.Status.Message, "Pod was rejected: ") {
+				return fmt.Errorf("status %s %s %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+			}
+			return nil
+		})
+	}
+	before := e.waitAPIRunning(t, "here")["here"]
+	for _, c := range e.containers(t) {
+		if c.Name == "c" && c.PodUID != string(before.UID) {
+			t.Errorf("a rejected pod got a container: %+v", c)
+		}
+	}
+	// After a restart nothing is judged again: the running pod keeps its container.
+	e.agent.Kill()
+	e.agent.Start()
+	testenv.Eventually(t, 60*time.Second, "here still running, same container", func() error {
+		p, err := e.localPod("here")
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != v1.PodRunning || p.Status.ContainerStatuses[0].ContainerID != containerIDOf(before) {
+			return fmt.Errorf("phase %s container %s", p.Status.Phase, p.Status.ContainerStatuses[0].ContainerID)
+		}
+		return nil
 	})
 }

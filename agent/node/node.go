@@ -124,16 +124,41 @@ func ownedByNode(node *v1.Node) lease.ProcessLeaseFunc {
 	}
 }
 
-func (c *Controller) register(ctx context.Context) (*v1.Node, error) {
+// Labels returns the labels the node registers with: kubelet's well-known ones and the
+// configured ones.
+func Labels(nodeName string, extra map[string]string) map[string]string {
 	labels := map[string]string{
-		v1.LabelHostname:   c.cfg.NodeName,
+		v1.LabelHostname:   nodeName,
 		v1.LabelOSStable:   goruntime.GOOS,
 		v1.LabelArchStable: goruntime.GOARCH,
 	}
-	for k, v := range c.cfg.Labels {
+	for k, v := range extra {
 		labels[k] = v
 	}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.cfg.NodeName, Labels: labels}}
+	return labels
+}
+
+// Capacity measures the machine: cpu, memory, ephemeral-storage (the filesystem of
+// storageDir) and the pods capacity. Allocatable is the same: holdfast reserves nothing yet.
+func Capacity(storageDir string, maxPods int) (v1.ResourceList, error) {
+	mi, err := readMachine(storageDir)
+	if err != nil {
+		return nil, err
+	}
+	return capacityOf(mi, maxPods), nil
+}
+
+func capacityOf(mi machineInfo, maxPods int) v1.ResourceList {
+	return v1.ResourceList{
+		v1.ResourceCPU:              *resource.NewQuantity(int64(mi.cpus), resource.DecimalSI),
+		v1.ResourceMemory:           *resource.NewQuantity(mi.memoryBytes, resource.BinarySI),
+		v1.ResourceEphemeralStorage: *resource.NewQuantity(mi.storageBytes, resource.BinarySI),
+		v1.ResourcePods:             *resource.NewQuantity(int64(maxPods), resource.DecimalSI),
+	}
+}
+
+func (c *Controller) register(ctx context.Context) (*v1.Node, error) {
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.cfg.NodeName, Labels: Labels(c.cfg.NodeName, c.cfg.Labels)}}
 	created, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err == nil {
 		return created, nil
@@ -195,12 +220,7 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 		return v1.NodeStatus{}, err
 	}
 	rv, rverr := c.runtimeVersion(ctx)
-	capacity := v1.ResourceList{
-		v1.ResourceCPU:              *resource.NewQuantity(int64(mi.cpus), resource.DecimalSI),
-		v1.ResourceMemory:           *resource.NewQuantity(mi.memoryBytes, resource.BinarySI),
-		v1.ResourceEphemeralStorage: *resource.NewQuantity(mi.storageBytes, resource.BinarySI),
-		v1.ResourcePods:             *resource.NewQuantity(int64(c.cfg.MaxPods), resource.DecimalSI),
-	}
+	capacity := capacityOf(mi, c.cfg.MaxPods)
 	st := v1.NodeStatus{
 		Capacity:    capacity,
 		Allocatable: capacity.DeepCopy(),

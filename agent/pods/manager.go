@@ -15,8 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // StatusSink receives the statuses the workers compute. It owns what is reported.
@@ -26,6 +29,11 @@ type StatusSink interface {
 	// PodTerminated says the pod's containers and network are gone: an API pod with a
 	// deletionTimestamp may now be deleted for good.
 	PodTerminated(pod *v1.Pod)
+}
+
+// Admitter decides whether the node takes a pod, given the pods it already runs.
+type Admitter interface {
+	Admit(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod) admission.Result
 }
 
 // Config tunes the manager.
@@ -49,6 +57,9 @@ type Manager struct {
 	status   StatusSink
 	recorder record.EventRecorder
 	log      *slog.Logger
+	admitter Admitter      // nil: admit everything
+	store    offline.Store // nil: decisions are not remembered across restarts
+	admitMu  sync.Mutex    // serializes admission: each decision sees the ones before it
 	backoff  *backoff
 	relistCh chan struct{} // buffered(1): relist now (a task event arrived)
 
@@ -91,6 +102,27 @@ func (m *Manager) event(pod *v1.Pod, eventType, reason, format string, args ...a
 	if m.recorder != nil {
 		m.recorder.Eventf(pod, eventType, reason, format, args...)
 	}
+}
+
+// SetAdmission installs the admission chain and the store that remembers its decisions, so
+// that a pod is judged once in its life, never again after an agent restart.
+func (m *Manager) SetAdmission(a Admitter, store offline.Store) {
+	m.admitter, m.store = a, store
+}
+
+// admittedPods returns the pods admitted and not finished, except the one being judged.
+func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*v1.Pod
+	for uid, w := range m.workers {
+		w.mu.Lock()
+		if uid != except && w.decision != nil && w.decision.Admitted && !w.removed && !w.orphan {
+			out = append(out, w.pod)
+		}
+		w.mu.Unlock()
+	}
+	return out
 }
 
 // SetSourcesReady installs the check that says every source has delivered its complete set
@@ -314,4 +346,41 @@ func (m *Manager) PodUIDs() []types.UID {
 		out = append(out, uid)
 	}
 	return out
+}
+
+// admit decides once whether the node takes the pod: a decision recorded by an earlier run
+// stands; a pod whose containers already exist was admitted before (its record may have
+// been lost with a corrupt database) and is never judged again; otherwise the admission
+// chain decides and the decision is recorded before anything runs.
+func (m *Manager) admit(ctx context.Context, pod *v1.Pod, observed []runtime.Container) admission.Result {
+	m.admitMu.Lock()
+	defer m.admitMu.Unlock()
+	if m.store != nil {
+		if rec, err := m.store.GetPod(pod.UID); err == nil && !rec.Admission.At.IsZero() {
+			if rec.Admission.Accepted {
+				return admission.Admit
+			}
+			return admission.Result{Reason: rec.Admission.Reason, Message: rec.Admission.Message}
+		}
+	}
+	r := admission.Admit
+	if len(observed) == 0 && m.admitter != nil {
+		r = m.admitter.Admit(ctx, pod, m.admittedPods(pod.UID))
+	}
+	if m.store != nil {
+		src := offline.SourceAPI
+		if manifest.IsStatic(pod) {
+			src = offline.SourceFile
+		}
+		if _, err := m.store.GetPod(pod.UID); err != nil {
+			if err := m.store.PutPod(src, pod); err != nil {
+				m.log.Warn("record pod for its admission decision", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			}
+		}
+		err := m.store.SetAdmission(pod.UID, offline.Admission{Accepted: r.Admitted, At: m.now(), Reason: r.Reason, Message: r.Message})
+		if err != nil {
+			m.log.Warn("record admission decision", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		}
+	}
+	return r
 }

@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
@@ -29,6 +30,8 @@ type worker struct {
 	removed bool   // authoritative removal: terminate the pod
 	reason  string // why it was removed, for the event
 	orphan  bool   // containers found at start that no source claims: no status to report
+	// decision is the admission outcome, nil until the first sync decides it.
+	decision *admission.Result
 
 	// Owned by the worker's goroutine.
 	waiting   map[string]waitingInfo
@@ -103,6 +106,25 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 	}
 	if w.startTime.IsZero() {
 		w.startTime = w.m.now()
+	}
+	w.mu.Lock()
+	decided := w.decision != nil
+	w.mu.Unlock()
+	if !decided {
+		r := w.m.admit(ctx, pod, observed)
+		w.mu.Lock()
+		w.decision = &r
+		w.mu.Unlock()
+		if !r.Admitted {
+			log.Info("pod rejected by admission", "reason", r.Reason, "message", r.Message)
+			w.m.event(pod, v1.EventTypeWarning, r.Reason, "%s", r.Message)
+		}
+	}
+	if !w.decision.Admitted {
+		st := admission.Rejected(*w.decision)
+		st.QOSClass = pod.Status.QOSClass
+		w.m.status.SetPodStatus(pod, st)
+		return time.Minute
 	}
 	for _, c := range observed {
 		if c.State == runtime.StateExited && !c.Recorded {

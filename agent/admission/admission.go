@@ -1,0 +1,121 @@
+// Package admission decides whether the node takes a pod, as kubelet's admission handlers do:
+// the pod must fit the node's allocatable resources beside the pods already admitted, and its
+// nodeSelector and required node affinity must match the node's labels. The checks are pure
+// functions; the pod manager runs them once per pod and records the decision, so a running
+// pod is never judged again after an agent restart.
+package admission
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+)
+
+// Reasons a pod is rejected with, named as kubelet names them.
+const (
+	ReasonOutOfCPU      = "OutOfcpu"
+	ReasonOutOfMemory   = "OutOfmemory"
+	ReasonOutOfPods     = "OutOfpods"
+	ReasonNodeAffinity  = "NodeAffinity"
+	ReasonUnexpectedErr = "UnexpectedAdmissionError"
+)
+
+// Result is an admission decision.
+type Result struct {
+	Admitted bool
+	Reason   string
+	Message  string
+}
+
+// Admit is the outcome for an admitted pod.
+var Admit = Result{Admitted: true}
+
+// Node is what admission knows about the node.
+type Node struct {
+	Labels      map[string]string
+	Allocatable v1.ResourceList
+}
+
+// Check runs the built-in checks for pod, given the pods already admitted and running.
+func Check(pod *v1.Pod, node Node, admitted []*v1.Pod) Result {
+	if r := checkAffinity(pod, node); !r.Admitted {
+		return r
+	}
+	return checkResources(pod, node, admitted)
+}
+
+func checkAffinity(pod *v1.Pod, node Node) Result {
+	n := &v1.Node{}
+	n.Labels = node.Labels
+	if len(pod.Spec.NodeSelector) > 0 {
+		if !labels.SelectorFromSet(pod.Spec.NodeSelector).Matches(labels.Set(node.Labels)) {
+			return Result{Reason: ReasonNodeAffinity, Message: fmt.Sprintf("Predicate NodeAffinity failed: node labels do not match the pod's nodeSelector %v", pod.Spec.NodeSelector)}
+		}
+	}
+	ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(n)
+	if err != nil {
+		return Result{Reason: ReasonUnexpectedErr, Message: fmt.Sprintf("evaluate node affinity: %v", err)}
+	}
+	if !ok {
+		return Result{Reason: ReasonNodeAffinity, Message: "Predicate NodeAffinity failed: node does not match the pod's required node affinity"}
+	}
+	return Admit
+}
+
+func checkResources(pod *v1.Pod, node Node, admitted []*v1.Pod) Result {
+	if max, ok := node.Allocatable[v1.ResourcePods]; ok && int64(len(admitted)+1) > max.Value() {
+		return Result{Reason: ReasonOutOfPods, Message: fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(admitted), max.Value())}
+	}
+	want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	used := v1.ResourceList{}
+	for _, p := range admitted {
+		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
+			sum := used[name]
+			sum.Add(q)
+			used[name] = sum
+		}
+	}
+	for _, r := range []struct {
+		name   v1.ResourceName
+		reason string
+	}{{v1.ResourceCPU, ReasonOutOfCPU}, {v1.ResourceMemory, ReasonOutOfMemory}} {
+		req, ok := want[r.name]
+		if !ok || req.IsZero() {
+			continue
+		}
+		capacity, ok := node.Allocatable[r.name]
+		if !ok {
+			continue
+		}
+		u := used[r.name]
+		total := u.DeepCopy()
+		total.Add(req)
+		if total.Cmp(capacity) > 0 {
+			return Result{Reason: r.reason, Message: fmt.Sprintf("Node didn't have enough resource: %s, requested: %s, used: %s, capacity: %s",
+				r.name, quantity(r.name, req), quantity(r.name, u), quantity(r.name, capacity))}
+		}
+	}
+	return Admit
+}
+
+// quantity prints cpu in millicores and the rest in bytes, as kubelet's messages do.
+func quantity(name v1.ResourceName, q resource.Quantity) string {
+	if name == v1.ResourceCPU {
+		return fmt.Sprint(q.MilliValue())
+	}
+	return fmt.Sprint(q.Value())
+}
+
+// Rejected builds the failed status of a rejected pod, with kubelet's message form.
+func Rejected(r Result) v1.PodStatus {
+	msg := r.Message
+	if !strings.HasPrefix(msg, "Pod was rejected") {
+		msg = "Pod was rejected: " + msg
+	}
+	return v1.PodStatus{Phase: v1.PodFailed, Reason: r.Reason, Message: msg}
+}
