@@ -110,7 +110,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	var ready []func() bool
 	if cfg.ManifestDir != "" {
-		fs := &sources.FileSource{Dir: cfg.ManifestDir, NodeName: cfg.NodeName, Sink: podMgr, Log: a.log.With("component", "static")}
+		fs := &sources.FileSource{Dir: cfg.ManifestDir, NodeName: cfg.NodeName, Sink: podMgr, Log: a.log.With("component", "static"), Recorder: recorder}
 		ready = append(ready, fs.Ready)
 		g.Go(func() error { return fs.Run(ctx) })
 	}

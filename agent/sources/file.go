@@ -14,6 +14,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 )
@@ -25,10 +27,12 @@ import (
 // or validate is reported (log line with its path and the reason) and the pod it described
 // before, if any, keeps running: only removing the file stops a static pod.
 type FileSource struct {
-	Dir         string
-	NodeName    string
-	Sink        Sink
-	Log         *slog.Logger
+	Dir      string
+	NodeName string
+	Sink     Sink
+	Log      *slog.Logger
+	// Recorder, if set, gets a Warning event on the Node for every invalid manifest.
+	Recorder    record.EventRecorder
 	QuietPeriod time.Duration // defaults to 300ms
 	Rescan      time.Duration // defaults to 20s: the safety net for missed notifications
 
@@ -160,6 +164,10 @@ func (s *FileSource) syncFile(path string) {
 				s.Log.Error("invalid static manifest; the pod it described before keeps running", "path", path, "pod", old.Name, "err", err)
 			} else {
 				s.Log.Error("invalid static manifest; skipped", "path", path, "err", err)
+			}
+			if s.Recorder != nil {
+				ref := &v1.ObjectReference{Kind: "Node", Name: s.NodeName, UID: types.UID(s.NodeName)}
+				s.Recorder.Eventf(ref, v1.EventTypeWarning, "InvalidStaticManifest", "static manifest %s skipped: %v", path, err)
 			}
 		}
 		return
