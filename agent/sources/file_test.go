@@ -1,0 +1,136 @@
+package sources
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// recordingSink remembers what a source delivered.
+type recordingSink struct {
+	mu      sync.Mutex
+	pods    map[types.UID]*v1.Pod
+	removed []types.UID
+}
+
+func (s *recordingSink) Update(p *v1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pods[p.UID] = p
+}
+
+func (s *recordingSink) Remove(uid types.UID, _ string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pods, uid)
+	s.removed = append(s.removed, uid)
+}
+
+func (s *recordingSink) names() map[string]types.UID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]types.UID{}
+	for uid, p := range s.pods {
+		out[p.Name] = uid
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+const podManifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: %s}\nspec: {containers: [{name: c, image: busybox:1, command: [%q]}]}\n"
+
+func TestFileSource(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", fmt.Sprintf(podManifest, "a", "v1"))
+	write(".hidden.yaml", fmt.Sprintf(podManifest, "hidden", "v1"))
+	write("b.yaml~", fmt.Sprintf(podManifest, "backup", "v1"))
+	write("notes.txt", "not a manifest")
+	write("bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec: {containers: []}\n")
+
+	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
+	src := &FileSource{Dir: dir, NodeName: "n1", Sink: sink, Log: slog.New(slog.DiscardHandler), QuietPeriod: 50 * time.Millisecond, Rescan: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	waitFor(t, "initial scan", func() error {
+		if !src.Ready() {
+			return fmt.Errorf("not ready")
+		}
+		if n := sink.names(); len(n) != 1 || n["a-n1"] == "" {
+			return fmt.Errorf("pods %v, want only a-n1", n)
+		}
+		return nil
+	})
+	first := sink.names()["a-n1"]
+
+	// An invalid edit keeps the running pod.
+	write("a.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n")
+	time.Sleep(200 * time.Millisecond) // past the quiet period: the bad version was read
+	if n := sink.names(); n["a-n1"] != first {
+		t.Fatalf("an invalid edit replaced or removed the pod: %v", n)
+	}
+	// A valid edit replaces it.
+	write("a.yaml", fmt.Sprintf(podManifest, "a", "v2"))
+	waitFor(t, "edited pod replaces the old one", func() error {
+		if uid := sink.names()["a-n1"]; uid == "" || uid == first {
+			return fmt.Errorf("uid %q (first %q)", uid, first)
+		}
+		return nil
+	})
+	// Removing the file removes the pod.
+	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "removed file stops its pod", func() error {
+		if n := sink.names(); len(n) != 0 {
+			return fmt.Errorf("pods %v", n)
+		}
+		return nil
+	})
+}
+
+func TestIgnored(t *testing.T) {
+	for name, want := range map[string]bool{
+		"pod.yaml": false, "pod.yml": false, "pod.JSON": false,
+		".pod.yaml.swp": true, "pod.yaml~": true, ".#pod.yaml": true, "pod.yaml.part": true, "README": true,
+	} {
+		if got := ignored(name); got != want {
+			t.Errorf("ignored(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
