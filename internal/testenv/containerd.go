@@ -113,6 +113,11 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	RequireIntegration(t)
 	start := time.Now()
 
+	// Config and log go to the test's own directory. Created before the cleanup below is
+	// registered, it is removed after it: the cleanup may need to start the daemon again, and
+	// the log can still be printed if the test failed.
+	filesDir := t.TempDir()
+
 	if err := os.MkdirAll(testRoot(), 0o711); err != nil {
 		t.Fatalf("start containerd: %v", err)
 	}
@@ -139,9 +144,6 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 		t.Fatalf("start containerd: %v", err)
 	}
 
-	// Config and log go to the test's own directory, which outlives the cleanup above, so the
-	// log can still be printed if the test failed.
-	filesDir := t.TempDir()
 	cniConfDir, cniBinDir := filepath.Join(filesDir, "no-cni"), CNIBinDir
 	if opts.CNI != nil {
 		cniConfDir, cniBinDir = opts.CNI.ConfDir, opts.CNI.BinDir
@@ -435,19 +437,32 @@ func (c *Containerd) killAllTasks(deleteContainers bool) error {
 // address, and the processes they started (container inits; killing a PID namespace's init
 // kills the namespace). Nothing is found when the daemon deleted its tasks.
 func killShims(address string) error {
+	shims, children, err := findShims(address)
+	if err != nil {
+		return err
+	}
+	for _, pid := range append(children, shims...) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return nil
+}
+
+// findShims returns the pids of the shims serving the daemon at address, and of their
+// children.
+func findShims(address string) (shims, children []int, err error) {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
-		return fmt.Errorf("find leftover shims: %w", err)
+		return nil, nil, fmt.Errorf("find shims: %w", err)
 	}
 	parents := map[int]int{} // pid -> ppid
-	var shims []int
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
 		if err != nil {
 			continue
 		}
 		if stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat")); err == nil {
-			// The command name in parentheses may hold spaces; fields after the last ')' are fixed.
+			// The command name in parentheses may hold spaces; the fields after the last ')'
+			// are state, ppid, ...
 			if i := strings.LastIndexByte(string(stat), ')'); i >= 0 {
 				if fields := strings.Fields(string(stat[i+1:])); len(fields) > 1 {
 					parents[pid], _ = strconv.Atoi(fields[1])
@@ -459,23 +474,24 @@ func killShims(address string) error {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 0 && strings.Contains(filepath.Base(args[0]), "containerd-shim") {
-			for i, a := range args {
-				if (a == "-address" || a == "--address") && i+1 < len(args) && args[i+1] == address {
-					shims = append(shims, pid)
-				}
+		if !strings.Contains(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		for i, a := range args[:len(args)-1] {
+			if (a == "-address" || a == "--address") && args[i+1] == address {
+				shims = append(shims, pid)
+				break
 			}
 		}
 	}
 	for _, shim := range shims {
 		for pid, ppid := range parents {
 			if ppid == shim {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				children = append(children, pid)
 			}
 		}
-		_ = syscall.Kill(shim, syscall.SIGKILL)
 	}
-	return nil
+	return shims, children, nil
 }
 
 // unmountUnder lazily unmounts every mount point under dir, deepest first, so that removing

@@ -415,3 +415,40 @@ func TestContainerdCRI(t *testing.T) {
 		t.Fatalf("CRI plugin failed to load: %v", initErr)
 	}
 }
+
+// TestContainerdCleanupAfterStopDaemon ends a test with the daemon down and a task running:
+// the cleanup must still leave no shim, container process, mount or directory behind.
+func TestContainerdCleanupAfterStopDaemon(t *testing.T) {
+	RequireIntegration(t)
+	var ctrd *Containerd
+	t.Cleanup(func() { // runs after the containerd cleanup
+		if shims, children, err := findShims(ctrd.Address); err != nil || len(shims)+len(children) > 0 {
+			t.Errorf("after cleanup: shims %v and their children %v remain (%v)", shims, children, err)
+		}
+		if _, err := os.Stat(ctrd.Root); !os.IsNotExist(err) {
+			t.Errorf("after cleanup: %s remains (%v)", ctrd.Root, err)
+		}
+	})
+	ctrd = StartContainerd(t, ContainerdOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctx = namespaces.WithNamespace(ctx, "leftover")
+	ctrd.ImportTestImages(ctx, "leftover")
+	img, err := ctrd.Client.GetImage(ctx, PauseImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "testenv-" + randomSuffix()
+	ctr, err := ctrd.Client.NewContainer(ctx, id, client.WithNewSnapshot(id, img), client.WithNewSpec(oci.WithImageConfig(img)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := ctr.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ctrd.StopDaemon()
+}
