@@ -44,45 +44,135 @@ type restartChecker interface {
 }
 
 // computePlan decides, for each container of the pod, whether to start, restart or leave it,
-// following restartPolicy and back-off. It never kills a running container unless its spec
+// following restartPolicy and back-off. Init containers run first, in order, each to
+// success (restartable "sidecar" init containers only need to be running); app containers
+// start once the pod is initialized. It never kills a running container unless its spec
 // changed: nothing here reacts to an absence of information.
 func computePlan(pod *v1.Pod, observed []runtime.Container, backoff restartChecker) plan {
 	p := plan{backOff: map[string]time.Duration{}}
 	byName := groupByName(observed)
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		attempts := byName[c.Name]
-		if len(attempts) == 0 {
-			p.start = append(p.start, startAction{container: c, attempt: 0})
-			continue
+	if !initialized(pod, byName) {
+		for i := range pod.Spec.InitContainers {
+			c := &pod.Spec.InitContainers[i]
+			if done := p.planInit(pod, c, byName[c.Name], backoff); !done {
+				return p
+			}
 		}
-		latest := attempts[len(attempts)-1]
-		// Keep the latest and the one before it (the lastState of a running restart);
-		// older attempts are history nobody reports.
-		for _, old := range attempts[:max(0, len(attempts)-2)] {
-			p.remove = append(p.remove, old.ID)
-		}
-		hash := containerHash(c)
-		switch latest.State {
-		case runtime.StateCreated:
-			p.start = append(p.start, startAction{container: c, attempt: latest.Attempt})
-		case runtime.StateRunning:
-			if latest.SpecHash != "" && latest.SpecHash != hash {
-				p.kill = append(p.kill, killAction{id: latest.ID, name: c.Name, reason: "container spec changed, it will be restarted"})
+	} else {
+		// Initialized: regular init containers never run again; sidecars are kept running.
+		for i := range pod.Spec.InitContainers {
+			if c := &pod.Spec.InitContainers[i]; isSidecar(c) {
+				p.planContainer(pod, c, byName[c.Name], v1.RestartPolicyAlways, backoff)
 			}
-		case runtime.StateExited:
-			specChanged := latest.SpecHash != "" && latest.SpecHash != hash
-			if !specChanged && !shouldRestart(pod.Spec.RestartPolicy, latest.ExitCode) {
-				continue
-			}
-			if wait, delay := backoff.inBackOff(backoffKey(pod, c.Name), latest.FinishedAt); wait && !specChanged {
-				p.backOff[c.Name] = delay
-				continue
-			}
-			p.start = append(p.start, startAction{container: c, attempt: latest.Attempt + 1})
 		}
 	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		p.planContainer(pod, c, byName[c.Name], pod.Spec.RestartPolicy, backoff)
+	}
 	return p
+}
+
+// planInit plans one init container of a pod that is not initialized yet, and reports
+// whether the next one may go: a regular init container must have succeeded, a sidecar
+// must be running.
+func (p *plan) planInit(pod *v1.Pod, c *v1.Container, attempts []runtime.Container, backoff restartChecker) bool {
+	policy := pod.Spec.RestartPolicy
+	if policy == v1.RestartPolicyAlways {
+		policy = v1.RestartPolicyOnFailure // a failed init container is retried, a success kept
+	}
+	if isSidecar(c) {
+		policy = v1.RestartPolicyAlways
+	}
+	p.planContainer(pod, c, attempts, policy, backoff)
+	if len(attempts) == 0 {
+		return false
+	}
+	latest := attempts[len(attempts)-1]
+	if isSidecar(c) {
+		return latest.State == runtime.StateRunning
+	}
+	return latest.State == runtime.StateExited && latest.ExitCode == 0
+}
+
+// planContainer plans one container under the given restart policy.
+func (p *plan) planContainer(pod *v1.Pod, c *v1.Container, attempts []runtime.Container, policy v1.RestartPolicy, backoff restartChecker) {
+	if len(attempts) == 0 {
+		p.start = append(p.start, startAction{container: c, attempt: 0})
+		return
+	}
+	latest := attempts[len(attempts)-1]
+	// Keep the latest and the one before it (the lastState of a running restart); older
+	// attempts are history nobody reports.
+	for _, old := range attempts[:max(0, len(attempts)-2)] {
+		p.remove = append(p.remove, old.ID)
+	}
+	hash := containerHash(c)
+	switch latest.State {
+	case runtime.StateCreated:
+		p.start = append(p.start, startAction{container: c, attempt: latest.Attempt})
+	case runtime.StateRunning:
+		if latest.SpecHash != "" && latest.SpecHash != hash {
+			p.kill = append(p.kill, killAction{id: latest.ID, name: c.Name, reason: "container spec changed, it will be restarted"})
+		}
+	case runtime.StateExited:
+		specChanged := latest.SpecHash != "" && latest.SpecHash != hash
+		if !specChanged && !shouldRestart(policy, latest.ExitCode) {
+			return
+		}
+		if wait, delay := backoff.inBackOff(backoffKey(pod, c.Name), latest.FinishedAt); wait && !specChanged {
+			p.backOff[c.Name] = delay
+			return
+		}
+		p.start = append(p.start, startAction{container: c, attempt: latest.Attempt + 1})
+	}
+}
+
+// isSidecar: an init container with restartPolicy Always runs beside the app containers.
+func isSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// initialized reports whether the pod's init phase is over: an app container was created
+// once (init containers never run again after that, as in kubelet), or every regular init
+// container succeeded and every sidecar runs.
+func initialized(pod *v1.Pod, byName map[string][]runtime.Container) bool {
+	for i := range pod.Spec.Containers {
+		if len(byName[pod.Spec.Containers[i].Name]) > 0 {
+			return true
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		attempts := byName[c.Name]
+		if len(attempts) == 0 {
+			return false
+		}
+		latest := attempts[len(attempts)-1]
+		if isSidecar(c) && latest.State != runtime.StateRunning {
+			return false
+		}
+		if !isSidecar(c) && (latest.State != runtime.StateExited || latest.ExitCode != 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// initFailed reports whether a regular init container failed in a pod that never restarts.
+func initFailed(pod *v1.Pod, byName map[string][]runtime.Container) bool {
+	if pod.Spec.RestartPolicy != v1.RestartPolicyNever || initialized(pod, byName) {
+		return false
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if attempts := byName[c.Name]; !isSidecar(c) && len(attempts) > 0 {
+			if l := attempts[len(attempts)-1]; l.State == runtime.StateExited && l.ExitCode != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func shouldRestart(policy v1.RestartPolicy, exitCode int32) bool {

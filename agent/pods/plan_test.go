@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -144,4 +145,74 @@ func TestBackoff(t *testing.T) {
 	if wait, _ := b.inBackOff("uid/a", now); wait {
 		t.Error("forget kept an entry")
 	}
+}
+
+func withInit(pod *v1.Pod, sidecar bool, names ...string) *v1.Pod {
+	for _, n := range names {
+		c := v1.Container{Name: n, Image: "img"}
+		if sidecar {
+			always := v1.ContainerRestartPolicyAlways
+			c.RestartPolicy = &always
+		}
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
+	}
+	return pod
+}
+
+func TestComputePlanInitContainers(t *testing.T) {
+	mk := func(policy v1.RestartPolicy) *v1.Pod {
+		p := withInit(testPod(policy, "app"), false, "init-1", "init-2")
+		return p
+	}
+	starts := func(p plan) []string {
+		var out []string
+		for _, s := range p.start {
+			out = append(out, s.container.Name)
+		}
+		return out
+	}
+	pod := mk(v1.RestartPolicyAlways)
+	for _, tc := range []struct {
+		name     string
+		pod      *v1.Pod
+		observed []runtime.Container
+		want     []string
+		failed   bool
+	}{
+		{"first init container first, alone", pod, nil, []string{"init-1"}, false},
+		{"second after the first succeeded", pod, []runtime.Container{ctr(initSpec(pod), "init-1", 0, runtime.StateExited, 0)}, []string{"init-2"}, false},
+		{"nothing while one runs", pod, []runtime.Container{ctr(initSpec(pod), "init-1", 0, runtime.StateRunning, 0)}, nil, false},
+		{"failed init retried", pod, []runtime.Container{ctr(initSpec(pod), "init-1", 0, runtime.StateExited, 1)}, []string{"init-1"}, false},
+		{"apps after all init", pod, []runtime.Container{ctr(initSpec(pod), "init-1", 0, runtime.StateExited, 0), ctr(initSpec(pod), "init-2", 0, runtime.StateExited, 0)}, []string{"app"}, false},
+		{"never: failed init is final", mk(v1.RestartPolicyNever), []runtime.Container{ctr(initSpec(mk(v1.RestartPolicyNever)), "init-1", 0, runtime.StateExited, 1)}, nil, true},
+		{"init not rerun once apps exist", pod, []runtime.Container{ctr(pod, "app", 0, runtime.StateRunning, 0)}, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := computePlan(tc.pod, tc.observed, fakeBackoff{})
+			if got := starts(p); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("starts %v, want %v", got, tc.want)
+			}
+			if got := initFailed(tc.pod, groupByName(tc.observed)); got != tc.failed {
+				t.Errorf("initFailed %v, want %v", got, tc.failed)
+			}
+		})
+	}
+
+	side := withInit(testPod(v1.RestartPolicyAlways, "app"), true, "proxy")
+	sideSpec := initSpec(side)
+	if got := starts(computePlan(side, []runtime.Container{ctr(sideSpec, "proxy", 0, runtime.StateRunning, 0)}, fakeBackoff{})); fmt.Sprint(got) != "[app]" {
+		t.Errorf("app must start once the sidecar runs: %v", got)
+	}
+	exited := []runtime.Container{ctr(sideSpec, "proxy", 0, runtime.StateExited, 0), ctr(side, "app", 0, runtime.StateRunning, 0)}
+	if got := starts(computePlan(side, exited, fakeBackoff{})); fmt.Sprint(got) != "[proxy]" {
+		t.Errorf("an exited sidecar is restarted beside the app: %v", got)
+	}
+}
+
+// initSpec returns a pod whose app containers are its init containers, so ctr() finds their
+// spec hash.
+func initSpec(pod *v1.Pod) *v1.Pod {
+	c := pod.DeepCopy()
+	c.Spec.Containers = c.Spec.InitContainers
+	return c
 }

@@ -84,10 +84,22 @@ func computeStatus(in statusInput) v1.PodStatus {
 		st.PodIP = ips[0]
 	}
 
+	isInit := initialized(pod, byName)
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cs := containerStatus(c, byName[c.Name], in)
+		if cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 && !isSidecar(c) {
+			cs.Ready = true // a completed init container counts as ready, as kubelet reports it
+		}
+		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
+	}
 	ready := 0
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cs := containerStatus(c, byName[c.Name], in)
+		if !isInit && len(byName[c.Name]) == 0 && cs.State.Waiting != nil && cs.State.Waiting.Reason == ReasonContainerCreating {
+			cs.State.Waiting.Reason = ReasonPodInitializing
+		}
 		if prev := findContainerStatus(old.ContainerStatuses, c.Name); prev != nil && cs.State.Waiting != nil &&
 			cs.State.Waiting.Reason == ReasonContainerCreating && prev.State.Waiting != nil {
 			// Keep a more specific waiting reason from the previous status until something changes.
@@ -99,11 +111,21 @@ func computeStatus(in statusInput) v1.PodStatus {
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
 	st.Phase = podPhase(pod.Spec.RestartPolicy, st.ContainerStatuses, in.terminated)
+	switch {
+	case initFailed(pod, byName):
+		st.Phase = v1.PodFailed
+	case !isInit && st.Phase != v1.PodFailed && st.Phase != v1.PodSucceeded:
+		st.Phase = v1.PodPending
+	}
 	n := len(pod.Spec.Containers)
 	allReady := ready == n && st.Phase == v1.PodRunning
+	initCond := condition(old, v1.PodInitialized, true, "", "", in.now)
+	if !isInit {
+		initCond = condition(old, v1.PodInitialized, false, ReasonContainersNotInitialzed, notInitializedMessage(st), in.now)
+	}
 	st.Conditions = []v1.PodCondition{
 		condition(old, v1.PodScheduled, true, "", "", in.now),
-		condition(old, v1.PodInitialized, true, "", "", in.now),
+		initCond,
 		containersReady(old, allReady, st, in.now),
 		readyCondition(old, allReady, st, in.now),
 	}
@@ -132,6 +154,16 @@ func readyCondition(old v1.PodStatus, ok bool, st v1.PodStatus, now time.Time) v
 		return condition(old, v1.PodReady, true, "", "", now)
 	}
 	return condition(old, v1.PodReady, false, ReasonContainersNotReady, notReadyMessage(st), now)
+}
+
+func notInitializedMessage(st v1.PodStatus) string {
+	var names []string
+	for _, cs := range st.InitContainerStatuses {
+		if !cs.Ready && (cs.State.Running == nil) {
+			names = append(names, cs.Name)
+		}
+	}
+	return fmt.Sprintf("containers with incomplete status: %v", names)
 }
 
 func notReadyMessage(st v1.PodStatus) string {

@@ -176,8 +176,8 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 			}
 		}
 	} else {
-		for i := range pod.Spec.Containers {
-			w.waiting[pod.Spec.Containers[i].Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + netErr.Error()}
+		for _, c := range allContainers(pod) {
+			w.waiting[c.Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + netErr.Error()}
 		}
 	}
 	for name, d := range p.backOff {
@@ -363,6 +363,18 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 		w.m.status.PodTerminated(pod)
 	}
 	return nil
+}
+
+// allContainers lists the init containers then the app containers of a pod.
+func allContainers(pod *v1.Pod) []*v1.Container {
+	out := make([]*v1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	for i := range pod.Spec.InitContainers {
+		out = append(out, &pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		out = append(out, &pod.Spec.Containers[i])
+	}
+	return out
 }
 
 func gracePeriod(pod *v1.Pod) time.Duration {
