@@ -103,6 +103,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		BackOffBase:  cfg.Pods.BackOffBase.Duration,
 		BackOffMax:   cfg.Pods.BackOffMax.Duration,
 		HostIPs:      hostIPs,
+		MemoryCapacity: func() int64 {
+			capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
+			if err != nil {
+				return 0
+			}
+			return capacity.Memory().Value()
+		}(),
 	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
 
 	podMgr.SetAdmission(&admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods}, store)

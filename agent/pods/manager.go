@@ -45,6 +45,8 @@ type Config struct {
 	BackOffMax   time.Duration
 	// HostIPs returns the node's addresses, reported as hostIP(s) and used by host-network pods.
 	HostIPs func() []string
+	// MemoryCapacity is the node's memory in bytes, for the OOM score of burstable pods.
+	MemoryCapacity int64
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
 }

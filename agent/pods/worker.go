@@ -221,7 +221,10 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 		return fail(ReasonCreateContainerConfig, err)
 	}
 	id, err := w.m.rt.CreateContainer(ctx, cfg)
-	if err != nil {
+	var cfgErr *errConfig
+	if errors.As(err, &cfgErr) {
+		return fail(ReasonCreateContainerConfig, cfgErr)
+	} else if err != nil {
 		return fail(ReasonCreateContainerError, err)
 	}
 	w.m.event(pod, v1.EventTypeNormal, "Created", "Created container %s", c.Name)
@@ -263,6 +266,7 @@ func (w *worker) containerConfig(pod *v1.Pod, c *v1.Container, attempt int, podI
 		WorkingDir:   c.WorkingDir,
 		Hostname:     podHostname(pod),
 		LogPath:      filepath.Join(w.m.cfg.PodLogDir, podLogDirName(pod), c.Name, fmt.Sprintf("%d.log", attempt)),
+		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity), securitySpecOpts(pod, c)...),
 	}
 	if !pod.Spec.HostNetwork {
 		pn := w.m.net.Get(string(pod.UID))

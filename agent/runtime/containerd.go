@@ -183,7 +183,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 		if errdefs.IsAlreadyExists(err) {
 			return id, nil
 		}
-		return "", fmt.Errorf("%w: %v", ErrCreateContainer, err)
+		return "", fmt.Errorf("%w: %w", ErrCreateContainer, err)
 	}
 	return id, nil
 }

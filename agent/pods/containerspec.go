@@ -1,0 +1,175 @@
+package pods
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/kubectl/pkg/util/qos"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+// Kubelet's cgroup arithmetic: shares from cpu requests, CFS quota from cpu limits.
+const (
+	minShares     = 2
+	sharesPerCPU  = 1024
+	milliCPUToCPU = 1000
+	quotaPeriod   = 100000 // 100ms in microseconds
+	minQuota      = 1000
+)
+
+// resourceSpecOpts turns requests and limits into cgroup settings and sets the process's OOM
+// score from the pod's QoS class, as kubelet does.
+func resourceSpecOpts(pod *v1.Pod, c *v1.Container, memoryCapacity int64) []runtime.SpecOpt {
+	var opts []runtime.SpecOpt
+	req, lim := c.Resources.Requests, c.Resources.Limits
+	shares := uint64(minShares)
+	if q, ok := req[v1.ResourceCPU]; ok {
+		shares = max(uint64(q.MilliValue())*sharesPerCPU/milliCPUToCPU, minShares)
+	} else if q, ok := lim[v1.ResourceCPU]; ok {
+		shares = max(uint64(q.MilliValue())*sharesPerCPU/milliCPUToCPU, minShares) // request defaults to limit
+	}
+	opts = append(opts, oci.WithCPUShares(shares))
+	if q, ok := lim[v1.ResourceCPU]; ok {
+		quota := max(q.MilliValue()*quotaPeriod/milliCPUToCPU, minQuota)
+		opts = append(opts, oci.WithCPUCFS(quota, quotaPeriod))
+	}
+	if q, ok := lim[v1.ResourceMemory]; ok && q.Value() > 0 {
+		opts = append(opts, oci.WithMemoryLimit(uint64(q.Value())))
+	}
+	opts = append(opts, withOOMScoreAdj(oomScoreAdj(pod, c, memoryCapacity)))
+	return opts
+}
+
+// oomScoreAdj is kubelet's policy: Guaranteed -997, BestEffort 1000, Burstable in between by
+// the share of the node's memory the container requests.
+func oomScoreAdj(pod *v1.Pod, c *v1.Container, memoryCapacity int64) int {
+	switch qos.GetPodQOS(pod) {
+	case v1.PodQOSGuaranteed:
+		return -997
+	case v1.PodQOSBestEffort:
+		return 1000
+	}
+	if memoryCapacity <= 0 {
+		return 999
+	}
+	req := c.Resources.Requests.Memory().Value()
+	adj := 1000 - (1000*req)/memoryCapacity
+	return int(min(max(adj, 2), 999))
+}
+
+// withOOMScoreAdj sets the score, never below the agent's own: lowering it needs
+// CAP_SYS_RESOURCE, which some sandboxes (and some gateway setups) do not grant, and runc
+// then fails the start with an unhelpful error.
+func withOOMScoreAdj(adj int) runtime.SpecOpt {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if own, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil {
+			if v, err := strconv.Atoi(strings.TrimSpace(string(own))); err == nil && adj < v {
+				adj = v
+			}
+		}
+		s.Process.OOMScoreAdj = &adj
+		return nil
+	}
+}
+
+// securitySpecOpts applies the pod's and the container's securityContext.
+func securitySpecOpts(pod *v1.Pod, c *v1.Container) []runtime.SpecOpt {
+	var opts []runtime.SpecOpt
+	psc := pod.Spec.SecurityContext
+	if psc == nil {
+		psc = &v1.PodSecurityContext{}
+	}
+	sc := c.SecurityContext
+	if sc == nil {
+		sc = &v1.SecurityContext{}
+	}
+	uid, gid := sc.RunAsUser, sc.RunAsGroup
+	if uid == nil {
+		uid = psc.RunAsUser
+	}
+	if gid == nil {
+		gid = psc.RunAsGroup
+	}
+	switch {
+	case uid != nil && gid != nil:
+		opts = append(opts, oci.WithUIDGID(uint32(*uid), uint32(*gid)))
+	case uid != nil:
+		opts = append(opts, oci.WithUserID(uint32(*uid)))
+	}
+	if len(psc.SupplementalGroups) > 0 {
+		groups := make([]string, len(psc.SupplementalGroups))
+		for i, g := range psc.SupplementalGroups {
+			groups[i] = strconv.FormatInt(g, 10)
+		}
+		opts = append(opts, oci.WithAppendAdditionalGroups(groups...))
+	}
+	nonRoot := sc.RunAsNonRoot
+	if nonRoot == nil {
+		nonRoot = psc.RunAsNonRoot
+	}
+	if nonRoot != nil && *nonRoot {
+		opts = append(opts, verifyNonRoot(pod, c))
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices)
+	}
+	if caps := sc.Capabilities; caps != nil {
+		if len(caps.Add) > 0 {
+			opts = append(opts, oci.WithAddedCapabilities(capNames(caps.Add)))
+		}
+		if len(caps.Drop) > 0 {
+			opts = append(opts, oci.WithDroppedCapabilities(capNames(caps.Drop)))
+		}
+	}
+	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
+		opts = append(opts, oci.WithRootFSReadonly())
+	}
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		opts = append(opts, oci.WithNoNewPrivileges)
+	}
+	profile := sc.SeccompProfile
+	if profile == nil {
+		profile = psc.SeccompProfile
+	}
+	if profile != nil && profile.Type == v1.SeccompProfileTypeRuntimeDefault {
+		opts = append(opts, seccomp.WithDefaultProfile())
+	}
+	return opts
+}
+
+// verifyNonRoot refuses a container that would run as root, after the image's user and the
+// securityContext were applied, with kubelet's message.
+func verifyNonRoot(pod *v1.Pod, c *v1.Container) runtime.SpecOpt {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process != nil && s.Process.User.UID == 0 {
+			return &errConfig{fmt.Sprintf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)",
+				pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")", c.Name)}
+		}
+		return nil
+	}
+}
+
+// capNames turns Kubernetes capability names ("NET_ADMIN") into OCI ones ("CAP_NET_ADMIN").
+func capNames(caps []v1.Capability) []string {
+	out := make([]string, 0, len(caps))
+	for _, c := range caps {
+		name := strings.ToUpper(string(c))
+		if name == "ALL" {
+			out = append(out, "ALL")
+			continue
+		}
+		if !strings.HasPrefix(name, "CAP_") {
+			name = "CAP_" + name
+		}
+		out = append(out, name)
+	}
+	return out
+}
