@@ -7,6 +7,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/node"
+	"github.com/holdfast-dev/holdfast/agent/policy"
 )
 
 // admitter is the node's admission chain: kubelet's built-in checks (resources, node
@@ -17,11 +18,12 @@ type admitter struct {
 	storageDir string
 	maxPods    int
 	policies   policyAdmitter // nil: no policies configured
+	policyErr  error          // the policy configuration could not be loaded: refuse new pods
 }
 
 // policyAdmitter is the part of the Wasm policy manager admission uses.
 type policyAdmitter interface {
-	Admit(ctx context.Context, pod *v1.Pod, labels map[string]string, allocatable v1.ResourceList) admission.Result
+	Admit(ctx context.Context, pod *v1.Pod, node policy.NodeInfo) policy.Decision
 }
 
 func (a *admitter) Admit(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod) admission.Result {
@@ -33,8 +35,14 @@ func (a *admitter) Admit(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod) a
 	if r := admission.Check(pod, admission.Node{Labels: labels, Allocatable: allocatable}, admitted); !r.Admitted {
 		return r
 	}
+	if a.policyErr != nil {
+		return admission.Result{Reason: "PolicyConfigError", Message: "the node's policy configuration could not be loaded: " + a.policyErr.Error()}
+	}
 	if a.policies != nil {
-		return a.policies.Admit(ctx, pod, labels, allocatable)
+		d := a.policies.Admit(ctx, pod, policy.NodeInfo{Name: a.nodeName, Labels: labels, Allocatable: allocatable})
+		if !d.Allowed {
+			return admission.Result{Reason: d.Reason, Message: d.Message}
+		}
 	}
 	return admission.Admit
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
 	"github.com/holdfast-dev/holdfast/agent/pods"
+	"github.com/holdfast-dev/holdfast/agent/policy"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/sources"
 	"github.com/holdfast-dev/holdfast/agent/status"
@@ -112,9 +113,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		}(),
 	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
 
-	podMgr.SetAdmission(&admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods}, store)
+	adm := &admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods}
+	policies, err := a.openPolicies(ctx)
+	if err != nil {
+		// Fail closed for new pods only: running pods were admitted and keep running.
+		a.log.Error("policies unusable: new pods are refused until the configuration is fixed and the agent restarted", "err", err)
+		adm.policyErr = err
+	}
+	if policies != nil {
+		defer policies.Close(context.WithoutCancel(ctx))
+		adm.policies = policies
+	}
+	podMgr.SetAdmission(adm, store)
 
 	g, ctx := errgroup.WithContext(ctx)
+	if policies != nil {
+		g.Go(func() error { return policies.Run(ctx) })
+	}
 	var ready []func() bool
 	if cfg.ManifestDir != "" {
 		fs := &sources.FileSource{Dir: cfg.ManifestDir, NodeName: cfg.NodeName, Sink: podMgr, Log: a.log.With("component", "static"), Recorder: recorder}
@@ -198,6 +213,28 @@ func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
 		a.log.Warn("state record quarantined", "key", key, "reason", reason)
 	}
 	return nil
+}
+
+// openPolicies loads the node's Wasm policies, if it has any. A policies.yaml that cannot be
+// read or parsed is an error: the caller then refuses new pods (running without the owner's
+// admission policies would admit what they exist to refuse) and keeps the running ones.
+func (a *Agent) openPolicies(ctx context.Context) (*policy.Manager, error) {
+	if a.cfg.PolicyDir == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(filepath.Join(a.cfg.PolicyDir, "policies.yaml")); os.IsNotExist(err) {
+		return nil, nil
+	}
+	pm, err := policy.Open(ctx, policy.Options{
+		Dir:      a.cfg.PolicyDir,
+		CacheDir: filepath.Join(a.cfg.StateDir, "wasm-cache"),
+		Logger:   a.log.With("component", "policy"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load policies from %s: %w", a.cfg.PolicyDir, err)
+	}
+	a.log.Info("policies loaded", "dir", a.cfg.PolicyDir)
+	return pm, nil
 }
 
 // connectRuntime waits for containerd: at boot it may come up after the agent.

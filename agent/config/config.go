@@ -31,6 +31,10 @@ type Config struct {
 	// boot, before any pod starts, so a gateway with no registry runs its pods. Defaults to
 	// /usr/lib/holdfast/images (shipped in the firmware image); "-" disables preloading.
 	ImagePreloadDir string `json:"imagePreloadDir,omitempty"`
+	// PolicyDir holds the node's Wasm policies: policies.yaml naming each policy (module,
+	// kind, settings, grants, failurePolicy, limits) and the modules. Defaults to
+	// /etc/holdfast/policies; without a policies.yaml there are no policies.
+	PolicyDir string `json:"policyDir,omitempty"`
 	// PodLogDir is the root of container logs, laid out as kubelet does:
 	// NAMESPACE_NAME_UID/CONTAINER/ATTEMPT.log. Defaults to /var/log/pods.
 	PodLogDir string `json:"podLogDir,omitempty"`
@@ -138,6 +142,7 @@ func (c *Config) applyDefaults() {
 	}
 	setDefault(&c.PodLogDir, "/var/log/pods")
 	setDefault(&c.ImagePreloadDir, "/usr/lib/holdfast/images")
+	setDefault(&c.PolicyDir, "/etc/holdfast/policies")
 	if c.ImagePreloadDir == "-" {
 		c.ImagePreloadDir = ""
 	}

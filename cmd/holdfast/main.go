@@ -62,7 +62,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(stderr), newVersionCmd(stdout), newPodsCmd(stdout))
+	root.AddCommand(newRunCmd(stderr), newVersionCmd(stdout), newPodsCmd(stdout), newPolicyCmd())
 	return root
 }
 

@@ -1,0 +1,201 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/holdfast-dev/holdfast/wasm"
+)
+
+// Reasons of denials that do not come from the module.
+const (
+	// ReasonDenied is the pod's status reason when a policy denies without
+	// a valid reason of its own.
+	ReasonDenied = "PolicyDenied"
+	// ReasonError is the reason when a policy with failurePolicy Fail could
+	// not decide (it trapped, timed out, or is not loaded).
+	ReasonError = "PolicyError"
+)
+
+// NodeInfo is what admission policies know of the node.
+type NodeInfo struct {
+	Name        string              `json:"name"`
+	Labels      map[string]string   `json:"labels,omitempty"`
+	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+}
+
+// Decision is the verdict of the admission policies on a pod.
+type Decision struct {
+	Allowed bool
+	// Reason is a CamelCase word for the pod's status.reason when denied.
+	Reason string
+	// Message explains a denial for the pod's status.message and the Event,
+	// naming the policy and its module digest.
+	Message string
+	// Policy and Digest identify the policy that denied (or failed).
+	Policy string
+	Digest string
+	// Warnings are gathered from all policies, each prefixed by its name.
+	Warnings []string
+}
+
+// admissionOutput is the ABI's admit output.
+type admissionOutput struct {
+	Allowed  *bool    `json:"allowed"`
+	Reason   string   `json:"reason"`
+	Message  string   `json:"message"`
+	Warnings []string `json:"warnings"`
+}
+
+var reasonRE = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
+
+// maxMessage caps a policy's message in a pod's status and events.
+const maxMessage = 1024
+
+// Admit asks every admission policy, in configuration order, whether pod
+// may run on node; the first denial is the decision. A policy that fails
+// (trap, timeout, not loaded) denies with ReasonError under failurePolicy
+// Fail, and is skipped with a warning under Ignore. With no admission
+// policy the pod is allowed.
+//
+// Admit judges; it does not remember. The agent must call it once per pod,
+// before the pod's first start, and record the verdict: a pod already
+// admitted (running before an agent restart) must not be judged again.
+func (m *Manager) Admit(ctx context.Context, pod *corev1.Pod, node NodeInfo) Decision {
+	podJSON, err := json.Marshal(pod)
+	if err != nil {
+		return Decision{Allowed: false, Reason: ReasonError, Message: "encode pod for admission policies: " + err.Error()}
+	}
+	nodeJSON, err := json.Marshal(node)
+	if err != nil {
+		return Decision{Allowed: false, Reason: ReasonError, Message: "encode node for admission policies: " + err.Error()}
+	}
+	var warnings []string
+	for _, l := range m.current.Load().policies {
+		if l.cfg.Kind != KindAdmission {
+			continue
+		}
+		input := compose(`{"pod":`, podJSON, `,"node":`, nodeJSON, `,"settings":`, settingsOf(l.cfg), `}`)
+		out, l, err := m.call(ctx, l, "admit", input)
+		var res admissionOutput
+		if err == nil {
+			if derr := json.Unmarshal(out, &res); derr != nil || res.Allowed == nil {
+				err = fmt.Errorf("output %.100q is not an admission decision ({\"allowed\": true|false, ...})", out)
+			}
+		}
+		if err != nil {
+			if l.cfg.FailurePolicy == Ignore {
+				warnings = append(warnings, fmt.Sprintf("policy %q failed and was ignored (failurePolicy Ignore): %s", l.cfg.Name, clip(err.Error())))
+				m.logger.Warn("admission policy failed; ignored", "policy", l.cfg.Name, "pod", podName(pod), "err", err)
+				continue
+			}
+			m.logger.Warn("admission policy failed; pod denied", "policy", l.cfg.Name, "pod", podName(pod), "err", err)
+			return Decision{
+				Allowed:  false,
+				Reason:   ReasonError,
+				Message:  fmt.Sprintf("policy %q (module %s) failed and its failurePolicy is Fail: %s", l.cfg.Name, digestOrNone(l), clip(err.Error())),
+				Policy:   l.cfg.Name,
+				Digest:   l.digest,
+				Warnings: warnings,
+			}
+		}
+		for _, w := range res.Warnings {
+			warnings = append(warnings, fmt.Sprintf("policy %q: %s", l.cfg.Name, clip(w)))
+		}
+		if !*res.Allowed {
+			reason := res.Reason
+			if !reasonRE.MatchString(reason) {
+				reason = ReasonDenied
+			}
+			msg := strings.TrimSpace(res.Message)
+			if msg == "" {
+				msg = "no message"
+			}
+			return Decision{
+				Allowed:  false,
+				Reason:   reason,
+				Message:  fmt.Sprintf("denied by policy %q (module %s): %s", l.cfg.Name, l.digest, clip(msg)),
+				Policy:   l.cfg.Name,
+				Digest:   l.digest,
+				Warnings: warnings,
+			}
+		}
+	}
+	return Decision{Allowed: true, Warnings: warnings}
+}
+
+// call runs export on the policy's module. If the module was retired by a
+// reload between taking the snapshot and the call, it retries on the
+// current one. It returns the policy the call actually ran on.
+func (m *Manager) call(ctx context.Context, l *loaded, export string, input []byte, opts ...wasm.CallOption) ([]byte, *loaded, error) {
+	for attempt := 0; ; attempt++ {
+		if l.module == nil {
+			return nil, l, fmt.Errorf("not loaded: %w", l.err)
+		}
+		out, err := l.module.Call(ctx, export, input, opts...)
+		if errors.Is(err, wasm.ErrClosed) && attempt < 3 {
+			if fresh, ok := m.current.Load().byName[l.cfg.Name]; ok && fresh != l {
+				l = fresh
+				continue
+			}
+		}
+		return out, l, err
+	}
+}
+
+func compose(parts ...any) []byte {
+	n := 0
+	for _, p := range parts {
+		switch v := p.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		}
+	}
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		switch v := p.(type) {
+		case string:
+			b = append(b, v...)
+		case []byte:
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+func settingsOf(pc PolicyConfig) []byte {
+	if len(pc.Settings) == 0 {
+		return []byte("{}")
+	}
+	return pc.Settings
+}
+
+func clip(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > maxMessage {
+		return s[:maxMessage] + "..."
+	}
+	return s
+}
+
+func digestOrNone(l *loaded) string {
+	if l.digest == "" {
+		return "not loaded"
+	}
+	return l.digest
+}
+
+func podName(p *corev1.Pod) string {
+	if p == nil {
+		return ""
+	}
+	return p.Namespace + "/" + p.Name
+}

@@ -1,0 +1,9 @@
+;; deny: admit always answers {"allowed":false,"reason":"NotOnThisNode","message":"pods of this kind do not run here"}
+(module
+  (memory (export "memory") 1)
+  (data (i32.const 16) "{\"allowed\":false,\"reason\":\"NotOnThisNode\",\"message\":\"pods of this kind do not run here\"}")
+  (func (export "holdfast_abi_version") (result i32) (i32.const 1))
+  (func (export "alloc") (param i32) (result i32) (i32.const 4096))
+  (func (export "free") (param i32 i32))
+  (func (export "admit") (param i32 i32) (result i64)
+    (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const 88))))

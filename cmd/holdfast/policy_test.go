@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
+)
+
+// runPolicyCmd runs `holdfast policy ARGS...` and returns its exit code and
+// output.
+func runPolicyCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := newPolicyCmd()
+	var stdout, stderr bytes.Buffer
+	cmd.SetOut(&stdout)
+	cmd.SetErr(&stderr)
+	cmd.SetArgs(args)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.ExecuteContext(context.Background())
+	code := 0
+	var pe *policyExit
+	if errors.As(err, &pe) {
+		code = pe.ExitCode()
+	} else if err != nil {
+		t.Fatalf("policy %v: %v", args, err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+func writeFile(t *testing.T, dir, name string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const testPodYAML = `apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: edge
+spec:
+  containers:
+  - name: app
+    image: %s
+    ports:
+    - containerPort: 8080
+`
+
+func TestPolicyTestAdmission(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Go policy")
+	}
+	dir := t.TempDir()
+	module := writeFile(t, dir, "allowed-registries.wasm", wasmtest.BuildGo(t, "policies/examples/admission/allowed-registries"))
+	settings := writeFile(t, dir, "settings.yaml", []byte("registries: [docker.io/library]\n"))
+	good := writeFile(t, dir, "good.yaml", []byte(strings.Replace(testPodYAML, "%s", "nginx:1.27", 1)))
+	bad := writeFile(t, dir, "bad.yaml", []byte(strings.Replace(testPodYAML, "%s", "evil.example.com/miner:1", 1)))
+	cache := wasmtest.CacheDir(t, "wazero")
+
+	code, out, errOut := runPolicyCmd(t, "test", "--policy", module, "--pod", good, "--settings", settings, "--cache-dir", cache)
+	if code != 0 || !strings.Contains(out, "decision:  allowed") || !strings.Contains(out, "call:") || !strings.Contains(out, "sha256:") {
+		t.Fatalf("good pod: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runPolicyCmd(t, "test", "--policy", module, "--pod", bad, "--settings", settings, "--cache-dir", cache)
+	if code != 1 || !strings.Contains(out, "decision:  denied") || !strings.Contains(out, "RegistryNotAllowed") || !strings.Contains(out, "evil.example.com") {
+		t.Fatalf("bad pod: exit %d\n%s", code, out)
+	}
+	// Inline settings, JSON output.
+	code, out, _ = runPolicyCmd(t, "test", "--policy", module, "--pod", bad, "--settings", `{"registries":["evil.example.com"]}`, "--cache-dir", cache, "-o", "json")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || res["allowed"] != true || res["kind"] != "admission" {
+		t.Fatalf("json: exit %d %v\n%s", code, err, out)
+	}
+	// Unusable settings are the policy's business: it denies with InvalidSettings.
+	code, out, _ = runPolicyCmd(t, "test", "--policy", module, "--pod", good, "--settings", `{"registry":"x"}`, "--cache-dir", cache)
+	if code != 1 || !strings.Contains(out, "InvalidSettings") {
+		t.Fatalf("bad settings: exit %d\n%s", code, out)
+	}
+}
+
+func TestPolicyTestErrors(t *testing.T) {
+	dir := t.TempDir()
+	pod := writeFile(t, dir, "pod.yaml", []byte(strings.Replace(testPodYAML, "%s", "nginx", 1)))
+	trap := writeFile(t, dir, "trap.wasm", wasmtest.BuildWAT(t, "agent/policy/testdata/trap.wat"))
+	garbage := writeFile(t, dir, "garbage.wasm", []byte("not wasm"))
+	ungranted := writeFile(t, dir, "ungranted.wasm", wasmtest.BuildWAT(t, "wasm/testdata/ungranted.wat"))
+	cases := []struct {
+		name    string
+		args    []string
+		mention string
+	}{
+		{"trap", []string{"--policy", trap, "--kind", "admission"}, "unreachable"},
+		{"garbage", []string{"--policy", garbage, "--kind", "admission"}, "invalid module"},
+		{"ungranted import", []string{"--policy", ungranted}, "holdfast.http_request"},
+		{"both entry points", []string{"--policy", trap}, "--kind"},
+		{"missing file", []string{"--policy", filepath.Join(dir, "nope.wasm")}, "no such file"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runPolicyCmd(t, append([]string{"test", "--pod", pod, "--cache-dir", ""}, tc.args...)...)
+			if code != 2 || !strings.Contains(out+errOut, tc.mention) {
+				t.Fatalf("exit %d, want 2 mentioning %q\n%s%s", code, tc.mention, out, errOut)
+			}
+		})
+	}
+}
+
+func TestPolicyTestProbe(t *testing.T) {
+	dir := t.TempDir()
+	pod := writeFile(t, dir, "pod.yaml", []byte(strings.Replace(testPodYAML, "%s", "nginx", 1)))
+	ok := writeFile(t, dir, "ok.wasm", wasmtest.BuildWAT(t, "agent/policy/testdata/probe-ok.wat"))
+	fail := writeFile(t, dir, "fail.wasm", wasmtest.BuildWAT(t, "agent/policy/testdata/probe-fail.wat"))
+	if code, out, errOut := runPolicyCmd(t, "test", "--policy", ok, "--pod", pod, "--cache-dir", ""); code != 0 || !strings.Contains(out, "decision:  success") || !strings.Contains(out, "all good") {
+		t.Fatalf("ok: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ := runPolicyCmd(t, "test", "--policy", fail, "--pod", pod, "--cache-dir", ""); code != 1 || !strings.Contains(out, "db down") {
+		t.Fatalf("fail: exit %d\n%s", code, out)
+	}
+}
+
+func TestPolicyInspect(t *testing.T) {
+	dir := t.TempDir()
+	hostcall := writeFile(t, dir, "hostcall.wasm", wasmtest.BuildWAT(t, "wasm/testdata/hostcall.wat"))
+	code, out, errOut := runPolicyCmd(t, "inspect", hostcall)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	for _, s := range []string{"abi version:     1", "grants needed:   file, http, tcp", "import:          holdfast.http_request", "export:          http(i32, i32) -> (i64)"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+	foreign := writeFile(t, dir, "foreign.wasm", wasmtest.BuildWAT(t, "wasm/testdata/foreignimport.wat"))
+	code, out, _ = runPolicyCmd(t, "inspect", foreign)
+	if code != 1 || !strings.Contains(out, "env.system") {
+		t.Fatalf("foreign import: exit %d\n%s", code, out)
+	}
+	code, out, _ = runPolicyCmd(t, "inspect", "-o", "json", hostcall)
+	var info map[string]any
+	if err := json.Unmarshal([]byte(out), &info); err != nil || code != 0 || info["ABIVersion"] != float64(1) {
+		t.Fatalf("json: %d %v\n%s", code, err, out)
+	}
+}

@@ -1,0 +1,126 @@
+package sdk
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Log levels for Log.
+const (
+	LevelDebug = 0
+	LevelInfo  = 1
+	LevelWarn  = 2
+	LevelError = 3
+)
+
+// Log writes a line to the node agent's log, tagged with the policy. Every
+// policy may log; the host drops lines over the policy's rate budget, and
+// fails the call of a policy that keeps flooding.
+func Log(level int, msg string) { rawLog(int32(level), msg) }
+
+// Logf formats and logs at LevelInfo.
+func Logf(format string, args ...any) { rawLog(LevelInfo, fmt.Sprintf(format, args...)) }
+
+// HostError is a host function's refusal or failure.
+type HostError struct {
+	Message string `json:"error"`
+	// Code is "denied" (not granted, or not a target of this call),
+	// "invalid", "not_found", "timeout" or "io".
+	Code string `json:"code"`
+}
+
+func (e *HostError) Error() string { return e.Code + ": " + e.Message }
+
+// HTTPRequest asks the host for an HTTP request. It needs the "http" grant,
+// and the URL must name the pod's IP and one of its allowed ports.
+type HTTPRequest struct {
+	Method       string            `json:"method,omitempty"`
+	URL          string            `json:"url"`
+	Headers      map[string]string `json:"headers,omitempty"`
+	Body         string            `json:"body,omitempty"`
+	MaxBodyBytes int               `json:"maxBodyBytes,omitempty"`
+}
+
+// HTTPResponse is the host's answer to HTTPRequest.
+type HTTPResponse struct {
+	Status    int                 `json:"status"`
+	Headers   map[string][]string `json:"headers,omitempty"`
+	Body      string              `json:"body"`
+	Truncated bool                `json:"truncated,omitempty"`
+}
+
+// TCPRequest asks the host to connect, send, read and close. It needs the
+// "tcp" grant, and Address ("ip:port") must be an allowed target.
+type TCPRequest struct {
+	Address       string `json:"address"`
+	Send          string `json:"send,omitempty"`
+	ReadBytes     int    `json:"readBytes,omitempty"`
+	ReadUntil     string `json:"readUntil,omitempty"`
+	TimeoutMillis int    `json:"timeoutMillis,omitempty"`
+}
+
+// TCPResponse is the host's answer to TCPDial.
+type TCPResponse struct {
+	Connected bool   `json:"connected"`
+	Received  string `json:"received"`
+	Error     string `json:"error,omitempty"`
+}
+
+// FileContent is the host's answer to ReadFile.
+type FileContent struct {
+	Data      string `json:"data"`
+	Size      int64  `json:"size"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// FileStat is the host's answer to StatFile.
+type FileStat struct {
+	Size            int64  `json:"size"`
+	ModTimeUnixNano int64  `json:"modTimeUnixNano"`
+	Mode            string `json:"mode"`
+	IsDir           bool   `json:"isDir"`
+}
+
+type fileRequest struct {
+	Path     string `json:"path"`
+	MaxBytes int    `json:"maxBytes,omitempty"`
+}
+
+// HTTP performs req through the host.
+func HTTP(req HTTPRequest) (*HTTPResponse, error) {
+	return exchange[HTTPResponse](rawHTTPRequest, req)
+}
+
+// TCPDial connects to req.Address through the host.
+func TCPDial(req TCPRequest) (*TCPResponse, error) {
+	return exchange[TCPResponse](rawTCPDial, req)
+}
+
+// ReadFile reads up to maxBytes (0: the host's cap) of a file inside the
+// container, under a prefix the policy's "file" grant allows.
+func ReadFile(path string, maxBytes int) (*FileContent, error) {
+	return exchange[FileContent](rawReadFile, fileRequest{Path: path, MaxBytes: maxBytes})
+}
+
+// StatFile returns a file's size and modification time, under the same rules
+// as ReadFile.
+func StatFile(path string) (*FileStat, error) {
+	return exchange[FileStat](rawStatFile, fileRequest{Path: path})
+}
+
+func exchange[T any](raw func([]byte) []byte, req any) (*T, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	answer := raw(b)
+	var he HostError
+	if err := json.Unmarshal(answer, &he); err == nil && he.Code != "" {
+		return nil, &he
+	}
+	var out T
+	if err := json.Unmarshal(answer, &out); err != nil {
+		return nil, fmt.Errorf("decode host answer: %w", err)
+	}
+	return &out, nil
+}

@@ -1,0 +1,40 @@
+// Package wasm runs untrusted WebAssembly modules for holdfast, sandboxed
+// with wazero. It knows nothing of pods, containerd or client-go: it loads a
+// module, checks it against holdfast's ABI (policies/ABI.md) and its
+// grants, and calls its entry points with JSON in and JSON out.
+//
+//	eng, err := wasm.NewEngine(ctx, wasm.NewConfig().WithCacheDir(dir))
+//	mod, err := eng.Load(ctx, wasm.Spec{Name: "allowed-registries", Wasm: b, Entrypoints: []string{"admit"}})
+//	out, err := mod.Call(ctx, "admit", inputJSON)
+//
+// What a guest gets, and what it does not:
+//
+//   - Nothing by default. WASI is provided for the languages whose runtime
+//     needs it, with no preopened directory, no environment, no arguments,
+//     no sockets, an empty stdin, stdout/stderr captured (their tail explains
+//     a failure, they never reach the agent's log), a deterministic random
+//     source and a fake clock.
+//   - Host functions under the import module "holdfast", each only with its
+//     grant: log (every module, rate-limited), http_request and tcp_dial
+//     (GrantHTTP, GrantTCP) to the targets of the call (WithNetwork),
+//     read_file and stat_file (GrantFile) under the prefixes and mounts of
+//     the call (WithFiles), and the real clock (GrantClock). A module that
+//     imports anything else, or a function it was not granted, is refused by
+//     Load with ErrUngrantedImport before any of its code runs.
+//   - Budgets. Every call has a deadline (Limits.CallTimeout and the
+//     context's) and the runtime is built WithCloseOnContextDone(true), so a
+//     looping guest is stopped; linear memory is capped per instance; output
+//     and host answers are capped; log lines are rate-limited and a guest
+//     that keeps flooding fails its call.
+//
+// Modules are compiled once (and cached on disk with Config.WithCacheDir);
+// instances are pooled and reused across calls, never instantiated per
+// call. A call that fails in any way discards its instance, which is
+// replaced in the background: one bad call never poisons the next, nor
+// another module. Errors are *Error values of a class tested with
+// errors.Is: ErrTimeout, ErrMemoryLimit, ErrTrap, ErrBadPointer,
+// ErrBadOutput, ErrOutputTooLarge, ErrLogFlood, ErrMissingExport,
+// ErrUngrantedImport, ErrInvalidModule, ErrCanceled, ErrClosed.
+//
+// RATIONALE.md records why the package is built this way.
+package wasm

@@ -1,0 +1,203 @@
+package wasm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+// Engine compiles, sandboxes and runs modules. One Engine serves every policy
+// of the agent; it is safe for concurrent use.
+type Engine struct {
+	cfg     Config
+	logger  *slog.Logger
+	cache   wazero.CompilationCache
+	runtime wazero.Runtime
+
+	// mu protects modules and closed.
+	mu      sync.Mutex
+	modules map[*Module]struct{}
+	closed  bool
+}
+
+// NewEngine starts a wazero runtime built with WithCloseOnContextDone(true).
+// so that a guest stops when its call's context is done, with the
+// compilation cache of cfg, and with the host modules (sandboxed WASI and
+// holdfast's) instantiated once.
+func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ceilingPages == 0 {
+		cfg.ceilingPages = DefaultMemoryCeilingPages
+	}
+	logger := cfg.logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var cache wazero.CompilationCache
+	if cfg.cacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(cfg.cacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("wasm compilation cache %s: %w", cfg.cacheDir, err)
+		}
+		cache = c
+	} else {
+		cache = wazero.NewCompilationCache()
+	}
+	rc := wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true).
+		WithCompilationCache(cache).
+		WithMemoryLimitPages(cfg.ceilingPages).
+		WithCoreFeatures(api.CoreFeaturesV2)
+	r := wazero.NewRuntimeWithConfig(ctx, rc)
+	e := &Engine{cfg: cfg, logger: logger, cache: cache, runtime: r, modules: map[*Module]struct{}{}}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+		_ = r.Close(ctx)
+		_ = cache.Close(ctx)
+		return nil, fmt.Errorf("instantiate WASI: %w", err)
+	}
+	if err := e.instantiateHostModule(ctx); err != nil {
+		_ = r.Close(ctx)
+		_ = cache.Close(ctx)
+		return nil, fmt.Errorf("instantiate host module: %w", err)
+	}
+	return e, nil
+}
+
+// Spec says what to load.
+type Spec struct {
+	// Name identifies the module in errors and logs, e.g. the policy name.
+	Name string
+	// Wasm is the module's binary.
+	Wasm []byte
+	// Grants lists the capabilities given to the module; GrantLog is implied.
+	Grants []Grant
+	// Limits bounds the module; zero fields take the Engine's defaults.
+	Limits Limits
+	// Entrypoints are exports the module must have, each with the ABI's entry
+	// signature (i32 ptr, i32 len) -> i64, e.g. "admit" or "probe". Load
+	// fails with ErrMissingExport if one is absent.
+	Entrypoints []string
+}
+
+// Digest returns "sha256:<hex>" of b, the identity of a module in messages.
+func Digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Load compiles (or fetches from the compilation cache) a module, checks it
+// against the ABI and its grants, and instantiates a first instance, so that
+// a module that cannot run fails here rather than at its first call.
+func (e *Engine) Load(ctx context.Context, spec Spec) (*Module, error) {
+	fail := func(kind error, detail string, cause error) (*Module, error) {
+		return nil, newError(kind, spec.Name, "load", detail, cause)
+	}
+	if spec.Name == "" {
+		return fail(ErrInvalidModule, "spec has no name", nil)
+	}
+	if len(spec.Wasm) == 0 {
+		return fail(ErrInvalidModule, "empty module", nil)
+	}
+	grants, err := newGrantSet(spec.Grants)
+	if err != nil {
+		return fail(ErrInvalidModule, err.Error(), nil)
+	}
+	limits := spec.Limits.withDefaults(e.cfg.limits)
+	if limits.MemoryPages > e.cfg.ceilingPages {
+		return fail(ErrInvalidModule, fmt.Sprintf("memory limit %d pages is over the engine's ceiling of %d pages", limits.MemoryPages, e.cfg.ceilingPages), nil)
+	}
+
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return fail(ErrClosed, "engine closed", nil)
+	}
+
+	compiled, info, err := e.compile(ctx, spec.Name, spec.Wasm)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkModule(compiled, grants, spec.Entrypoints, limits); err != nil {
+		_ = compiled.Close(ctx)
+		err.Module = spec.Name
+		return nil, err
+	}
+
+	m := newModule(e, spec.Name, Digest(spec.Wasm), compiled, info, grants, limits)
+	inst, err := m.instantiate(ctx)
+	if err != nil {
+		_ = compiled.Close(ctx)
+		return nil, err
+	}
+	v, err := m.abiVersion(ctx, inst)
+	if err != nil {
+		inst.close(ctx)
+		_ = compiled.Close(ctx)
+		return nil, err
+	}
+	if v != ABIVersion {
+		inst.close(ctx)
+		_ = compiled.Close(ctx)
+		return fail(ErrInvalidModule, fmt.Sprintf("ABI version %d is not supported by this host (it supports %d); rebuild the module against policies/ABI.md version %d", v, ABIVersion, ABIVersion), nil)
+	}
+	m.info.ABIVersion = v
+	m.putIdle(inst)
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		m.teardown(ctx)
+		return fail(ErrClosed, "engine closed", nil)
+	}
+	e.modules[m] = struct{}{}
+	e.mu.Unlock()
+	return m, nil
+}
+
+func (e *Engine) compile(ctx context.Context, name string, b []byte) (wazero.CompiledModule, ModuleInfo, error) {
+	compiled, err := e.runtime.CompileModule(ctx, b)
+	if err != nil {
+		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "compile: "+firstLine(err.Error()), err)
+	}
+	return compiled, describe(compiled, b), nil
+}
+
+func (e *Engine) forget(m *Module) {
+	e.mu.Lock()
+	delete(e.modules, m)
+	e.mu.Unlock()
+}
+
+// Close closes every module (waiting for none: in-flight calls are stopped)
+// and the runtime. The on-disk compilation cache stays for the next start.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	mods := make([]*Module, 0, len(e.modules))
+	for m := range e.modules {
+		mods = append(mods, m)
+	}
+	e.mu.Unlock()
+	for _, m := range mods {
+		m.teardown(ctx)
+	}
+	err := e.runtime.Close(ctx)
+	if cerr := e.cache.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,505 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Module is a loaded module: compiled once, with a pool of live instances
+// reused across calls. It is safe for concurrent use; each instance serves
+// one call at a time.
+type Module struct {
+	e        *Engine
+	name     string
+	digest   string
+	compiled wazero.CompiledModule
+	exports  map[string]api.FunctionDefinition
+	info     ModuleInfo
+	grants   grantSet
+	limits   Limits
+	logs     *rateLimiter
+
+	// slots holds one token per instance that may exist; a call holds one for
+	// its whole duration, so at most MaxInstances calls run at once.
+	slots chan struct{}
+
+	// bgCtx is canceled at teardown; it bounds background replacements,
+	// which bg tracks so that teardown waits for them.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+
+	// mu protects idle, replacing, changed, inflight, closed and tornDown.
+	mu   sync.Mutex
+	idle []*instance
+	// replacing counts background replacements under way; a call that
+	// finds no idle instance waits for them rather than instantiating a
+	// second one in parallel.
+	replacing int
+	// changed is closed (and renewed) when idle or replacing changes.
+	changed  chan struct{}
+	inflight int
+	closed   bool
+	tornDown bool
+}
+
+// instance is one live guest. The pool hands it to one call at a time.
+type instance struct {
+	mod     api.Module
+	alloc   api.Function
+	free    api.Function
+	entries map[string]api.Function
+	budget  *memoryBudget
+	output  *tailWriter
+}
+
+func newModule(e *Engine, name, digest string, compiled wazero.CompiledModule, info ModuleInfo, grants grantSet, limits Limits) *Module {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Module{
+		e:        e,
+		name:     name,
+		digest:   digest,
+		compiled: compiled,
+		exports:  compiled.ExportedFunctions(),
+		info:     info,
+		grants:   grants,
+		limits:   limits,
+		logs:     newRateLimiter(limits.LogRate, limits.LogBurst),
+		slots:    make(chan struct{}, limits.MaxInstances),
+		changed:  make(chan struct{}),
+		bgCtx:    ctx,
+		bgCancel: cancel,
+	}
+}
+
+// Name returns Spec.Name.
+func (m *Module) Name() string { return m.name }
+
+// Digest returns "sha256:<hex>" of the module's bytes.
+func (m *Module) Digest() string { return m.digest }
+
+// Info describes the module's ABI version, exports and imports.
+func (m *Module) Info() ModuleInfo { return m.info }
+
+// Limits returns the module's limits, defaults filled in.
+func (m *Module) Limits() Limits { return m.limits }
+
+// CallOption supplies what a host function may reach during one call.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	network []netTarget
+	files   *fileAccess
+}
+
+// Call runs export with input (JSON) on a pooled instance and returns its
+// JSON output. The call is bounded by ctx and by Limits.CallTimeout. If the
+// guest fails in any way the instance is discarded and a fresh one is made in
+// the background; the module stays usable.
+func (m *Module) Call(ctx context.Context, export string, input []byte, opts ...CallOption) ([]byte, error) {
+	def, ok := m.exports[export]
+	if !ok || !sigEntry.matches(def) {
+		return nil, newError(ErrMissingExport, m.name, export, fmt.Sprintf("no export %q %s", export, sigEntry), nil)
+	}
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, newError(ErrClosed, m.name, export, "module closed", nil)
+	}
+	m.inflight++
+	m.mu.Unlock()
+	defer m.callDone()
+
+	select {
+	case m.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, m.ctxError(ctx, export, "waiting for a free instance")
+	}
+	defer func() { <-m.slots }()
+
+	inst, err := m.takeIdle(ctx)
+	if err != nil {
+		return nil, m.ctxError(ctx, export, "waiting for a replacement instance")
+	}
+	if inst == nil {
+		if inst, err = m.instantiate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out, err := m.call(ctx, inst, export, input, o)
+	if err != nil {
+		m.discard(inst)
+		return nil, err
+	}
+	m.putIdle(inst)
+	return out, nil
+}
+
+// callState is what host functions see of the call they serve, through the
+// context wazero hands them.
+type callState struct {
+	m    *Module
+	opts callOptions
+	// pending is the last host function's answer, waiting for response_read.
+	pending []byte
+	// dropped counts log lines over budget in this call.
+	dropped int
+}
+
+type callStateKey struct{}
+
+func stateFrom(ctx context.Context) *callState {
+	st, _ := ctx.Value(callStateKey{}).(*callState)
+	return st
+}
+
+func (m *Module) call(ctx context.Context, inst *instance, export string, input []byte, o callOptions) ([]byte, error) {
+	start := time.Now()
+	callCtx, cancel := context.WithTimeout(ctx, m.limits.CallTimeout)
+	defer cancel()
+	st := &callState{m: m, opts: o}
+	callCtx = context.WithValue(callCtx, callStateKey{}, st)
+	inst.output.Reset()
+	defer func() {
+		if st.dropped > 0 {
+			m.e.logger.Warn("guest log lines dropped over budget", "module", m.name, "dropped", st.dropped)
+		}
+	}()
+	fail := func(err error) ([]byte, error) {
+		return nil, m.classify(ctx, callCtx, inst, export, start, err)
+	}
+	bad := func(kind error, format string, args ...any) ([]byte, error) {
+		e := newError(kind, m.name, export, fmt.Sprintf(format, args...), nil)
+		e.Guest = inst.output.String()
+		return nil, e
+	}
+
+	res, err := inst.alloc.Call(callCtx, uint64(len(input)))
+	if err != nil {
+		return fail(err)
+	}
+	inPtr := uint32(res[0])
+	if inPtr == 0 && len(input) > 0 {
+		if inst.budget.refused.Load() {
+			return bad(ErrMemoryLimit, "alloc(%d) returned 0 after a refused memory grow (limit %d pages)", len(input), m.limits.MemoryPages)
+		}
+		return bad(ErrBadPointer, "alloc(%d) returned 0", len(input))
+	}
+	if !inst.mod.Memory().Write(inPtr, input) {
+		return bad(ErrBadPointer, "alloc(%d) returned %#x, outside the guest's %d bytes of memory", len(input), inPtr, inst.mod.Memory().Size())
+	}
+	res, err = inst.entries[export].Call(callCtx, uint64(inPtr), uint64(len(input)))
+	if err != nil {
+		return fail(err)
+	}
+	outPtr, outLen := uint32(res[0]>>32), uint32(res[0])
+	if outLen == 0 {
+		return bad(ErrBadOutput, "empty output (returned %#x)", res[0])
+	}
+	if int64(outLen) > int64(m.limits.OutputBytes) {
+		return bad(ErrOutputTooLarge, "output of %d bytes is over the limit of %d bytes", outLen, m.limits.OutputBytes)
+	}
+	view, ok := inst.mod.Memory().Read(outPtr, outLen)
+	if !ok {
+		return bad(ErrBadPointer, "output at %#x+%d is outside the guest's %d bytes of memory", outPtr, outLen, inst.mod.Memory().Size())
+	}
+	out := bytes.Clone(view)
+	if _, err := inst.free.Call(callCtx, uint64(inPtr), uint64(len(input))); err != nil {
+		return fail(err)
+	}
+	if _, err := inst.free.Call(callCtx, uint64(outPtr), uint64(outLen)); err != nil {
+		return fail(err)
+	}
+	if !isJSONObject(out) {
+		return bad(ErrBadOutput, "output is not a JSON object: %.80q", out)
+	}
+	return out, nil
+}
+
+func isJSONObject(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+}
+
+// classify turns what wazero returned into one of our classes.
+func (m *Module) classify(ctx, callCtx context.Context, inst *instance, op string, start time.Time, err error) *Error {
+	var ours *Error
+	if errors.As(err, &ours) {
+		// Raised by a host function (a bad pointer, a log flood).
+		c := *ours
+		c.Module, c.Op, c.Err = m.name, op, err
+		c.Guest = inst.output.String()
+		return &c
+	}
+	e := newError(ErrTrap, m.name, op, "", err)
+	e.Guest = inst.output.String()
+	var exit *sys.ExitError
+	isExit := errors.As(err, &exit)
+	switch {
+	case (isExit && exit.ExitCode() == sys.ExitCodeContextCanceled) || errors.Is(ctx.Err(), context.Canceled):
+		e.Kind, e.Detail = ErrCanceled, "the caller canceled the call"
+	case (isExit && exit.ExitCode() == sys.ExitCodeDeadlineExceeded) || callCtx.Err() != nil:
+		limit := m.limits.CallTimeout
+		if dl, ok := ctx.Deadline(); ok && dl.Sub(start) < limit {
+			limit = dl.Sub(start).Round(time.Millisecond)
+		}
+		e.Kind, e.Detail = ErrTimeout, fmt.Sprintf("no answer within %s; the guest was stopped", limit)
+	case inst.budget.refused.Load():
+		e.Kind, e.Detail = ErrMemoryLimit, fmt.Sprintf("the guest asked for more than its %d pages (%d MiB) of memory", m.limits.MemoryPages, m.limits.MemoryPages/16)
+	case isExit:
+		e.Detail = fmt.Sprintf("the guest exited with code %d", exit.ExitCode())
+	default:
+		e.Detail = firstLine(err.Error())
+	}
+	return e
+}
+
+func (m *Module) ctxError(ctx context.Context, op, doing string) *Error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return newError(ErrCanceled, m.name, op, doing, ctx.Err())
+	}
+	return newError(ErrTimeout, m.name, op, doing, ctx.Err())
+}
+
+// instantiate makes a fresh instance and runs its _initialize, bounded by
+// Limits.InitTimeout. The guest gets no filesystem, environment, arguments
+// or sockets; a real clock only with GrantClock.
+func (m *Module) instantiate(ctx context.Context) (*instance, error) {
+	start := time.Now()
+	ictx, cancel := context.WithTimeout(ctx, m.limits.InitTimeout)
+	defer cancel()
+	budget := &memoryBudget{limitBytes: uint64(m.limits.MemoryPages) * 65536}
+	output := newTailWriter(2048)
+	ictx = experimental.WithMemoryAllocator(ictx, budget)
+	ictx = context.WithValue(ictx, callStateKey{}, &callState{m: m})
+	cfg := wazero.NewModuleConfig().
+		WithName(""). // anonymous: many instances of one module coexist
+		WithStartFunctions(exportInitialize).
+		WithStdout(output).
+		WithStderr(output)
+	if m.grants[GrantClock] {
+		cfg = cfg.WithSysWalltime().WithSysNanotime().WithNanosleep(boundedSleep)
+	}
+	mod, err := m.e.runtime.InstantiateModule(ictx, m.compiled, cfg)
+	if err != nil {
+		inst := &instance{budget: budget, output: output}
+		e := m.classify(ctx, ictx, inst, "instantiate", start, err)
+		if e.Kind == ErrTrap {
+			e.Kind = ErrInvalidModule
+			e.Detail = "_initialize failed: " + e.Detail
+		}
+		if e.Kind == ErrTimeout {
+			e.Detail = fmt.Sprintf("_initialize did not finish within %s", m.limits.InitTimeout)
+		}
+		return nil, e
+	}
+	inst := &instance{
+		mod:     mod,
+		alloc:   mod.ExportedFunction(exportAlloc),
+		free:    mod.ExportedFunction(exportFree),
+		entries: map[string]api.Function{},
+		budget:  budget,
+		output:  output,
+	}
+	for name, def := range m.exports {
+		if sigEntry.matches(def) {
+			inst.entries[name] = mod.ExportedFunction(name)
+		}
+	}
+	return inst, nil
+}
+
+// boundedSleep backs the guest's sleeps when it has the clock: each sleep is
+// cut to 10 ms so that a sleeping guest still notices its deadline (wazero
+// checks it in guest code, not during a host sleep).
+func boundedSleep(ns int64) {
+	const most = int64(10 * time.Millisecond)
+	time.Sleep(time.Duration(min(ns, most)))
+}
+
+func (m *Module) abiVersion(ctx context.Context, inst *instance) (int, error) {
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, m.limits.CallTimeout)
+	defer cancel()
+	cctx = context.WithValue(cctx, callStateKey{}, &callState{m: m})
+	res, err := inst.mod.ExportedFunction(exportABIVersion).Call(cctx)
+	if err != nil {
+		return 0, m.classify(ctx, cctx, inst, exportABIVersion, start, err)
+	}
+	return int(int32(uint32(res[0]))), nil
+}
+
+func (inst *instance) close(ctx context.Context) {
+	if inst.mod != nil {
+		_ = inst.mod.Close(ctx)
+	}
+}
+
+// takeIdle returns an idle instance, waiting for a replacement under way if
+// there is none; nil means the caller must instantiate.
+func (m *Module) takeIdle(ctx context.Context) (*instance, error) {
+	for {
+		m.mu.Lock()
+		if n := len(m.idle); n > 0 {
+			inst := m.idle[n-1]
+			m.idle = m.idle[:n-1]
+			m.mu.Unlock()
+			return inst, nil
+		}
+		if m.replacing == 0 {
+			m.mu.Unlock()
+			return nil, nil
+		}
+		changed := m.changed
+		m.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// signalLocked wakes the calls waiting in takeIdle. m.mu must be held.
+func (m *Module) signalLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+func (m *Module) putIdle(inst *instance) {
+	m.mu.Lock()
+	if m.tornDown || len(m.idle) >= m.limits.MaxInstances {
+		m.mu.Unlock()
+		inst.close(context.Background())
+		return
+	}
+	m.idle = append(m.idle, inst)
+	m.signalLocked()
+	m.mu.Unlock()
+}
+
+// discard closes a broken instance and starts a replacement in the
+// background, so that the next call does not pay for instantiation.
+func (m *Module) discard(inst *instance) {
+	inst.close(context.Background())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.tornDown {
+		return
+	}
+	m.replacing++
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		defer func() {
+			m.mu.Lock()
+			m.replacing--
+			m.signalLocked()
+			m.mu.Unlock()
+		}()
+		fresh, err := m.instantiate(m.bgCtx)
+		if err != nil {
+			if m.bgCtx.Err() == nil {
+				m.e.logger.Warn("replace broken instance", "module", m.name, "err", err)
+			}
+			return
+		}
+		m.putIdle(fresh)
+	}()
+}
+
+func (m *Module) callDone() {
+	m.mu.Lock()
+	m.inflight--
+	last := m.closed && m.inflight == 0
+	m.mu.Unlock()
+	if last {
+		m.teardown(context.Background())
+	}
+}
+
+// Close retires the module: new calls fail with ErrClosed, calls in flight
+// finish on it, and the last of them releases its instances. Close does not
+// wait for them.
+func (m *Module) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	idleNow := m.inflight == 0
+	m.mu.Unlock()
+	if idleNow {
+		m.teardown(ctx)
+	}
+	return nil
+}
+
+// teardown releases everything. It is idempotent.
+func (m *Module) teardown(ctx context.Context) {
+	m.mu.Lock()
+	if m.tornDown {
+		m.mu.Unlock()
+		return
+	}
+	m.tornDown = true
+	m.closed = true
+	idle := m.idle
+	m.idle = nil
+	m.mu.Unlock()
+	m.bgCancel()
+	m.bg.Wait()
+	for _, inst := range idle {
+		inst.close(ctx)
+	}
+	_ = m.compiled.Close(ctx)
+	m.e.forget(m)
+}
+
+// tailWriter keeps the last bytes a guest wrote to stdout/stderr, to explain
+// a failure. Guests cannot use it to flood the agent's log.
+type tailWriter struct {
+	mu  sync.Mutex // protects buf
+	max int
+	buf []byte
+}
+
+func newTailWriter(max int) *tailWriter { return &tailWriter{max: max} }
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - w.max; over > 0 {
+		w.buf = append(w.buf[:0], w.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) Reset() {
+	w.mu.Lock()
+	w.buf = w.buf[:0]
+	w.mu.Unlock()
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(bytes.TrimSpace(w.buf))
+}

@@ -1,0 +1,7 @@
+;; abi2: claims an ABI version this host does not implement.
+(module
+  (memory (export "memory") 1)
+  (func (export "holdfast_abi_version") (result i32) (i32.const 2))
+  (func (export "alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "free") (param i32 i32))
+  (func (export "admit") (param i32 i32) (result i64) (i64.const 0)))
