@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -29,6 +30,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/node"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/policy"
+	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/sources"
 	"github.com/holdfast-dev/holdfast/agent/status"
@@ -126,6 +128,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	podMgr.SetAdmission(adm, store)
 
+	var probePolicies prober.PolicyProber // a nil interface, not a nil *policy.Manager
+	if policies != nil {
+		probePolicies = policies
+	}
+	probeMgr := prober.NewManager(prober.Config{
+		Handler:              prober.NewHandlers(rt, probePolicies),
+		Recorder:             recorder,
+		OnStatusChange:       podMgr.Resync,
+		OnContainerUnhealthy: func(uid types.UID, _, _, _ string) { podMgr.Resync(uid) },
+		Log:                  a.log.With("component", "prober"),
+	})
+	podMgr.SetProber(probeMgr)
+
 	g, ctx := errgroup.WithContext(ctx)
 	if policies != nil {
 		g.Go(func() error { return policies.Run(ctx) })
@@ -182,6 +197,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return true
 	})
 	g.Go(func() error { return podMgr.Run(ctx) })
+	g.Go(func() error { return probeMgr.Run(ctx) })
 	g.Go(func() error { return statusMgr.Run(ctx) })
 	if cfg.HealthzAddress != "" {
 		g.Go(func() error { return a.serveHealthz(ctx, podMgr, statusMgr) })

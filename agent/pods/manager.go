@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/network"
+	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/offline"
 )
@@ -63,7 +64,8 @@ type Manager struct {
 	store    offline.Store // nil: decisions are not remembered across restarts
 	admitMu  sync.Mutex    // serializes admission: each decision sees the ones before it
 	backoff  *backoff
-	relistCh chan struct{} // buffered(1): relist now (a task event arrived)
+	relistCh chan struct{}   // buffered(1): relist now (a task event arrived)
+	prober   *prober.Manager // nil: no probes; a running container is started and ready
 
 	mu           sync.Mutex // protects workers, ctx, sourcesReady, lastRelist
 	workers      map[types.UID]*worker
@@ -125,6 +127,20 @@ func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
 		w.mu.Unlock()
 	}
 	return out
+}
+
+// SetProber installs the probe runner, before Run. The workers report each observation of
+// their pod to it and read Ready, Started and Unhealthy from it.
+func (m *Manager) SetProber(p *prober.Manager) { m.prober = p }
+
+// Resync asks the pod's worker for a sync now: a probe result changed.
+func (m *Manager) Resync(uid types.UID) {
+	m.mu.Lock()
+	w := m.workers[uid]
+	m.mu.Unlock()
+	if w != nil {
+		w.poke()
+	}
 }
 
 // SetSourcesReady installs the check that says every source has delivered its complete set

@@ -34,6 +34,10 @@ type killAction struct {
 	id     string
 	name   string
 	reason string
+	// grace replaces the pod's grace period when set (a probe's terminationGracePeriodSeconds).
+	grace *time.Duration
+	// event is the Killing event's message; empty means "Stopping container NAME: REASON".
+	event string
 }
 
 // restartChecker tells whether a container may be restarted now or must wait (back-off).

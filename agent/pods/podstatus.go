@@ -48,6 +48,9 @@ type statusInput struct {
 	startTime  time.Time
 	terminated bool // the pod is being or has been torn down
 	now        time.Time
+	// ready and started are the prober's answers for the running containers; nil means no
+	// prober: a running container is started and ready.
+	ready, started map[string]bool
 }
 
 // computeStatus derives the pod's status from observed state alone. Condition transition
@@ -211,9 +214,9 @@ func containerStatus(c *v1.Container, attempts []runtime.Container, in statusInp
 	}
 	switch latest.State {
 	case runtime.StateRunning:
-		t := true
-		cs.Started = &t
-		cs.Ready = !in.terminated
+		started := in.started == nil || in.started[c.Name]
+		cs.Started = &started
+		cs.Ready = !in.terminated && started && (in.ready == nil || in.ready[c.Name])
 		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(latest.StartedAt)}
 	case runtime.StateExited:
 		if d, ok := in.backOff[c.Name]; ok && !in.terminated {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
@@ -150,10 +152,19 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 	hostIPs := w.m.hostIPs()
 
 	p := computePlan(pod, observed, w.m.backoff)
+	p.kill = append(p.kill, w.probeKills(pod, observed, p.kill)...)
 	if netErr == nil {
 		for _, k := range p.kill {
-			w.m.event(pod, v1.EventTypeNormal, "Killing", "Stopping container %s: %s", k.name, k.reason)
-			if err := w.m.rt.StopContainer(ctx, k.id, gracePeriod(pod)); err != nil {
+			if k.event != "" {
+				w.m.event(pod, v1.EventTypeNormal, "Killing", "%s", k.event)
+			} else {
+				w.m.event(pod, v1.EventTypeNormal, "Killing", "Stopping container %s: %s", k.name, k.reason)
+			}
+			grace := gracePeriod(pod)
+			if k.grace != nil {
+				grace = *k.grace
+			}
+			if err := w.m.rt.StopContainer(ctx, k.id, grace); err != nil {
 				log.Warn("stop container", "container", k.name, "err", err)
 			}
 		}
@@ -191,12 +202,70 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 			return time.Second
 		}
 	}
+	ready, started := w.updateProber(pod, observed, podIPs, hostIPs)
 	st := computeStatus(statusInput{
 		pod: pod, observed: observed, waiting: w.waiting, backOff: p.backOff,
 		podIPs: podIPs, hostIPs: hostIPs, startTime: w.startTime, now: w.m.now(),
+		ready: ready, started: started,
 	})
 	w.m.status.SetPodStatus(pod, st)
 	return next
+}
+
+// updateProber hands the prober this observation of the pod, before the status is computed
+// from its answers, and returns them for the running containers (nil maps without a prober).
+func (w *worker) updateProber(pod *v1.Pod, observed []runtime.Container, podIPs, hostIPs []string) (ready, started map[string]bool) {
+	pr := w.m.prober
+	if pr == nil {
+		return nil, nil
+	}
+	running := prober.RunningContainers(observed)
+	pr.UpdatePod(pod, probeIP(pod, podIPs, hostIPs), running)
+	ready, started = map[string]bool{}, map[string]bool{}
+	for name := range running {
+		ready[name] = pr.Ready(pod.UID, name)
+		started[name] = pr.Started(pod.UID, name)
+	}
+	return ready, started
+}
+
+// probeKills returns the running containers whose liveness or startup probe failed, killed
+// as kubelet kills them: with the probe's terminationGracePeriodSeconds if it sets one, and
+// kubelet's event. computePlan restarts them per restartPolicy once they have exited.
+func (w *worker) probeKills(pod *v1.Pod, observed []runtime.Container, already []killAction) []killAction {
+	pr := w.m.prober
+	if pr == nil {
+		return nil
+	}
+	var out []killAction
+	for _, c := range observed {
+		if c.State != runtime.StateRunning || slices.ContainsFunc(already, func(k killAction) bool { return k.id == c.ID }) {
+			continue
+		}
+		u, ok := pr.Unhealthy(pod.UID, c.Name)
+		if !ok || u.ContainerID != c.ID {
+			continue
+		}
+		k := killAction{id: c.ID, name: c.Name, reason: u.Message, event: u.Message}
+		if u.GracePeriodSeconds != nil && pod.DeletionGracePeriodSeconds == nil {
+			g := time.Duration(*u.GracePeriodSeconds) * time.Second
+			k.grace = &g
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// probeIP is where probes reach the pod: its own address, the node's for host-network pods.
+func probeIP(pod *v1.Pod, podIPs, hostIPs []string) string {
+	ips := podIPs
+	if pod.Spec.HostNetwork {
+		ips = hostIPs
+	}
+	if len(ips) == 0 {
+		return ""
+	}
+	return ips[0]
 }
 
 // startContainer pulls (per policy), creates and starts one container attempt, recording
@@ -321,6 +390,9 @@ func (w *worker) podEtcFiles(pod *v1.Pod, podIPs []string) ([]specs.Mount, error
 // interrupted termination resumes on the next sync.
 func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.Container, reason string) error {
 	log := w.m.log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
+	if w.m.prober != nil {
+		w.m.prober.RemovePod(pod.UID) // a pod on its way out is not probed any more
+	}
 	grace := gracePeriod(pod)
 	var wg sync.WaitGroup
 	errs := make([]error, len(observed))

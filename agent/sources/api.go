@@ -117,11 +117,12 @@ func (s *APISource) forget(uid types.UID) {
 	}
 }
 
-// forCache strips what changes often and is not needed to run the pod (status is recomputed
-// from the runtime, managedFields is bookkeeping), so a status write costs no flash write.
+// forCache strips bookkeeping that changes on every write (managedFields, resourceVersion),
+// so only a change of spec or status costs a flash write. The status is kept: after a reboot
+// offline it carries what the runtime cannot tell again (startTime, condition transition
+// times, readiness of the containers still running).
 func forCache(pod *v1.Pod) *v1.Pod {
 	c := pod.DeepCopy()
-	c.Status = v1.PodStatus{}
 	c.ManagedFields = nil
 	c.ResourceVersion = ""
 	return c

@@ -1,0 +1,262 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+)
+
+// DefaultExecOutputLimit is how much of an exec'd command's output is kept: kubelet's limit
+// for a probe's output (10 KiB).
+const DefaultExecOutputLimit = 10 << 10
+
+// execCleanupTimeout bounds killing, waiting for and deleting an exec process once its own
+// deadline has passed, so a hung shim cannot hold the caller forever.
+const execCleanupTimeout = 10 * time.Second
+
+// execDrainTimeout bounds how long output is still read after the command exited: a child it
+// left in the background may hold stdout open for ever.
+const execDrainTimeout = time.Second
+
+// Errors of Exec, classified with errors.Is.
+var (
+	// ErrExecTimeout: the command did not finish within its timeout; it was killed.
+	ErrExecTimeout = errors.New("exec timed out")
+	// ErrContainerNotRunning: the container has no running task to exec in.
+	ErrContainerNotRunning = errors.New("container is not running")
+	// ErrExecStart: the runtime could not start the command (no such executable, permission
+	// denied...). The container itself is unaffected.
+	ErrExecStart = errors.New("exec start failed")
+)
+
+// ExecOptions tune Exec.
+type ExecOptions struct {
+	// Timeout bounds the command: when it passes, the process is killed and Exec returns an
+	// error wrapping ErrExecTimeout. Defaults to 0: only ctx bounds the command (a ctx
+	// deadline counts as the timeout too).
+	Timeout time.Duration
+	// OutputLimit is how many bytes of stdout and stderr, combined, are kept. The rest is
+	// read and dropped, so the command never blocks on a full pipe. Defaults to
+	// DefaultExecOutputLimit.
+	OutputLimit int
+}
+
+// ExecResult is how an exec'd command ended.
+type ExecResult struct {
+	// ExitCode is the command's exit status.
+	ExitCode int
+	// Output is the command's stdout and stderr in the order they arrived, at most
+	// OutputLimit bytes.
+	Output []byte
+	// Truncated says the command wrote more than OutputLimit bytes.
+	Truncated bool
+}
+
+// Exec runs cmd inside the running container id, the way `crictl exec` does: a new process in
+// the container's namespaces and cgroup, with the process spec of the container (user, env,
+// working directory, capabilities, rlimits) and cmd as its arguments, without a terminal or
+// stdin. Its stdout and stderr are captured up to OutputLimit.
+//
+// A command that runs and exits non-zero is not an error: ExitResult.ExitCode says so. The
+// exec process is always deleted before Exec returns, also on timeout (killed first) and on
+// ctx cancellation. Processes the command left in the background keep running, as with
+// kubelet.
+func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, opts ExecOptions) (ExecResult, error) {
+	if len(cmd) == 0 {
+		return ExecResult{}, errors.New("exec: empty command")
+	}
+	if opts.OutputLimit <= 0 {
+		opts.OutputLimit = DefaultExecOutputLimit
+	}
+	ctx = r.ctx(ctx)
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if opts.Timeout > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, opts.Timeout)
+	}
+	defer cancel()
+
+	c, err := r.client.LoadContainer(runCtx, id)
+	if errdefs.IsNotFound(err) {
+		return ExecResult{}, fmt.Errorf("exec in %s: %w", id, ErrContainerNotRunning)
+	} else if err != nil {
+		return ExecResult{}, r.execErr(runCtx, ctx, cmd, opts, fmt.Errorf("exec in %s: load container: %w", id, err))
+	}
+	task, err := c.Task(runCtx, nil)
+	if errdefs.IsNotFound(err) {
+		return ExecResult{}, fmt.Errorf("exec in %s: %w", id, ErrContainerNotRunning)
+	} else if err != nil {
+		return ExecResult{}, r.execErr(runCtx, ctx, cmd, opts, fmt.Errorf("exec in %s: load task: %w", id, err))
+	}
+	spec, err := c.Spec(runCtx)
+	if err != nil {
+		return ExecResult{}, r.execErr(runCtx, ctx, cmd, opts, fmt.Errorf("exec in %s: read spec: %w", id, err))
+	}
+	if spec.Process == nil {
+		return ExecResult{}, fmt.Errorf("exec in %s: the container's spec has no process", id)
+	}
+	pspec := *spec.Process
+	pspec.Args = append([]string(nil), cmd...)
+	pspec.Terminal = false
+	pspec.ConsoleSize = nil
+
+	out := &limitedBuffer{limit: opts.OutputLimit}
+	execID, err := newExecID()
+	if err != nil {
+		return ExecResult{}, err
+	}
+	proc, err := task.Exec(runCtx, execID, &pspec, cio.NewCreator(cio.WithStreams(nil, out, out)))
+	if errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
+		return ExecResult{}, fmt.Errorf("exec in %s: %w: %v", id, ErrContainerNotRunning, err)
+	} else if err != nil {
+		return ExecResult{}, r.execErr(runCtx, ctx, cmd, opts, fmt.Errorf("exec in %s: create process: %w", id, err))
+	}
+	// From here on the exec process exists in the shim: it is deleted whatever happens, with
+	// a context of its own since runCtx may be the very reason we stop.
+	cleanupCtx, cleanupCancel := context.WithTimeout(context.WithoutCancel(ctx), execCleanupTimeout)
+	defer cleanupCancel()
+	defer r.deleteExec(cleanupCtx, proc, id)
+
+	// Wait before Start, so that a command that exits at once is not missed. The channel's
+	// goroutine (the client's) ends when waitCtx does.
+	waitCtx, waitCancel := context.WithCancel(cleanupCtx)
+	defer waitCancel()
+	exitCh, err := proc.Wait(waitCtx)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("exec in %s: wait: %w", id, err)
+	}
+	if err := proc.Start(runCtx); err != nil {
+		if runCtx.Err() != nil {
+			return ExecResult{}, r.execErr(runCtx, ctx, cmd, opts, err)
+		}
+		return ExecResult{}, fmt.Errorf("exec in %s: %w: %v", id, ErrExecStart, err)
+	}
+
+	var st client.ExitStatus
+	select {
+	case st = <-exitCh:
+	case <-runCtx.Done():
+		if err := proc.Kill(cleanupCtx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+			r.log.Warn("kill exec process", "container", id, "exec", execID, "err", err)
+		}
+		select {
+		case <-exitCh:
+		case <-cleanupCtx.Done():
+		}
+		return ExecResult{Output: out.Bytes(), Truncated: out.Truncated()}, r.execErr(runCtx, ctx, cmd, opts, runCtx.Err())
+	}
+	if err := st.Error(); err != nil {
+		return ExecResult{}, fmt.Errorf("exec in %s: wait: %w", id, err)
+	}
+	// The command exited; its output may still be in the pipes. Read it, for a bounded time.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		proc.IO().Wait()
+	}()
+	drainTimer := time.NewTimer(execDrainTimeout)
+	defer drainTimer.Stop()
+	select {
+	case <-drained:
+	case <-drainTimer.C:
+		proc.IO().Cancel() // closes our ends of the pipes: the copy stops, Wait returns
+		<-drained
+	}
+	return ExecResult{ExitCode: int(st.ExitCode()), Output: out.Bytes(), Truncated: out.Truncated()}, nil
+}
+
+// deleteExec removes the exec process from the shim, killing it first if it still runs
+// (the caller gave up on it), and releases its pipes.
+func (r *Runtime) deleteExec(ctx context.Context, proc client.Process, id string) {
+	_, err := proc.Delete(ctx)
+	if errdefs.IsFailedPrecondition(err) {
+		exitCh, werr := proc.Wait(ctx)
+		if kerr := proc.Kill(ctx, syscall.SIGKILL); kerr != nil && !errdefs.IsNotFound(kerr) {
+			r.log.Warn("kill exec process", "container", id, "exec", proc.ID(), "err", kerr)
+		}
+		if werr == nil {
+			select {
+			case <-exitCh:
+			case <-ctx.Done():
+			}
+		}
+		_, err = proc.Delete(ctx)
+	}
+	if err != nil && !errdefs.IsNotFound(err) {
+		r.log.Warn("delete exec process", "container", id, "exec", proc.ID(), "err", err)
+		if io := proc.IO(); io != nil {
+			io.Cancel()
+			io.Wait()
+			_ = io.Close()
+		}
+	}
+}
+
+// execErr turns an error into ErrExecTimeout when a deadline (the timeout's or ctx's) passed,
+// and keeps the caller's cancellation as such, so that callers tell a slow command from an
+// agent shutting down.
+func (r *Runtime) execErr(runCtx, parent context.Context, cmd []string, opts ExecOptions, err error) error {
+	if errors.Is(parent.Err(), context.Canceled) {
+		return fmt.Errorf("exec %q: %w", strings.Join(cmd, " "), parent.Err())
+	}
+	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		if opts.Timeout > 0 {
+			return fmt.Errorf("%w: command %q timed out after %s", ErrExecTimeout, strings.Join(cmd, " "), opts.Timeout)
+		}
+		return fmt.Errorf("%w: command %q timed out", ErrExecTimeout, strings.Join(cmd, " "))
+	}
+	return err
+}
+
+func newExecID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("exec id: %w", err)
+	}
+	return "holdfast-exec-" + hex.EncodeToString(b[:]), nil
+}
+
+// limitedBuffer keeps the first limit bytes written to it and drops the rest. Stdout and
+// stderr are copied into it by two goroutines.
+type limitedBuffer struct {
+	mu        sync.Mutex // protects buf, truncated
+	buf       []byte
+	limit     int
+	truncated bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	room := b.limit - len(b.buf)
+	if room < len(p) {
+		b.truncated = true
+		if room > 0 {
+			b.buf = append(b.buf, p[:room]...)
+		}
+		return len(p), nil
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *limitedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.buf...)
+}
+
+func (b *limitedBuffer) Truncated() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.truncated
+}

@@ -1,0 +1,156 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+)
+
+// TestExec runs commands in a real container through a real containerd: exit codes, output
+// capture and its limit, the container's process spec, timeouts that kill, and no exec
+// process left behind.
+func TestExec(t *testing.T) {
+	cd := testenv.StartContainerd(t, testenv.ContainerdOptions{})
+	ctx := context.Background()
+	const ns = "holdfast-exec"
+	cd.ImportTestImages(ctx, ns)
+	rt, err := runtime.Connect(ctx, cd.Address, ns, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	id, err := rt.CreateContainer(ctx, runtime.ContainerConfig{
+		PodUID: "pod-exec", PodName: "exec", PodNamespace: "default", Name: "app",
+		Image: testenv.BusyboxImage, Command: []string{"sleep", "3600"},
+		Env: []string{"GREETING=hello"}, WorkingDir: "/tmp", Hostname: "exec",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.StartContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// processes lists the container's processes other than its init.
+	processes := func() int {
+		t.Helper()
+		nctx := namespaces.WithNamespace(ctx, ns)
+		c, err := cd.Client.LoadContainer(nctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := c.Task(nctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids, err := task.Pids(nctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(pids) - 1
+	}
+
+	t.Run("exit code and both streams", func(t *testing.T) {
+		res, err := rt.Exec(ctx, id, []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, runtime.ExecOptions{Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != 3 || !strings.Contains(string(res.Output), "out\n") || !strings.Contains(string(res.Output), "err\n") || res.Truncated {
+			t.Errorf("result %+v (%q)", res, res.Output)
+		}
+	})
+	t.Run("the container's env and working directory", func(t *testing.T) {
+		res, err := rt.Exec(ctx, id, []string{"sh", "-c", "echo $GREETING; pwd"}, runtime.ExecOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != 0 || string(res.Output) != "hello\n/tmp\n" {
+			t.Errorf("result %+v (%q)", res, res.Output)
+		}
+	})
+	t.Run("output limit", func(t *testing.T) {
+		res, err := rt.Exec(ctx, id, []string{"sh", "-c", "yes | head -c 100000"}, runtime.ExecOptions{OutputLimit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Output) != 1000 || !res.Truncated || res.ExitCode != 0 {
+			t.Errorf("%d bytes, truncated %v, exit %d", len(res.Output), res.Truncated, res.ExitCode)
+		}
+		res, err = rt.Exec(ctx, id, []string{"sh", "-c", "yes | head -c 100000"}, runtime.ExecOptions{})
+		if err != nil || len(res.Output) != runtime.DefaultExecOutputLimit {
+			t.Errorf("%d bytes (%v), want the default limit %d", len(res.Output), err, runtime.DefaultExecOutputLimit)
+		}
+	})
+	t.Run("timeout kills", func(t *testing.T) {
+		start := time.Now()
+		_, err := rt.Exec(ctx, id, []string{"sleep", "30"}, runtime.ExecOptions{Timeout: 500 * time.Millisecond})
+		if !errors.Is(err, runtime.ErrExecTimeout) || !strings.Contains(err.Error(), `"sleep 30" timed out after 500ms`) {
+			t.Fatalf("err %v, want ErrExecTimeout", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("took %s", d)
+		}
+		testenv.Eventually(t, 5*time.Second, "the timed-out process gone", func() error {
+			if n := processes(); n != 0 {
+				return errors.New("exec process still in the container")
+			}
+			return nil
+		})
+		// A ctx deadline is a timeout too.
+		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if _, err := rt.Exec(dctx, id, []string{"sleep", "30"}, runtime.ExecOptions{}); !errors.Is(err, runtime.ErrExecTimeout) {
+			t.Errorf("err %v, want ErrExecTimeout", err)
+		}
+	})
+	t.Run("cancellation is not a timeout", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(300*time.Millisecond, cancel)
+		_, err := rt.Exec(cctx, id, []string{"sleep", "30"}, runtime.ExecOptions{Timeout: time.Minute})
+		if !errors.Is(err, context.Canceled) || errors.Is(err, runtime.ErrExecTimeout) {
+			t.Errorf("err %v, want context.Canceled", err)
+		}
+		testenv.Eventually(t, 5*time.Second, "the cancelled process gone", func() error {
+			if n := processes(); n != 0 {
+				return errors.New("exec process still in the container")
+			}
+			return nil
+		})
+	})
+	t.Run("missing executable", func(t *testing.T) {
+		res, err := rt.Exec(ctx, id, []string{"/no/such/probe"}, runtime.ExecOptions{Timeout: 10 * time.Second})
+		// runc refuses to start it; older runtimes start it and report 127.
+		t.Logf("result %+v err %v", res, err)
+		if !errors.Is(err, runtime.ErrExecStart) && !(err == nil && res.ExitCode == 127) {
+			t.Errorf("result %+v err %v, want ErrExecStart", res, err)
+		}
+	})
+	t.Run("a background child does not hold Exec", func(t *testing.T) {
+		start := time.Now()
+		res, err := rt.Exec(ctx, id, []string{"sh", "-c", "sleep 30 & echo started"}, runtime.ExecOptions{Timeout: 10 * time.Second})
+		if err != nil || res.ExitCode != 0 || string(res.Output) != "started\n" {
+			t.Errorf("result %+v (%q) err %v", res, res.Output, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("took %s: waited for the background child's stdout", d)
+		}
+	})
+	t.Run("not running", func(t *testing.T) {
+		if err := rt.StopContainer(ctx, id, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Exec(ctx, id, []string{"true"}, runtime.ExecOptions{}); !errors.Is(err, runtime.ErrContainerNotRunning) {
+			t.Errorf("err %v, want ErrContainerNotRunning", err)
+		}
+		if _, err := rt.Exec(ctx, "no-such-container", []string{"true"}, runtime.ExecOptions{}); !errors.Is(err, runtime.ErrContainerNotRunning) {
+			t.Errorf("err %v, want ErrContainerNotRunning", err)
+		}
+	})
+}
