@@ -132,14 +132,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	if policies != nil {
 		probePolicies = policies
 	}
+	handlers := prober.NewHandlers(rt, probePolicies)
 	probeMgr := prober.NewManager(prober.Config{
-		Handler:              prober.NewHandlers(rt, probePolicies),
+		Handler:              handlers,
 		Recorder:             recorder,
 		OnStatusChange:       podMgr.Resync,
 		OnContainerUnhealthy: func(uid types.UID, _, _, _ string) { podMgr.Resync(uid) },
 		Log:                  a.log.With("component", "prober"),
 	})
-	podMgr.SetProber(probeMgr)
+	podMgr.SetProber(probeMgr, handlers)
 
 	g, ctx := errgroup.WithContext(ctx)
 	if policies != nil {

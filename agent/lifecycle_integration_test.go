@@ -3,12 +3,16 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
@@ -140,4 +144,79 @@ func TestCrashLoopBackOff(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLifecycleHooks: postStart runs after the container starts (exec) and preStop runs
+// before SIGTERM on deletion (httpGet to the pod's own server and exec), within the grace
+// period; a failing postStart kills the container, which is restarted.
+func TestLifecycleHooks(t *testing.T) {
+	e := startEnv(t, true, quickBackoff)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	pod := sleeperPod("hooked", true)
+	pod.Spec.TerminationGracePeriodSeconds = int64p(10)
+	// The server logs every request (httpd -v) so the preStop GET shows in its log; the exec
+	// hooks write where the test can see them through the server's document root.
+	pod.Spec.Containers[0] = step("web", "mkdir -p /www && exec httpd -f -v -p 127.0.0.1:18080 -h /www")
+	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{
+		PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "echo started > /www/poststart; echo bye > /www/prestop-called"}}},
+		PreStop:   &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/prestop-called", Port: intstrFrom(18080), Host: "127.0.0.1"}},
+	}
+	failing := sleeperPod("badhook", true)
+	failing.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "exit 3"}}}}
+	for _, p := range []*v1.Pod{pod, failing} {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := e.waitAPIRunning(t, "hooked")["hooked"]
+	id := strings.TrimPrefix(containerIDOf(running), "containerd://")
+	testenv.Eventually(t, 30*time.Second, "postStart ran inside the container", func() error {
+		res, err := e.exec(id, "cat", "/www/poststart")
+		if err != nil || !strings.Contains(res, "started") {
+			return fmt.Errorf("%q %v", res, err)
+		}
+		return nil
+	})
+	testenv.Eventually(t, 60*time.Second, "failing postStart restarts its container", func() error {
+		p, err := pods.Get(ctx, "badhook", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return fmt.Errorf("no status (%v)", err)
+		}
+		if rc := p.Status.ContainerStatuses[0].RestartCount; rc < 1 {
+			return fmt.Errorf("restartCount %d", rc)
+		}
+		return nil
+	})
+	if err := pods.Delete(ctx, "hooked", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "preStop GET reached the server before it stopped", func() error {
+		// httpd -v logs one line per request; nothing but the preStop hook calls it, and the
+		// 200 says it asked for the path the postStart hook created.
+		if !strings.Contains(e.podLog(t, running, "web"), "response:200") {
+			return fmt.Errorf("server log: %q", e.podLog(t, running, "web"))
+		}
+		return nil
+	})
+}
+
+func intstrFrom(port int) intstr.IntOrString { return intstr.FromInt32(int32(port)) }
+
+// exec runs a command in a running container through holdfast's own runtime package.
+func (e *env) exec(containerID string, cmd ...string) (string, error) {
+	ctx := context.Background()
+	rt, err := runtime.Connect(ctx, e.cd.Address, "holdfast", slog.New(slog.DiscardHandler))
+	if err != nil {
+		return "", err
+	}
+	defer rt.Close()
+	res, err := rt.Exec(ctx, containerID, cmd, runtime.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil {
+		return "", err
+	}
+	if res.ExitCode != 0 {
+		return string(res.Output), fmt.Errorf("exit code %d", res.ExitCode)
+	}
+	return string(res.Output), nil
 }

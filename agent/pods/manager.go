@@ -66,6 +66,7 @@ type Manager struct {
 	backoff  *backoff
 	relistCh chan struct{}   // buffered(1): relist now (a task event arrived)
 	prober   *prober.Manager // nil: no probes; a running container is started and ready
+	hooks    prober.Handler  // runs lifecycle hooks; nil: hooks fail with a clear error
 
 	mu           sync.Mutex // protects workers, ctx, sourcesReady, lastRelist
 	workers      map[types.UID]*worker
@@ -130,8 +131,9 @@ func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
 }
 
 // SetProber installs the probe runner, before Run. The workers report each observation of
-// their pod to it and read Ready, Started and Unhealthy from it.
-func (m *Manager) SetProber(p *prober.Manager) { m.prober = p }
+// their pod to it and read Ready, Started and Unhealthy from it. hooks runs the lifecycle
+// hooks (postStart, preStop) with the same handlers.
+func (m *Manager) SetProber(p *prober.Manager, hooks prober.Handler) { m.prober, m.hooks = p, hooks }
 
 // Resync asks the pod's worker for a sync now: a probe result changed.
 func (m *Manager) Resync(uid types.UID) {

@@ -164,7 +164,13 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 			if k.grace != nil {
 				grace = *k.grace
 			}
-			if err := w.m.rt.StopContainer(ctx, k.id, grace); err != nil {
+			var pid uint32
+			for _, c := range observed {
+				if c.ID == k.id {
+					pid = c.Pid
+				}
+			}
+			if err := w.stopWithPreStop(ctx, pod, k.name, k.id, pid, grace); err != nil {
 				log.Warn("stop container", "container", k.name, "err", err)
 			}
 		}
@@ -302,6 +308,16 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 	}
 	delete(w.waiting, c.Name)
 	w.m.event(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		if err := w.m.runHook(ctx, pod, c, id, 0, c.Lifecycle.PostStart, postStartTimeout); err != nil {
+			// As kubelet: the container is killed and restarted per its restart policy.
+			w.m.event(pod, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %v", err)
+			if serr := w.m.rt.StopContainer(ctx, id, gracePeriod(pod)); serr != nil {
+				return serr
+			}
+			return fmt.Errorf("postStart hook of %s: %w", c.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -404,7 +420,7 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = w.m.rt.StopContainer(ctx, c.ID, grace)
+			errs[i] = w.stopWithPreStop(ctx, pod, c.Name, c.ID, c.Pid, grace)
 		}()
 	}
 	wg.Wait()

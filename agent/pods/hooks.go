@@ -1,0 +1,86 @@
+package pods
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/prober"
+)
+
+// postStartTimeout bounds a postStart hook; kubelet bounds it only by the container's life,
+// which lets one hanging hook stall its pod's worker forever.
+const postStartTimeout = 2 * time.Minute
+
+// minKillGrace is what SIGTERM always gets after a preStop hook, as in kubelet.
+const minKillGrace = 2 * time.Second
+
+// runHook runs a lifecycle handler (exec, httpGet, tcpSocket or sleep) against a running
+// container, with the probe handlers, so hooks and probes share one implementation.
+func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, containerID string, pid uint32, h *v1.LifecycleHandler, timeout time.Duration) error {
+	if h.Sleep != nil {
+		select {
+		case <-time.After(time.Duration(h.Sleep.Seconds) * time.Second):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if m.hooks == nil {
+		return errors.New("no hook handler on this node")
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	probe := &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: h.Exec, HTTPGet: h.HTTPGet, TCPSocket: h.TCPSocket}}
+	outcome, out, err := m.hooks.Probe(ctx, prober.Target{
+		Pod: pod, Container: c, ContainerID: containerID, Kind: prober.Liveness, Probe: probe,
+		PodIP: m.podIP(pod), Pid: pid, Timeout: timeout,
+	})
+	if err != nil {
+		return err
+	}
+	if outcome == prober.Failure {
+		return fmt.Errorf("%s", out)
+	}
+	return nil
+}
+
+// podIP is the address hooks reach the pod at.
+func (m *Manager) podIP(pod *v1.Pod) string {
+	if pod.Spec.HostNetwork {
+		if ips := m.hostIPs(); len(ips) > 0 {
+			return ips[0]
+		}
+		return ""
+	}
+	if pn := m.net.Get(string(pod.UID)); pn != nil && len(pn.IPs) > 0 {
+		return pn.IPs[0]
+	}
+	return ""
+}
+
+// stopWithPreStop runs the container's preStop hook (bounded by the grace period), then
+// stops it with what is left of the grace period (at least minKillGrace).
+func (w *worker) stopWithPreStop(ctx context.Context, pod *v1.Pod, name, id string, pid uint32, grace time.Duration) error {
+	c := findContainer(pod, name)
+	if c != nil && c.Lifecycle != nil && c.Lifecycle.PreStop != nil && grace > 0 {
+		start := time.Now()
+		if err := w.m.runHook(ctx, pod, c, id, pid, c.Lifecycle.PreStop, grace); err != nil {
+			w.m.event(pod, v1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
+		}
+		grace = max(grace-time.Since(start), minKillGrace)
+	}
+	return w.m.rt.StopContainer(ctx, id, grace)
+}
+
+func findContainer(pod *v1.Pod, name string) *v1.Container {
+	for _, c := range allContainers(pod) {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
