@@ -34,6 +34,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/sources"
 	"github.com/holdfast-dev/holdfast/agent/status"
+	"github.com/holdfast-dev/holdfast/agent/volumes"
 	"github.com/holdfast-dev/holdfast/offline"
 )
 
@@ -99,6 +100,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	stateCondition := a.reportStore(report)
 
 	statusMgr := status.NewManager(client, store, cfg.NodeName, a.log.With("component", "status"))
+	// holdfast reserves nothing: allocatable is the capacity, which does not change while it runs.
+	allocatable, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
+	if err != nil {
+		a.log.Warn("measure node capacity; resourceFieldRef without limits will read 0", "err", err)
+	}
+	volMgr := volumes.NewManager(filepath.Join(cfg.StateDir, "pods"), client, recorder, a.log.With("component", "volumes"), volumes.Options{
+		ResyncPeriod: cfg.Pods.VolumeResyncPeriod.Duration,
+		Allocatable:  func() v1.ResourceList { return allocatable },
+		Cache:        store,
+	})
 	podMgr := pods.NewManager(pods.Config{
 		StateDir:     cfg.StateDir,
 		PodLogDir:    cfg.PodLogDir,
@@ -106,6 +117,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		BackOffBase:  cfg.Pods.BackOffBase.Duration,
 		BackOffMax:   cfg.Pods.BackOffMax.Duration,
 		HostIPs:      hostIPs,
+		Volumes:      volMgr,
 		MemoryCapacity: func() int64 {
 			capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
 			if err != nil {
@@ -198,6 +210,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return true
 	})
 	g.Go(func() error { return podMgr.Run(ctx) })
+	g.Go(func() error { return volMgr.Run(ctx) })
 	g.Go(func() error { return probeMgr.Run(ctx) })
 	g.Go(func() error { return statusMgr.Run(ctx) })
 	if cfg.HealthzAddress != "" {

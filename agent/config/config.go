@@ -97,6 +97,10 @@ type PodsConfig struct {
 	// Default to 10s and 300s, as kubelet.
 	BackOffBase Duration `json:"backOffBase,omitempty"`
 	BackOffMax  Duration `json:"backOffMax,omitempty"`
+	// VolumeResyncPeriod is how often configMap, secret, downwardAPI and projected volumes are
+	// re-projected (ConfigMap and Secret changes also arrive at once through watches) and
+	// service account tokens checked for renewal. Defaults to 30s.
+	VolumeResyncPeriod Duration `json:"volumeResyncPeriod,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "10s" in YAML and JSON.
@@ -163,6 +167,7 @@ func (c *Config) applyDefaults() {
 	setDefaultDuration(&c.Pods.RelistPeriod, time.Second)
 	setDefaultDuration(&c.Pods.BackOffBase, 10*time.Second)
 	setDefaultDuration(&c.Pods.BackOffMax, 300*time.Second)
+	setDefaultDuration(&c.Pods.VolumeResyncPeriod, 30*time.Second)
 	setDefault(&c.HealthzAddress, "127.0.0.1:10248")
 	if c.HealthzAddress == "-" {
 		c.HealthzAddress = ""
@@ -216,6 +221,7 @@ func (c *Config) Validate() error {
 		"pods.relistPeriod":             c.Pods.RelistPeriod,
 		"pods.backOffBase":              c.Pods.BackOffBase,
 		"pods.backOffMax":               c.Pods.BackOffMax,
+		"pods.volumeResyncPeriod":       c.Pods.VolumeResyncPeriod,
 	} {
 		if d.Duration <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, d))

@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/volumes"
 	"github.com/holdfast-dev/holdfast/offline"
 )
 
@@ -50,6 +51,8 @@ type Config struct {
 	MemoryCapacity int64
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
+	// Volumes prepares and tears down pod volumes, and is the EnvSource of env. Required.
+	Volumes *volumes.Manager
 }
 
 // Manager dispatches desired pods to their workers and watches the runtime for changes.
@@ -301,7 +304,9 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) map[string
 		}
 	}
 	if ready {
-		for _, uid := range m.net.Known() {
+		// Pods with a network or a volume directory left but no container (deleted while the
+		// agent was down, after their containers went) are orphans too.
+		for _, uid := range append(m.net.Known(), m.cfg.Volumes.Known()...) {
 			if _, ok := m.workers[types.UID(uid)]; !ok && byPod[uid] == nil {
 				m.adoptOrphanLocked(runtime.Container{PodUID: uid})
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/volumes"
 )
 
 // resyncPeriod bounds how long a pod goes without a sync even when nothing signals it.
@@ -151,9 +152,21 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 	}
 	hostIPs := w.m.hostIPs()
 
+	// Volumes before any container starts; Setup records FailedMount itself. Until every
+	// volume is ready nothing is started or killed and the containers stay ContainerCreating,
+	// as in kubelet.
+	var vols *volumes.PodVolumes
+	var volErr error
+	if netErr == nil {
+		if vols, volErr = w.m.cfg.Volumes.Setup(ctx, pod); volErr != nil {
+			log.Warn("set up pod volumes", "err", volErr)
+			next = min(next, 5*time.Second)
+		}
+	}
+
 	p := computePlan(pod, observed, w.m.backoff)
 	p.kill = append(p.kill, w.probeKills(pod, observed, p.kill)...)
-	if netErr == nil {
+	if netErr == nil && volErr == nil {
 		for _, k := range p.kill {
 			if k.event != "" {
 				w.m.event(pod, v1.EventTypeNormal, "Killing", "%s", k.event)
@@ -182,7 +195,7 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 					w.m.backoff.next(backoffKey(pod, s.container.Name), last.StartedAt, last.FinishedAt)
 				}
 			}
-			if err := w.startContainer(ctx, pod, s, podIPs, hostIPs); err != nil {
+			if err := w.startContainer(ctx, pod, s, podIPs, hostIPs, vols); err != nil {
 				log.Warn("start container", "container", s.container.Name, "attempt", s.attempt, "err", err)
 				next = min(next, 5*time.Second)
 			}
@@ -192,7 +205,7 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 				log.Warn("remove old container attempt", "id", id, "err", err)
 			}
 		}
-	} else {
+	} else if netErr != nil {
 		for _, c := range allContainers(pod) {
 			w.waiting[c.Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + netErr.Error()}
 		}
@@ -276,7 +289,7 @@ func probeIP(pod *v1.Pod, podIPs, hostIPs []string) string {
 
 // startContainer pulls (per policy), creates and starts one container attempt, recording
 // why it could not in the container's waiting reason.
-func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction, podIPs, hostIPs []string) error {
+func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction, podIPs, hostIPs []string, vols *volumes.PodVolumes) error {
 	c := s.container
 	fail := func(reason string, err error) error {
 		w.waiting[c.Name] = waitingInfo{reason: reason, message: err.Error()}
@@ -291,7 +304,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 			return fail(ReasonErrImagePull, err)
 		}
 	}
-	cfg, err := w.containerConfig(pod, c, s.attempt, podIPs, hostIPs)
+	cfg, err := w.containerConfig(ctx, pod, c, s.attempt, podIPs, hostIPs, vols)
 	if err != nil {
 		return fail(ReasonCreateContainerConfig, err)
 	}
@@ -321,21 +334,20 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 	return nil
 }
 
-func (w *worker) containerConfig(pod *v1.Pod, c *v1.Container, attempt int, podIPs, hostIPs []string) (runtime.ContainerConfig, error) {
-	env, vars, err := containerEnv(pod, c, podIPs, hostIPs)
+func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, attempt int, podIPs, hostIPs []string, vols *volumes.PodVolumes) (runtime.ContainerConfig, error) {
+	env, vars, err := resolveEnv(ctx, envInput{
+		pod: pod, container: c, podIPs: podIPs, hostIPs: hostIPs, source: w.m.cfg.Volumes,
+		warn: func(reason, message string) { w.m.event(pod, v1.EventTypeWarning, reason, "%s", message) },
+	})
 	if err != nil {
 		return runtime.ContainerConfig{}, err
 	}
-	for _, unsupported := range []struct {
-		set  bool
-		what string
-	}{
-		{len(c.VolumeMounts) > 0, "volumeMounts"},
-		{len(c.VolumeDevices) > 0, "volumeDevices"},
-	} {
-		if unsupported.set {
-			return runtime.ContainerConfig{}, &errConfig{fmt.Sprintf("container %q: %s are not supported yet", c.Name, unsupported.what)}
-		}
+	if len(c.VolumeDevices) > 0 {
+		return runtime.ContainerConfig{}, &errConfig{fmt.Sprintf("container %q: volumeDevices are not supported yet", c.Name)}
+	}
+	volumeMounts, err := vols.Mounts(c, vars)
+	if err != nil {
+		return runtime.ContainerConfig{}, &errConfig{err.Error()}
 	}
 	cfg := runtime.ContainerConfig{
 		PodUID:       string(pod.UID),
@@ -351,6 +363,7 @@ func (w *worker) containerConfig(pod *v1.Pod, c *v1.Container, attempt int, podI
 		WorkingDir:   c.WorkingDir,
 		Hostname:     podHostname(pod),
 		LogPath:      filepath.Join(w.m.cfg.PodLogDir, podLogDirName(pod), c.Name, fmt.Sprintf("%d.log", attempt)),
+		Mounts:       volumeMounts,
 		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity), securitySpecOpts(pod, c)...),
 	}
 	if !pod.Spec.HostNetwork {
@@ -363,7 +376,13 @@ func (w *worker) containerConfig(pod *v1.Pod, c *v1.Container, attempt int, podI
 		if err != nil {
 			return cfg, err
 		}
-		cfg.Mounts = mounts
+		// After the volumes, so that /etc/hosts lands on top of a volume mounted at /etc;
+		// skipped where the pod mounts its own, as kubelet does.
+		for _, m := range mounts {
+			if !slices.ContainsFunc(volumeMounts, func(v specs.Mount) bool { return v.Destination == m.Destination }) {
+				cfg.Mounts = append(cfg.Mounts, m)
+			}
+		}
 	}
 	return cfg, nil
 }
@@ -444,6 +463,10 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 		}
 	}
 	if err := w.m.net.Teardown(ctx, string(pod.UID), pod.Namespace, pod.Name); err != nil {
+		return err
+	}
+	// Unmounts tmpfs and subPath binds: RemoveAll below must never run through a mount.
+	if err := w.m.cfg.Volumes.Teardown(ctx, pod); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(w.m.podDir(pod.UID)); err != nil {

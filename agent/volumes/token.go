@@ -1,0 +1,106 @@
+package volumes
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// maxTokenAge is the age at which a token is renewed whatever its lifetime (kubelet's 24 h).
+const maxTokenAge = 24 * time.Hour
+
+type tokenKey struct {
+	uid            types.UID
+	serviceAccount string
+	audience       string
+	expiration     int64
+}
+
+type cachedToken struct {
+	token     string
+	renewAt   time.Time // 80% of the requested lifetime, at most maxTokenAge
+	expiresAt time.Time
+}
+
+// serviceAccountToken returns a token for pod's service account bound to the pod, requested
+// with the node's identity through the TokenRequest API (the Node authorizer allows it for pods
+// bound to this node, NodeRestriction checks the binding). Tokens are reused until 80% of their
+// lifetime; a renewal that fails keeps the current token while it is valid.
+func (m *Manager) serviceAccountToken(ctx context.Context, pod *v1.Pod, p *v1.ServiceAccountTokenProjection) (string, error) {
+	if err := m.apiAllowed(pod); err != nil {
+		return "", fmt.Errorf("service account token: %w", err)
+	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = pod.Spec.DeprecatedServiceAccount
+	}
+	if sa == "" {
+		sa = "default"
+	}
+	expiration := int64(3600) // the API's default for a projection
+	if p.ExpirationSeconds != nil {
+		expiration = *p.ExpirationSeconds
+	}
+	key := tokenKey{uid: pod.UID, serviceAccount: sa, audience: p.Audience, expiration: expiration}
+	now := m.opts.Now()
+	m.mu.Lock()
+	cached, ok := m.tokens[key]
+	last, failedRecently := m.unreachable[key]
+	m.mu.Unlock()
+	if ok && now.Before(cached.renewAt) {
+		return cached.token, nil
+	}
+	if failedRecently && now.Sub(last.at) < apiRetryInterval {
+		if ok && now.Before(cached.expiresAt) {
+			return cached.token, nil
+		}
+		return "", last.err
+	}
+
+	var audiences []string
+	if p.Audience != "" {
+		audiences = []string{p.Audience}
+	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences:         audiences,
+		ExpirationSeconds: &expiration,
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
+	}}
+	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	tr, err := m.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(rctx, sa, req, metav1.CreateOptions{})
+	m.mu.Lock()
+	delete(m.unreachable, key)
+	if err != nil && unreachable(err) {
+		m.unreachable[key] = failure{err: fmt.Errorf("failed to fetch token: %w", err), at: now}
+	}
+	m.mu.Unlock()
+	if err != nil {
+		if ok && now.Before(cached.expiresAt) {
+			m.log.Warn("renew service account token; keeping the current one", "pod", pod.Namespace+"/"+pod.Name,
+				"serviceAccount", sa, "expires", cached.expiresAt, "err", err)
+			return cached.token, nil
+		}
+		return "", fmt.Errorf("failed to fetch token: %w", err)
+	}
+	lifetime := time.Duration(expiration) * time.Second
+	if exp := tr.Status.ExpirationTimestamp.Time; !exp.IsZero() && exp.Sub(now) < lifetime {
+		lifetime = exp.Sub(now)
+	}
+	t := cachedToken{
+		token:     tr.Status.Token,
+		renewAt:   now.Add(min(lifetime*8/10, maxTokenAge)),
+		expiresAt: now.Add(lifetime),
+	}
+	m.mu.Lock()
+	if _, registered := m.pods[pod.UID]; registered {
+		m.tokens[key] = t
+	}
+	m.mu.Unlock()
+	return t.token, nil
+}
