@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +51,18 @@ func TestLoadFile(t *testing.T) {
 				t.Errorf("err = %v, want one naming %s and containing %q", err, p, tc.wantErr)
 			}
 		})
+	}
+}
+
+// The configuration shipped in the firmware must stay loadable and equal to the defaults.
+func TestFirmwareConfigIsTheDefault(t *testing.T) {
+	c, err := Load("../../firmware/config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	c.NodeName, d.NodeName = "", ""
+	if !reflect.DeepEqual(c, d) {
+		t.Errorf("firmware/config.yaml differs from the defaults:\n got %+v\nwant %+v", c, d)
 	}
 }
