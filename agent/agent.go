@@ -98,6 +98,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer store.Close()
 	stateCondition := a.reportStore(report)
+	for _, c := range stateCondition {
+		recorder.Eventf(&v1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}, v1.EventTypeWarning, c.Reason, "%s", c.Message)
+	}
 
 	statusMgr := status.NewManager(client, store, cfg.NodeName, a.log.With("component", "status"))
 	// holdfast reserves nothing: allocatable is the capacity, which does not change while it runs.
@@ -301,6 +304,10 @@ func (a *Agent) preloadImages(ctx context.Context, rt *runtime.Runtime) {
 	for _, r := range results {
 		if r.Err != nil {
 			a.log.Error("preload image tarball; skipped", "path", r.Path, "err", r.Err)
+			continue
+		}
+		if r.Skipped {
+			a.log.Info("preloaded images already present", "path", r.Path, "images", r.Images)
 			continue
 		}
 		a.log.Info("preloaded images", "path", r.Path, "images", r.Images)

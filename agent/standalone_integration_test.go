@@ -121,3 +121,37 @@ func containerIDs[T any](m map[string]T) []string {
 	sort.Strings(ids)
 	return ids
 }
+
+// TestPreloadedImagesBootOfflineGateway: a fresh gateway with no registry and no images in
+// containerd imports the firmware's image tarballs at boot and runs its static pods; the next
+// boot finds them present and skips the import.
+func TestPreloadedImagesBootOfflineGateway(t *testing.T) {
+	testenv.RequireIntegration(t)
+	cd := testenv.StartContainerd(t, testenv.ContainerdOptions{})
+	cni := testenv.CNI(t)
+	dir := t.TempDir()
+	cfg := testenv.NewAgentConfig(t, dir, cd, cni)
+	cfg.NodeName = node
+	cfg.ImagePreloadDir = testenv.ImagesDir()
+	if err := os.MkdirAll(cfg.ManifestDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.ManifestDir, "sensor.yaml"), []byte(fmt.Sprintf(staticPod, "v1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agent := testenv.StartAgent(t, dir, cfg)
+	e := &env{cd: cd, cni: cni, agent: agent}
+	e.waitLocalRunning(t, "sensor-"+node)
+	if !strings.Contains(agent.Log(), `msg="preloaded images"`) {
+		t.Error("no log line for the imported tarballs")
+	}
+	agent.Kill()
+	agent.Start()
+	testenv.Eventually(t, 30*time.Second, "second boot skips present images", func() error {
+		if !strings.Contains(agent.Log(), "preloaded images already present") {
+			return fmt.Errorf("no skip logged")
+		}
+		return nil
+	})
+	e.waitLocalRunning(t, "sensor-"+node)
+}
