@@ -17,23 +17,15 @@ import (
 	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )
 
-// withAdmissionPolicy installs the example allowed-registries policy, built from source, as
-// the node's only policy: images must come from docker.io/holdfast.
-func withAdmissionPolicy(t *testing.T) func(*config.Config) {
-	module := wasmtest.BuildGo(t, "policies/examples/admission/allowed-registries")
+// withPolicy builds an example policy from source into a policy dir of its own, with the
+// given policies.yaml entry, and returns the config change that makes it the node's policy.
+func withPolicy(t *testing.T, pkgDir, entry string) func(*config.Config) {
+	module := wasmtest.BuildGo(t, pkgDir)
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "allowed-registries.wasm"), module, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(pkgDir)+".wasm"), module, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := `apiVersion: holdfast.dev/v1alpha1
-kind: PolicyConfig
-policies:
-- name: allowed-registries
-  kind: admission
-  module: allowed-registries.wasm
-  failurePolicy: Fail
-  settings: {registries: [docker.io/holdfast]}
-`
+	cfg := "apiVersion: holdfast.dev/v1alpha1\nkind: PolicyConfig\npolicies:\n" + entry
 	if err := os.WriteFile(filepath.Join(dir, "policies.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +33,17 @@ policies:
 		quickBackoff(c)
 		c.PolicyDir = dir
 	}
+}
+
+// withAdmissionPolicy installs the example allowed-registries policy as the node's only
+// policy: images must come from docker.io/holdfast.
+func withAdmissionPolicy(t *testing.T) func(*config.Config) {
+	return withPolicy(t, "policies/examples/admission/allowed-registries", `- name: allowed-registries
+  kind: admission
+  module: allowed-registries.wasm
+  failurePolicy: Fail
+  settings: {registries: [docker.io/holdfast]}
+`)
 }
 
 // TestWasmAdmissionPolicy: a pod denied by an example admission policy ends Failed with the

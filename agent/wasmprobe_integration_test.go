@@ -3,8 +3,6 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,33 +12,17 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
-	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )
 
 // withHealthPolicy installs the example http-json probe policy, built from source: the pod's
 // GET /health on port 8080 must return JSON whose "status" is "ok".
 func withHealthPolicy(t *testing.T) func(*config.Config) {
-	module := wasmtest.BuildGo(t, "policies/examples/probe/http-json")
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "http-json.wasm"), module, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := `apiVersion: holdfast.dev/v1alpha1
-kind: PolicyConfig
-policies:
-- name: health
+	return withPolicy(t, "policies/examples/probe/http-json", `- name: health
   kind: probe
   module: http-json.wasm
   grants: {http: true}
   settings: {port: 8080, path: /health, field: status, equals: ok}
-`
-	if err := os.WriteFile(filepath.Join(dir, "policies.yaml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return func(c *config.Config) {
-		quickBackoff(c)
-		c.PolicyDir = dir
-	}
+`)
 }
 
 // wasmProbed is a pod serving /health from /www, whose readiness or liveness probe is the

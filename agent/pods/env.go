@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/holdfast-dev/holdfast/agent/volumes"
+	"github.com/holdfast-dev/holdfast/internal/expansion"
 )
 
 // errConfig marks a container whose configuration cannot be resolved; its waiting reason is
@@ -73,7 +74,7 @@ func resolveEnv(ctx context.Context, in envInput) ([]string, map[string]string, 
 			}
 			val = v
 		} else {
-			val = expand(val, env.vars)
+			val = expansion.Expand(val, env.vars)
 		}
 		env.set(e.Name, val)
 	}
@@ -285,48 +286,4 @@ func first(s []string) string {
 		return ""
 	}
 	return s[0]
-}
-
-// expand replaces $(VAR) with the value of VAR when VAR is defined, leaves unknown references
-// as written, and turns $$ into $, following the Kubernetes expansion rules.
-func expand(in string, vars map[string]string) string {
-	var b strings.Builder
-	for i := 0; i < len(in); i++ {
-		if in[i] != '$' || i+1 >= len(in) {
-			b.WriteByte(in[i])
-			continue
-		}
-		switch in[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(in[i+2:], ')')
-			if end < 0 {
-				b.WriteString(in[i:])
-				return b.String()
-			}
-			name := in[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(in[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
-}
-
-func expandAll(in []string, vars map[string]string) []string {
-	if in == nil {
-		return nil
-	}
-	out := make([]string, len(in))
-	for i, s := range in {
-		out[i] = expand(s, vars)
-	}
-	return out
 }

@@ -15,23 +15,6 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/volumes"
 )
 
-func TestExpand(t *testing.T) {
-	vars := map[string]string{"A": "1", "B": "two"}
-	for in, want := range map[string]string{
-		"$(A)":          "1",
-		"x$(B)y":        "xtwoy",
-		"$(C)":          "$(C)",
-		"$$(A)":         "$(A)",
-		"$(A":           "$(A",
-		"cost $5":       "cost $5",
-		"$(A)-$(B)-$$$": "1-two-$$",
-	} {
-		if got := expand(in, vars); got != want {
-			t.Errorf("expand(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func bp(b bool) *bool { return &b }
 
 func cmKey(name, key string, optional *bool) *v1.EnvVarSource {

@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
+	"github.com/holdfast-dev/holdfast/internal/expansion"
 )
 
 // resyncPeriod bounds how long a pod goes without a sync even when nothing signals it.
@@ -357,8 +358,8 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Attempt:      attempt,
 		SpecHash:     containerHash(c),
 		Image:        c.Image,
-		Command:      expandAll(c.Command, vars),
-		Args:         expandAll(c.Args, vars),
+		Command:      expansion.ExpandAll(c.Command, vars),
+		Args:         expansion.ExpandAll(c.Args, vars),
 		Env:          env,
 		WorkingDir:   c.WorkingDir,
 		Hostname:     podHostname(pod),

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/holdfast-dev/holdfast/agent/policy"
+	"github.com/holdfast-dev/holdfast/internal/expansion"
 )
 
 // Kind is which of a container's probes. Its value is the word kubelet's events use
@@ -206,40 +207,9 @@ func expandStatic(in []string, env []v1.EnvVar) []string {
 	}
 	out := make([]string, len(in))
 	for i, s := range in {
-		out[i] = expand(s, vars)
+		out[i] = expansion.Expand(s, vars)
 	}
 	return out
-}
-
-func expand(in string, vars map[string]string) string {
-	var b strings.Builder
-	for i := 0; i < len(in); i++ {
-		if in[i] != '$' || i+1 >= len(in) {
-			b.WriteByte(in[i])
-			continue
-		}
-		switch in[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(in[i+2:], ')')
-			if end < 0 {
-				b.WriteString(in[i:])
-				return b.String()
-			}
-			name := in[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(in[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }
 
 // hostOr returns host, or the pod's IP when the probe names none.

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/expansion"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -315,7 +316,7 @@ func (pv *PodVolumes) Mounts(c *v1.Container, env map[string]string) ([]specs.Mo
 		src := v.hostPath
 		sub := vm.SubPath
 		if vm.SubPathExpr != "" {
-			sub = expandSubPath(vm.SubPathExpr, env)
+			sub = expansion.Expand(vm.SubPathExpr, env)
 		}
 		if sub != "" {
 			target := filepath.Join(pv.m.podDir(pv.podUID), "volume-subpaths", vm.Name, c.Name, strconv.Itoa(i))
@@ -341,38 +342,6 @@ func (pv *PodVolumes) Mounts(c *v1.Container, env map[string]string) ([]specs.Mo
 
 func depth(p string) int {
 	return strings.Count(filepath.Clean("/"+p), "/")
-}
-
-// expandSubPath expands $(VAR) in a subPathExpr with the container's variables, the rules env
-// values follow: $$ is a literal $, unknown references stay as written.
-func expandSubPath(in string, env map[string]string) string {
-	var b strings.Builder
-	for i := 0; i < len(in); i++ {
-		if in[i] != '$' || i+1 >= len(in) {
-			b.WriteByte(in[i])
-			continue
-		}
-		switch in[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(in[i+2:], ')')
-			if end < 0 {
-				b.WriteString(in[i:])
-				return b.String()
-			}
-			if v, ok := env[in[i+2:i+2+end]]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(in[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }
 
 // Teardown unmounts and removes every volume of the pod. Only pod.UID is needed, so that the
