@@ -26,6 +26,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/agent/gc"
+	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
 	"github.com/holdfast-dev/holdfast/agent/pods"
@@ -59,12 +61,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("create state dir: %w", err)
 	}
 
+	// Before any container starts: the shim runs this binary as each container's logger.
+	loggerPath, err := logs.Install(logs.Config{
+		StateDir: cfg.StateDir,
+		MaxSize:  cfg.ContainerLogMaxSizeBytes(),
+		MaxFiles: cfg.ContainerLogMaxFiles,
+	})
+	if err != nil {
+		return err
+	}
+	a.log.Info("container logger installed", "path", loggerPath, "maxSize", cfg.ContainerLogMaxSize, "maxFiles", cfg.ContainerLogMaxFiles)
+
 	rt, err := a.connectRuntime(ctx)
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	a.preloadImages(ctx, rt)
+	preloaded := a.preloadImages(ctx, rt)
 
 	var client kubernetes.Interface
 	if !cfg.Standalone() {
@@ -157,6 +170,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	podMgr.SetProber(probeMgr, handlers)
 
+	collector, err := gc.New(gc.Config{
+		Period:                    cfg.GC.Period.Duration,
+		MaxDeadPerContainer:       cfg.GC.MaxDeadPerContainer,
+		PodLogDir:                 cfg.PodLogDir,
+		ImageHighThresholdPercent: cfg.GC.ImageHighThresholdPercent,
+		ImageLowThresholdPercent:  cfg.GC.ImageLowThresholdPercent,
+		ImageMinAge:               cfg.GC.ImageMinAge.Duration,
+		PinnedImages:              append(append([]string{}, cfg.GC.PinnedImages...), preloaded...),
+	}, rt, gc.NewContainerdImages(rt.Client(), cfg.Containerd.Namespace),
+		gc.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath), podMgr, a.log.With("component", "gc"))
+	if err != nil {
+		return fmt.Errorf("garbage collector: %w", err)
+	}
+
 	g, ctx := errgroup.WithContext(ctx)
 	if policies != nil {
 		g.Go(func() error { return policies.Run(ctx) })
@@ -213,6 +240,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return true
 	})
 	g.Go(func() error { return podMgr.Run(ctx) })
+	g.Go(func() error { return collector.Run(ctx) })
 	g.Go(func() error { return volMgr.Run(ctx) })
 	g.Go(func() error { return probeMgr.Run(ctx) })
 	g.Go(func() error { return statusMgr.Run(ctx) })
@@ -290,18 +318,21 @@ func (a *Agent) connectRuntime(ctx context.Context) (*runtime.Runtime, error) {
 	}
 }
 
-// preloadImages imports the firmware's image tarballs before any pod starts. A bad tarball is
-// reported with its path and skipped; the pods that need it will say ErrImageNeverPull.
-func (a *Agent) preloadImages(ctx context.Context, rt *runtime.Runtime) {
+// preloadImages imports the firmware's image tarballs before any pod starts and returns the
+// names imported (or found present), which image collection pins. A bad tarball is reported
+// with its path and skipped; the pods that need it will say ErrImageNeverPull.
+func (a *Agent) preloadImages(ctx context.Context, rt *runtime.Runtime) []string {
 	if a.cfg.ImagePreloadDir == "" {
-		return
+		return nil
 	}
 	results, err := rt.ImportDir(ctx, a.cfg.ImagePreloadDir)
 	if err != nil {
 		a.log.Error("preload images", "dir", a.cfg.ImagePreloadDir, "err", err)
-		return
+		return nil
 	}
+	var names []string
 	for _, r := range results {
+		names = append(names, r.Images...) // a tarball that failed half-way still pins what it imported
 		if r.Err != nil {
 			a.log.Error("preload image tarball; skipped", "path", r.Path, "err", r.Err)
 			continue
@@ -312,6 +343,7 @@ func (a *Agent) preloadImages(ctx context.Context, rt *runtime.Runtime) {
 		}
 		a.log.Info("preloaded images", "path", r.Path, "images", r.Images)
 	}
+	return names
 }
 
 // serveHealthz serves /healthz (200 when the runtime relist is healthy) and /pods (the

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
@@ -44,11 +45,18 @@ type Config struct {
 	NodeIP string `json:"nodeIP,omitempty"`
 	// MaxPods is the pods capacity reported for the node. Defaults to 110.
 	MaxPods int `json:"maxPods,omitempty"`
+	// ContainerLogMaxSize is the size past which a container's log file is rotated, a
+	// quantity such as "10Mi" (kubelet's containerLogMaxSize). Defaults to 10Mi.
+	ContainerLogMaxSize string `json:"containerLogMaxSize,omitempty"`
+	// ContainerLogMaxFiles is how many log files of one container attempt are kept, the live
+	// one included (kubelet's containerLogMaxFiles). Defaults to 5; at least 2.
+	ContainerLogMaxFiles int `json:"containerLogMaxFiles,omitempty"`
 
 	Containerd ContainerdConfig `json:"containerd,omitempty"`
 	CNI        CNIConfig        `json:"cni,omitempty"`
 	NodeStatus NodeStatusConfig `json:"nodeStatus,omitempty"`
 	Pods       PodsConfig       `json:"pods,omitempty"`
+	GC         GCConfig         `json:"gc,omitempty"`
 
 	// HealthzAddress is where /healthz and /pods are served (loopback only by default).
 	// Defaults to 127.0.0.1:10248; "-" disables the endpoint.
@@ -101,6 +109,28 @@ type PodsConfig struct {
 	// re-projected (ConfigMap and Secret changes also arrive at once through watches) and
 	// service account tokens checked for renewal. Defaults to 30s.
 	VolumeResyncPeriod Duration `json:"volumeResyncPeriod,omitempty"`
+}
+
+// GCConfig tunes container and image garbage collection (see agent/gc).
+type GCConfig struct {
+	// Period is how often containers and images are collected. Defaults to 1m.
+	Period Duration `json:"period,omitempty"`
+	// MaxDeadPerContainer is how many exited attempts of one container of a live pod are
+	// kept, for its lastState and `logs --previous`. Defaults to 1.
+	MaxDeadPerContainer int `json:"maxDeadPerContainer,omitempty"`
+	// ImageHighThresholdPercent: unused images are removed when the image file system's usage
+	// reaches it. Defaults to 85; 100 disables image collection.
+	ImageHighThresholdPercent int `json:"imageHighThresholdPercent,omitempty"`
+	// ImageLowThresholdPercent: image collection frees down to it. Defaults to 80.
+	ImageLowThresholdPercent int `json:"imageLowThresholdPercent,omitempty"`
+	// ImageMinAge keeps images used or pulled less than this ago. Defaults to 2m.
+	ImageMinAge Duration `json:"imageMinAge,omitempty"`
+	// PinnedImages are never removed. The pause image and the images preloaded from
+	// imagePreloadDir are pinned anyway.
+	PinnedImages []string `json:"pinnedImages,omitempty"`
+	// ImageFSPath is a path on the image file system, whose usage the thresholds apply to.
+	// Defaults to the root of containerd's snapshotter, as containerd reports it.
+	ImageFSPath string `json:"imageFSPath,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as "10s" in YAML and JSON.
@@ -167,6 +197,21 @@ func (c *Config) applyDefaults() {
 	setDefaultDuration(&c.Pods.RelistPeriod, time.Second)
 	setDefaultDuration(&c.Pods.BackOffBase, 10*time.Second)
 	setDefaultDuration(&c.Pods.BackOffMax, 300*time.Second)
+	setDefault(&c.ContainerLogMaxSize, "10Mi")
+	if c.ContainerLogMaxFiles == 0 {
+		c.ContainerLogMaxFiles = 5
+	}
+	setDefaultDuration(&c.GC.Period, time.Minute)
+	if c.GC.MaxDeadPerContainer == 0 {
+		c.GC.MaxDeadPerContainer = 1
+	}
+	if c.GC.ImageHighThresholdPercent == 0 {
+		c.GC.ImageHighThresholdPercent = 85
+	}
+	if c.GC.ImageLowThresholdPercent == 0 {
+		c.GC.ImageLowThresholdPercent = 80
+	}
+	setDefaultDuration(&c.GC.ImageMinAge, 2*time.Minute)
 	setDefaultDuration(&c.Pods.VolumeResyncPeriod, 30*time.Second)
 	setDefault(&c.HealthzAddress, "127.0.0.1:10248")
 	if c.HealthzAddress == "-" {
@@ -221,6 +266,8 @@ func (c *Config) Validate() error {
 		"pods.relistPeriod":             c.Pods.RelistPeriod,
 		"pods.backOffBase":              c.Pods.BackOffBase,
 		"pods.backOffMax":               c.Pods.BackOffMax,
+		"gc.period":                     c.GC.Period,
+		"gc.imageMinAge":                c.GC.ImageMinAge,
 		"pods.volumeResyncPeriod":       c.Pods.VolumeResyncPeriod,
 	} {
 		if d.Duration <= 0 {
@@ -234,7 +281,28 @@ func (c *Config) Validate() error {
 	if c.Pods.BackOffMax.Duration < c.Pods.BackOffBase.Duration {
 		errs = append(errs, fmt.Errorf("pods.backOffMax (%s) is below pods.backOffBase (%s)", c.Pods.BackOffMax, c.Pods.BackOffBase))
 	}
+	if q, err := resource.ParseQuantity(c.ContainerLogMaxSize); err != nil || q.Sign() <= 0 {
+		errs = append(errs, fmt.Errorf("containerLogMaxSize %q: want a positive quantity such as 10Mi", c.ContainerLogMaxSize))
+	}
+	if c.ContainerLogMaxFiles < 2 {
+		errs = append(errs, fmt.Errorf("containerLogMaxFiles %d: at least 2 (the live file and one rotated)", c.ContainerLogMaxFiles))
+	}
+	if c.GC.MaxDeadPerContainer < 1 {
+		errs = append(errs, fmt.Errorf("gc.maxDeadPerContainer %d: at least 1", c.GC.MaxDeadPerContainer))
+	}
+	if h, l := c.GC.ImageHighThresholdPercent, c.GC.ImageLowThresholdPercent; h < 1 || h > 100 || l < 1 || l >= h && h != 100 {
+		errs = append(errs, fmt.Errorf("gc.imageHighThresholdPercent %d, gc.imageLowThresholdPercent %d: want 1 <= low < high <= 100", h, l))
+	}
 	return errors.Join(errs...)
+}
+
+// ContainerLogMaxSizeBytes is ContainerLogMaxSize in bytes (once validated).
+func (c *Config) ContainerLogMaxSizeBytes() int64 {
+	q, err := resource.ParseQuantity(c.ContainerLogMaxSize)
+	if err != nil {
+		return 0
+	}
+	return q.Value()
 }
 
 // Standalone reports whether the agent runs without an apiserver.

@@ -199,6 +199,31 @@ func (m *Manager) Known(uid types.UID) bool {
 	return ok
 }
 
+// SourcesReady reports whether every source has delivered its complete set of pods: until
+// then a pod the manager does not know may still exist.
+func (m *Manager) SourcesReady() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sourcesReady()
+}
+
+// Images returns the images of the containers (init containers included) of every pod a
+// worker handles, so that image collection keeps them.
+func (m *Manager) Images() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, w := range m.workers {
+		pod, _, _ := w.snapshot()
+		for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+			for _, c := range cs {
+				out = append(out, c.Image)
+			}
+		}
+	}
+	return out
+}
+
 func (m *Manager) startWorkerLocked(w *worker) {
 	if m.ctx == nil {
 		return // Run starts it

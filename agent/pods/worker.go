@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
@@ -204,6 +205,14 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 		for _, id := range p.remove {
 			if err := w.m.rt.RemoveContainer(ctx, id); err != nil {
 				log.Warn("remove old container attempt", "id", id, "err", err)
+				continue
+			}
+			for _, c := range observed {
+				if c.ID == id && c.LogPath != "" {
+					if err := logs.RemoveContainerLogs(c.LogPath); err != nil {
+						log.Warn("remove logs of old container attempt", "id", id, "err", err)
+					}
+				}
 			}
 		}
 	} else if netErr != nil {

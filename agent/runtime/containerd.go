@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -24,6 +22,8 @@ import (
 	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/logs"
 )
 
 // SpecOpt changes the OCI spec of a container being created.
@@ -239,10 +239,10 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 	logPath := labels[LabelLogPath]
 	ioc := cio.NullIO
 	if logPath != "" {
-		if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-			return fmt.Errorf("%w: log dir: %v", ErrStartContainer, err)
+		// The shim runs holdfast's logger, which writes the CRI log format and rotates.
+		if ioc, err = logs.TaskIO(logPath); err != nil {
+			return fmt.Errorf("%w: container log: %v", ErrStartContainer, err)
 		}
-		ioc = cio.LogFile(logPath)
 	}
 	task, err := c.NewTask(ctx, ioc)
 	if err != nil {

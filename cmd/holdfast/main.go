@@ -20,6 +20,10 @@ import (
 )
 
 func main() {
+	if calledAsLogger(os.Args[0]) {
+		// containerd's shim runs holdfast as a container's logger (see logger.go).
+		os.Exit(loggerMain(os.Args[1:], os.Stderr))
+	}
 	os.Exit(doMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -1,0 +1,166 @@
+package logs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of the container log settings, kubelet's containerLogMaxSize and
+// containerLogMaxFiles.
+const (
+	DefaultMaxSize  = 10 << 20
+	DefaultMaxFiles = 5
+)
+
+// Config is how the agent's containers log.
+type Config struct {
+	// StateDir is the agent's state directory; the logger symlink is StateDir/bin/holdfast-logger.
+	StateDir string
+	// MaxSize is the size in bytes past which a container's log file is rotated. Defaults to
+	// DefaultMaxSize; negative never rotates.
+	MaxSize int64
+	// MaxFiles is how many files of one container attempt are kept, the live one included.
+	// Defaults to DefaultMaxFiles; at least 2.
+	MaxFiles int
+	// MaxLine is the longest message of one line. Defaults to DefaultMaxLineBytes.
+	MaxLine int
+	// Binary is the logger executable the symlink points to. Defaults to the running
+	// executable: holdfast itself, whose main runs Main when called by the link's name. A
+	// dedicated binary whose main calls Main also works, and starts faster and smaller.
+	Binary string
+}
+
+// installed is the logger containers started from now on use.
+type installed struct {
+	binary string
+	cfg    Config
+}
+
+// current is set by Install. A process-wide setting because containers are started by the
+// runtime package, which reaches it through TaskIO: one agent per process.
+var current atomic.Pointer[installed]
+
+// Install makes the running executable (or cfg.Binary) the logger of the containers started
+// from now on: it links StateDir/bin/holdfast-logger to it (atomically replacing an older link, so loggers of
+// containers that run on keep their binary and new ones get this one) and records cfg for
+// TaskIO. The agent calls it at start, before any container starts.
+func Install(cfg Config) (string, error) {
+	if cfg.StateDir == "" {
+		return "", errors.New("install container logger: no state directory")
+	}
+	switch {
+	case cfg.MaxSize == 0:
+		cfg.MaxSize = DefaultMaxSize
+	case cfg.MaxSize < 0:
+		cfg.MaxSize = 0
+	}
+	if cfg.MaxFiles == 0 {
+		cfg.MaxFiles = DefaultMaxFiles
+	}
+	if cfg.MaxFiles < 2 {
+		return "", fmt.Errorf("install container logger: max files %d is below 2", cfg.MaxFiles)
+	}
+	if cfg.MaxLine != 0 && cfg.MaxLine < minMaxLineBytes {
+		return "", fmt.Errorf("install container logger: max line %d is below %d", cfg.MaxLine, minMaxLineBytes)
+	}
+	exe := cfg.Binary
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return "", fmt.Errorf("install container logger: find own executable: %w", err)
+		}
+		// Replaced in place by an upgrade, /proc/self/exe reads "PATH (deleted)": PATH is the
+		// binary to run now.
+		exe = strings.TrimSuffix(exe, " (deleted)")
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	if !filepath.IsAbs(exe) {
+		return "", fmt.Errorf("install container logger: binary %q is not an absolute path", exe)
+	}
+	binDir, err := filepath.Abs(filepath.Join(cfg.StateDir, "bin"))
+	if err != nil {
+		return "", fmt.Errorf("install container logger: %w", err)
+	}
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return "", fmt.Errorf("install container logger: %w", err)
+	}
+	link := filepath.Join(binDir, LoggerName)
+	if target, err := os.Readlink(link); err != nil || target != exe {
+		tmp := link + ".new"
+		if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("install container logger: %w", err)
+		}
+		if err := os.Symlink(exe, tmp); err != nil {
+			return "", fmt.Errorf("install container logger: %w", err)
+		}
+		if err := os.Rename(tmp, link); err != nil {
+			return "", fmt.Errorf("install container logger: %w", err)
+		}
+		if err := syncDir(binDir); err != nil {
+			return "", fmt.Errorf("install container logger: %w", err)
+		}
+	}
+	if err := unix.Access(link, unix.X_OK); err != nil {
+		return "", fmt.Errorf("install container logger: %s is not executable: %w", link, err)
+	}
+	current.Store(&installed{binary: link, cfg: cfg})
+	return link, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+var warnRaw sync.Once
+
+// TaskIO returns the IO of a task whose output goes to the log file at logPath: the shim runs
+// the installed logger. Before returning it makes the log's directories and file (following
+// no symlink below the pod log root), so that a path the logger would refuse fails the start
+// here, with its reason, rather than in a process whose errors nobody reads.
+//
+// Without Install (a tool or a test that drives the runtime alone), the shim writes the raw
+// output to the file, as containerd's file:// log URI does.
+func TaskIO(logPath string) (cio.Creator, error) {
+	inst := current.Load()
+	if inst == nil {
+		warnRaw.Do(func() {
+			slog.Warn("container logger not installed: container output is written raw, not in the CRI log format (the agent calls logs.Install at start)")
+		})
+		if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+			return nil, fmt.Errorf("log dir: %w", err)
+		}
+		return cio.LogFile(logPath), nil
+	}
+	loc, err := locate("", logPath)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := openDir(loc, true)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	f, err := openFileAt(dir, loc.name, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	opts := Options{Path: logPath, Root: loc.root, MaxSize: inst.cfg.MaxSize, MaxFiles: inst.cfg.MaxFiles, MaxLine: inst.cfg.MaxLine}
+	return cio.BinaryIO(inst.binary, opts.Args()), nil
+}
