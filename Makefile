@@ -29,7 +29,7 @@ export HOLDFAST_TEST_IMAGES := $(CACHE)/images
 
 .PHONY: build
 build:
-	$(GO) build -trimpath -o bin/holdfast ./cmd/holdfast
+	$(GO) build -trimpath -o bin/ ./cmd/holdfast ./cmd/holdfast-logger
 
 ## Policies
 

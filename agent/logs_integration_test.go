@@ -104,6 +104,26 @@ func logsSequence(lines []string, stream, word string) []int {
 	return out
 }
 
+// logsProcessesOf returns the pids of the processes running the executable at path.
+func logsProcessesOf(t *testing.T, path string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == path {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // TestContainerLogsSurviveAgentKill: a container's stdout and stderr land in
 // PODLOGDIR/NS_NAME_UID/CONTAINER/0.log in the CRI log format, long lines cut into partial
 // lines, rotated at containerLogMaxSize keeping containerLogMaxFiles files; the agent is
@@ -156,6 +176,16 @@ func TestContainerLogsSurviveAgentKill(t *testing.T) {
 	if stdout[0] != "stdout P "+long[:16384] || stdout[1] != "stdout F "+long[16384:] {
 		t.Errorf("the 20000-byte line should be a 16384-byte partial line then a full one; first stdout lines: %q, %q",
 			logsTruncate(stdout[0]), logsTruncate(stdout[1]))
+	}
+
+	// The writer is the dedicated logger binary installed beside holdfast, not holdfast itself
+	// (six times the memory, one per container).
+	link := filepath.Join(e.agent.Config.StateDir, "bin", "holdfast-logger")
+	target, lerr := os.Readlink(link)
+	if lerr != nil || filepath.Base(target) != "holdfast-logger" {
+		t.Errorf("logger link %s -> %q (%v), want the holdfast-logger binary", link, target, lerr)
+	} else if pids := logsProcessesOf(t, target); len(pids) != 1 {
+		t.Errorf("%d processes run %s, want one logger for the one container", len(pids), target)
 	}
 
 	// Kill the agent; the container keeps printing and its logger keeps writing: the lines

@@ -88,3 +88,22 @@ func TestInstallRejects(t *testing.T) {
 		t.Fatal("a rejected Install installed a logger")
 	}
 }
+
+func TestDefaultBinaryPrefersDedicatedLogger(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "holdfast")
+	must(t, os.WriteFile(self, []byte("#!/bin/sh\n"), 0o755))
+	if got := defaultBinary(self); got != self {
+		t.Fatalf("no logger beside holdfast: got %s, want holdfast itself", got)
+	}
+	// Not executable: not a logger the shim could run.
+	logger := filepath.Join(dir, LoggerName)
+	must(t, os.WriteFile(logger, []byte("#!/bin/sh\n"), 0o644))
+	if got := defaultBinary(self); got != self {
+		t.Fatalf("non-executable %s: got %s, want holdfast itself", logger, got)
+	}
+	must(t, os.Chmod(logger, 0o755))
+	if got := defaultBinary(self); got != logger {
+		t.Fatalf("got %s, want the dedicated logger %s", got, logger)
+	}
+}

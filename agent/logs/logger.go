@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -14,9 +15,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// LoggerName is the name the holdfast binary answers to as a container logger: main runs
-// [Main] when filepath.Base(os.Args[0]) is this.
+// LoggerName is the name of the dedicated logger binary (cmd/holdfast-logger) and of the
+// link the shim runs; the holdfast binary answers to it as well: its main runs [Main] when
+// filepath.Base(os.Args[0]) is this.
 const LoggerName = "holdfast-logger"
+
+// memoryLimit caps a logger's heap: one runs per container, and it needs two line buffers.
+const memoryLimit = 8 << 20
 
 // Keys of the logger's arguments: the query of the log URI, which the shim passes as key value
 // pairs in map order.
@@ -122,6 +127,7 @@ func ParseArgs(args []string) (Options, error) {
 // exit code. Errors go to stderr, which the shim discards: the ones that matter are caught
 // before the task starts (see TaskIO).
 func Main(args []string, stderr io.Writer) int {
+	debug.SetMemoryLimit(memoryLimit)
 	opts, err := ParseArgs(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", LoggerName, err)

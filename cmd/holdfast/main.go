@@ -16,13 +16,14 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent"
 	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/internal/version"
 )
 
 func main() {
 	if calledAsLogger(os.Args[0]) {
 		// containerd's shim runs holdfast as a container's logger (see logger.go).
-		os.Exit(loggerMain(os.Args[1:], os.Stderr))
+		os.Exit(logs.Main(os.Args[1:], os.Stderr))
 	}
 	os.Exit(doMain(os.Args[1:], os.Stdout, os.Stderr))
 }

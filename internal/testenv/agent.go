@@ -25,12 +25,12 @@ var holdfastBinary = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "holdfast")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/holdfast-dev/holdfast/cmd/holdfast")
+	// Both binaries, as a gateway has them: the agent finds its container logger beside it.
+	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/holdfast-dev/holdfast/cmd/holdfast", "github.com/holdfast-dev/holdfast/cmd/holdfast-logger")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build holdfast: %v\n%s", err, b)
 	}
-	return out, nil
+	return filepath.Join(dir, "holdfast"), nil
 })
 
 // Agent is a holdfast process under test, run from the binary users run, so that a test can
