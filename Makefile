@@ -105,3 +105,27 @@ check-cross:
 # manifests, showing the pods' status until Ctrl-C (see hack/run.sh).
 run:
 	CACHE=$(CACHE) hack/run.sh
+
+## Benchmark
+
+.PHONY: bench bench-kubelet
+
+# Flags of `make bench`, passed to TestSideBySide after -args, e.g.
+#   make bench BENCH_FLAGS=-bench.quick                   (a few minutes: 8+10 pods, 1 repetition)
+#   make bench BENCH_FLAGS="-bench.pods=20 -bench.reps=1"
+# See bench/bench_test.go for every flag and docs/benchmarks.md for what is measured.
+BENCH_FLAGS ?=
+# Where results.md, results.json, table.txt and the agents' logs go (not tracked); default
+# _output/bench/DATE.
+BENCH_OUT ?=
+
+# bench-kubelet builds the upstream kubelet for the benchmark (cached by version, like
+# kube-apiserver; `make test` never builds it).
+bench-kubelet:
+	hack/build-kubelet.sh >/dev/null
+
+# bench measures holdfast and the upstream kubelet side by side on this machine (as root):
+# same apiserver, same containerd and CNI configuration, same pod specs; prints one table.
+bench: deps bench-kubelet
+	$(GO) test -count=1 -timeout 60m -run '^TestSideBySide$$' -v ./bench/ -args -bench.side-by-side \
+		$(if $(BENCH_OUT),-bench.out=$(abspath $(BENCH_OUT))) $(BENCH_FLAGS)

@@ -42,7 +42,7 @@ type Agent struct {
 	Dir string
 
 	t    testing.TB
-	proc *process
+	proc *Process
 }
 
 // NewAgentConfig returns a configuration whose every path lies under dir, talking to the given
@@ -84,9 +84,9 @@ func StartAgent(t testing.TB, dir string, cfg config.Config) *Agent {
 		t.Fatal(err)
 	}
 	a := &Agent{Config: cfg, Dir: dir, t: t}
-	a.proc = newProcess("holdfast", filepath.Join(dir, "holdfast.log"), bin, "run", "--config", filepath.Join(dir, "config.yaml"), "--log-level", "debug")
+	a.proc = NewProcess("holdfast", filepath.Join(dir, "holdfast.log"), bin, "run", "--config", filepath.Join(dir, "config.yaml"), "--log-level", "debug")
 	t.Cleanup(func() {
-		_ = a.proc.stop(syscall.SIGKILL, 0)
+		_ = a.proc.Stop(syscall.SIGKILL, 0)
 		// Pod network namespaces are bind mounts under dir; the killed agent left them.
 		if err := unmountUnder(dir); err != nil {
 			t.Errorf("unmount what the agent left in %s: %v", dir, err)
@@ -107,7 +107,7 @@ func (a *Agent) Start() {
 	if err := os.WriteFile(filepath.Join(a.Dir, "config.yaml"), b, 0o600); err != nil {
 		a.t.Fatal(err)
 	}
-	if err := a.proc.start(); err != nil {
+	if err := a.proc.Start(); err != nil {
 		a.t.Fatal(err)
 	}
 }
@@ -115,7 +115,7 @@ func (a *Agent) Start() {
 // Kill kills the agent with SIGKILL, as a crash or a power cut would stop it.
 func (a *Agent) Kill() {
 	a.t.Helper()
-	if err := a.proc.stop(syscall.SIGKILL, 0); err != nil {
+	if err := a.proc.Stop(syscall.SIGKILL, 0); err != nil {
 		a.t.Fatal(err)
 	}
 }
@@ -123,20 +123,26 @@ func (a *Agent) Kill() {
 // Stop stops the agent with SIGTERM.
 func (a *Agent) Stop() {
 	a.t.Helper()
-	if err := a.proc.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+	if err := a.proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		a.t.Fatal(err)
 	}
 }
 
 // Log returns the agent's log so far.
 func (a *Agent) Log() string {
-	b, _ := os.ReadFile(a.proc.logPath)
+	b, _ := os.ReadFile(a.proc.LogPath())
 	return string(b)
 }
 
 // Pods asks the agent's local /pods endpoint.
 func (a *Agent) Pods(ctx context.Context) ([]status.PodView, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.Config.HealthzAddress+"/pods", nil)
+	return LocalPods(ctx, a.Config.HealthzAddress)
+}
+
+// LocalPods asks the /pods endpoint of the holdfast whose healthz server listens on address:
+// the pods as the agent itself sees them, with or without an apiserver.
+func LocalPods(ctx context.Context, address string) ([]status.PodView, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+address+"/pods", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ type Containerd struct {
 	t         testing.TB
 	dir       string // holds Root, State and Address; short, since socket paths are limited to 108 bytes
 	ownerLock *os.File
-	proc      *process
+	proc      *Process
 }
 
 // containerdConfig is containerd 1.6's configuration, version 2.
@@ -168,7 +168,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	if err := os.WriteFile(configPath, []byte(config.String()), 0o644); err != nil {
 		t.Fatalf("start containerd: %v", err)
 	}
-	c.proc = newProcess("containerd", filepath.Join(filesDir, "containerd.log"), "containerd", "--config", configPath)
+	c.proc = NewProcess("containerd", filepath.Join(filesDir, "containerd.log"), "containerd", "--config", configPath)
 	logTailOnFailure(t, c.proc)
 
 	c.Client, err = client.New(c.Address, client.WithTimeout(2*time.Second))
@@ -195,7 +195,7 @@ func (c *Containerd) Stop() {
 // and the tasks they run keep running, and after Start a client re-attaches to them.
 func (c *Containerd) StopDaemon() {
 	c.t.Helper()
-	if err := c.proc.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+	if err := c.proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		c.t.Fatalf("stop containerd daemon: %v", err)
 	}
 }
@@ -210,7 +210,7 @@ func (c *Containerd) Start() {
 }
 
 // Running reports whether the daemon is running.
-func (c *Containerd) Running() bool { return c.proc.running() }
+func (c *Containerd) Running() bool { return c.proc.Running() }
 
 // ImportTestImages imports BusyboxImage and PauseImage into namespace, from the tarballs in
 // ImagesDir, and unpacks them into the default snapshotter (overlayfs). An image already
@@ -267,7 +267,7 @@ func (c *Containerd) importImage(ctx context.Context, name, path string) error {
 }
 
 func (c *Containerd) startDaemon() error {
-	if err := c.proc.start(); err != nil {
+	if err := c.proc.Start(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -287,7 +287,7 @@ func (c *Containerd) startDaemon() error {
 // reboot kills all tasks, stops the daemon, and clears what a reboot clears: mounts and the
 // state directory (tmpfs /run on a real machine).
 func (c *Containerd) reboot() error {
-	if !c.proc.running() {
+	if !c.proc.Running() {
 		// After StopDaemon the tasks still run; only the daemon can kill them properly.
 		if err := c.startDaemon(); err != nil {
 			return err
@@ -297,7 +297,7 @@ func (c *Containerd) reboot() error {
 	if err := c.killAllTasks(false); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.proc.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+	if err := c.proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, killShims(c.Address))
@@ -312,17 +312,17 @@ func (c *Containerd) reboot() error {
 func (c *Containerd) cleanup() error {
 	var errs []error
 	if c.proc != nil && c.Client != nil {
-		if !c.proc.running() {
+		if !c.proc.Running() {
 			if err := c.startDaemon(); err != nil {
 				errs = append(errs, fmt.Errorf("start daemon to clean up: %w", err))
 			}
 		}
-		if c.proc.running() {
+		if c.proc.Running() {
 			if err := c.killAllTasks(true); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		if err := c.proc.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		if err := c.proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -67,8 +67,8 @@ type ControlPlane struct {
 	Dir string
 
 	t          testing.TB
-	etcd       *process
-	apiserver  *process
+	etcd       *Process
+	apiserver  *Process
 	adminToken string
 	caData     []byte            // the apiserver's self-signed serving certificate chain
 	nodeTokens map[string]string // node name -> bearer token
@@ -92,7 +92,7 @@ func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 	etcdPeerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	cp.Host = "https://127.0.0.1:" + strconv.Itoa(ports[2])
 
-	cp.etcd = newProcess("etcd", filepath.Join(dir, "etcd.log"), EtcdPath(),
+	cp.etcd = NewProcess("etcd", filepath.Join(dir, "etcd.log"), EtcdPath(),
 		"--name=default",
 		"--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+etcdClientURL,
@@ -105,12 +105,12 @@ func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 		"--log-level=warn",
 	)
 	t.Cleanup(func() {
-		if err := cp.etcd.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		if err := cp.etcd.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 			t.Errorf("control plane cleanup: %v", err)
 		}
 	})
 	logTailOnFailure(t, cp.etcd)
-	if err := cp.etcd.start(); err != nil {
+	if err := cp.etcd.Start(); err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}
 
@@ -153,9 +153,9 @@ func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 		"--profiling=false",
 	}
 	args = append(args, opts.ExtraAPIServerArgs...)
-	cp.apiserver = newProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), args...)
+	cp.apiserver = NewProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), args...)
 	t.Cleanup(func() {
-		if err := cp.apiserver.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		if err := cp.apiserver.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 			t.Errorf("control plane cleanup: %v", err)
 		}
 	})
@@ -166,7 +166,7 @@ func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 	if err := waitEtcd(ctx, etcdClientURL, cp.etcd); err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}
-	if err := cp.apiserver.start(); err != nil {
+	if err := cp.apiserver.Start(); err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}
 	cp.adminToken = adminToken
@@ -197,7 +197,7 @@ func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 // their connections close and new ones refused.
 func (cp *ControlPlane) Stop() {
 	cp.t.Helper()
-	if err := cp.apiserver.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+	if err := cp.apiserver.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		cp.t.Fatalf("stop apiserver: %v", err)
 	}
 }
@@ -206,7 +206,7 @@ func (cp *ControlPlane) Stop() {
 // serving certificate, and waits until it is ready.
 func (cp *ControlPlane) Start() {
 	cp.t.Helper()
-	if err := cp.apiserver.start(); err != nil {
+	if err := cp.apiserver.Start(); err != nil {
 		cp.t.Fatalf("restart apiserver: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -217,7 +217,7 @@ func (cp *ControlPlane) Start() {
 }
 
 // Running reports whether the apiserver is running (between Start and Stop).
-func (cp *ControlPlane) Running() bool { return cp.apiserver.running() }
+func (cp *ControlPlane) Running() bool { return cp.apiserver.Running() }
 
 // CAData returns the PEM certificates that verify the apiserver's serving certificate.
 func (cp *ControlPlane) CAData() []byte { return slices.Clone(cp.caData) }
@@ -325,7 +325,7 @@ func (cp *ControlPlane) createDefaultServiceAccount(ctx context.Context) error {
 
 // poll calls check until it returns nil, ctx ends, or p (if not nil) exits. The error says
 // which, with check's last error.
-func poll(ctx context.Context, p *process, check func(context.Context) error) error {
+func poll(ctx context.Context, p *Process, check func(context.Context) error) error {
 	var exited <-chan struct{}
 	if p != nil {
 		exited = p.exitedChan()
@@ -341,14 +341,14 @@ func poll(ctx context.Context, p *process, check func(context.Context) error) er
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
 		case <-exited:
-			return fmt.Errorf("%w (last error: %v)", p.exitError(), err)
+			return fmt.Errorf("%w (last error: %v)", p.ExitError(), err)
 		case <-ticker.C:
 		}
 	}
 }
 
 // waitEtcd polls etcd's /health until it reports healthy.
-func waitEtcd(ctx context.Context, clientURL string, etcd *process) error {
+func waitEtcd(ctx context.Context, clientURL string, etcd *Process) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	err := poll(ctx, etcd, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/health", nil)

@@ -14,9 +14,10 @@ import (
 	"time"
 )
 
-// process is one child daemon (etcd, kube-apiserver, containerd) that can be started and
-// stopped repeatedly with the same arguments. Its output is appended to one log file.
-type process struct {
+// Process is one child daemon (etcd, kube-apiserver, containerd, an agent) that can be
+// started and stopped repeatedly with the same arguments. Its output is appended to one log
+// file.
+type Process struct {
 	name    string
 	argv    []string
 	logPath string
@@ -27,18 +28,19 @@ type process struct {
 	waitErr error         // cmd.Wait's result, valid once exited is closed
 }
 
-func newProcess(name, logPath string, argv ...string) *process {
-	return &process{name: name, argv: argv, logPath: logPath}
+// NewProcess describes a process; Start starts it.
+func NewProcess(name, logPath string, argv ...string) *Process {
+	return &Process{name: name, argv: argv, logPath: logPath}
 }
 
-// start starts the process in a new session (so in its own process group). It is an error to
+// Start starts the process in a new session (so in its own process group). It is an error to
 // start a running process.
 //
 // The child gets SIGKILL if the test binary dies (Pdeathsig), so a test killed by -timeout
 // leaves no daemons behind. Pdeathsig fires when the thread that forked the child exits, not
 // the process, so the waiter goroutine forks from a thread it keeps locked until the child has
 // been reaped: that thread outlives the child.
-func (p *process) start() error {
+func (p *Process) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
@@ -84,14 +86,32 @@ func (p *process) start() error {
 }
 
 // exitedChan returns a channel closed when the current run has exited (nil if never started).
-func (p *process) exitedChan() <-chan struct{} {
+func (p *Process) exitedChan() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.exited
 }
 
-// running reports whether the process was started and has not exited.
-func (p *process) running() bool {
+// Pid returns the pid of the running process, 0 if it is not running.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	select {
+	case <-p.exited:
+		return 0
+	default:
+		return p.cmd.Process.Pid
+	}
+}
+
+// LogPath is the file the process's output goes to.
+func (p *Process) LogPath() string { return p.logPath }
+
+// Running reports whether the process was started and has not exited.
+func (p *Process) Running() bool {
 	ch := p.exitedChan()
 	if ch == nil {
 		return false
@@ -104,8 +124,8 @@ func (p *process) running() bool {
 	}
 }
 
-// exitError describes how the process ended, for messages about a daemon that died early.
-func (p *process) exitError() error {
+// ExitError describes how the process ended, for messages about a daemon that died early.
+func (p *Process) ExitError() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.waitErr == nil {
@@ -114,9 +134,9 @@ func (p *process) exitError() error {
 	return fmt.Errorf("%s exited: %w", p.name, p.waitErr)
 }
 
-// stop sends sig to the process group, waits up to grace for the process to exit, then kills
+// Stop sends sig to the process group, waits up to grace for the process to exit, then kills
 // the group and waits for it. Stopping a process that is not running is a no-op.
-func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
+func (p *Process) Stop(sig syscall.Signal, grace time.Duration) error {
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
 	p.mu.Unlock()
@@ -153,8 +173,8 @@ func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
 	}
 }
 
-// logTail returns the last n lines of the process's log.
-func (p *process) logTail(n int) string {
+// LogTail returns the last n lines of the process's log.
+func (p *Process) LogTail(n int) string {
 	data, err := os.ReadFile(p.logPath)
 	if err != nil {
 		return fmt.Sprintf("(cannot read %s: %v)", p.logPath, err)
@@ -169,10 +189,10 @@ func (p *process) logTail(n int) string {
 // logTailOnFailure registers a cleanup that prints the tail of p's log if the test failed.
 // Register it after the cleanup that stops p, so that it runs first: the log is complete
 // enough by then and the message appears before teardown noise.
-func logTailOnFailure(t testing.TB, p *process) {
+func logTailOnFailure(t testing.TB, p *Process) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("---- last lines of %s (%s) ----\n%s", p.name, p.logPath, p.logTail(60))
+			t.Logf("---- last lines of %s (%s) ----\n%s", p.name, p.logPath, p.LogTail(60))
 		}
 	})
 }

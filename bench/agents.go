@@ -1,0 +1,282 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/agent/status"
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+)
+
+// The agents measured.
+const (
+	Holdfast = "holdfast"
+	Kubelet  = "kubelet"
+)
+
+// NodeName is the node an agent registers: one per agent, so that the two never see each
+// other's pods or Node on the shared apiserver.
+func NodeName(agent string) string { return "bench-" + agent }
+
+// containerdNamespace is where an agent's containers live: holdfast's own namespace, and
+// k8s.io for the kubelet, which reaches containerd through its CRI plugin.
+func containerdNamespace(agent string) string {
+	if agent == Kubelet {
+		return "k8s.io"
+	}
+	return "holdfast"
+}
+
+// pauseArgv is the command line of the CRI plugin's sandbox containers: the test pause image
+// runs busybox's sleep (see internal/testenv/testimages).
+var pauseArgv = []string{"sleep", "2147483647"}
+
+// agentProc is a running node agent the harness can kill -9 and start again.
+type agentProc struct {
+	kind string
+	bin  string
+	node string
+	dir  string
+	proc *testenv.Process
+	// healthz is holdfast's local endpoint (its /pods works with the apiserver down).
+	healthz string
+}
+
+// isHelper reports whether a child of a containerd shim is a process the node runs on the
+// agent's behalf rather than a workload: holdfast's container loggers (its own binary, run
+// by the shim under the holdfast-logger name) and the CRI plugin's pause sandboxes.
+func isHelper(argv []string) bool {
+	if len(argv) == 0 {
+		return false
+	}
+	return filepath.Base(argv[0]) == logs.LoggerName || slices.Equal(argv, pauseArgv)
+}
+
+// buildHoldfast builds holdfast as `make build` does (-trimpath), stripped of its symbol
+// table and DWARF (-s -w) as the kubelet is (hack/build-kubelet.sh, like upstream's release
+// builds), so the binary sizes compare; nothing the running agent uses is removed. The
+// container logger is built beside it, where a gateway has it and the agent looks for it. The
+// binaries go to a directory removed when t ends; the agent's is returned.
+func buildHoldfast(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("nice", "-n", "10", "go", "build", "-trimpath", "-ldflags=-s -w", "-o", dir+"/",
+		"github.com/holdfast-dev/holdfast/cmd/holdfast", "github.com/holdfast-dev/holdfast/cmd/holdfast-logger")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build holdfast: %v\n%s", err, b)
+	}
+	return filepath.Join(dir, "holdfast")
+}
+
+// newHoldfast prepares holdfast for node NodeName(Holdfast): the test environment's agent
+// configuration (every path under dir, its containerd and CNI network), the node's
+// kubeconfig, no static manifest directory, kubelet's default heartbeat and back-off
+// settings, logging at info.
+func newHoldfast(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *testenv.Containerd, cni *testenv.CNINetwork) *agentProc {
+	t.Helper()
+	node := NodeName(Holdfast)
+	cfg := testenv.NewAgentConfig(t, dir, cd, cni)
+	cfg.NodeName = node
+	cfg.Kubeconfig = cp.WriteNodeKubeconfig(node)
+	cfg.ManifestDir = "-"
+	cfg.Containerd.Namespace = containerdNamespace(Holdfast)
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &agentProc{
+		kind:    Holdfast,
+		bin:     bin,
+		node:    node,
+		dir:     dir,
+		healthz: cfg.HealthzAddress,
+		proc:    testenv.NewProcess(Holdfast, filepath.Join(dir, "holdfast.log"), bin, "run", "--config", cfgPath, "--log-level", "info"),
+	}
+}
+
+// kubeletConfig is the KubeletConfiguration the harness runs the kubelet with: what
+// ENVIRONMENT.md lists for these machines (cgroup v1, cgroupfs, no QoS cgroups, no node
+// allocatable enforcement, swap tolerated), its servers on loopback ports, no iptables
+// chains (they would change the shared host's firewall; holdfast makes none either), and
+// everything else at the kubelet's defaults, as holdfast's heartbeats are.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+containerRuntimeEndpoint: unix://{{.Socket}}
+address: 127.0.0.1
+port: {{.Port}}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: {{.HealthzPort}}
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+makeIPTablesUtilChains: false
+podLogsDir: {{.Dir}}/pods
+volumePluginDir: {{.Dir}}/volume-plugins
+`
+
+// kubeletSysctls are the kernel settings the kubelet insists on at startup. It would write
+// them to the host's /proc/sys (kernel.panic_on_oops=1 on a shared machine is not a benchmark's
+// business, and the kubelet cannot be told to leave them alone), so it runs in a mount
+// namespace of its own where these files are bind mounts of files holding the values it
+// expects. Nothing else differs: same network namespace, same cgroups, same containerd.
+var kubeletSysctls = map[string]string{
+	"vm/overcommit_memory":      "1",
+	"vm/panic_on_oom":           "0",
+	"kernel/panic":              "10",
+	"kernel/panic_on_oops":      "1",
+	"kernel/keys/root_maxkeys":  "1000000",
+	"kernel/keys/root_maxbytes": "25000000",
+}
+
+// newKubelet prepares the upstream kubelet at bin for node NodeName(Kubelet), talking to cd's
+// CRI plugin, with the node's kubeconfig.
+func newKubelet(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *testenv.Containerd) *agentProc {
+	t.Helper()
+	node := NodeName(Kubelet)
+	ports := make([]string, 2)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	}
+	conf := strings.NewReplacer("{{.Socket}}", cd.Address, "{{.Port}}", ports[0], "{{.HealthzPort}}", ports[1], "{{.Dir}}", dir).Replace(kubeletConfig)
+	confPath := filepath.Join(dir, "kubelet-config.yaml")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sysDir := filepath.Join(dir, "sysctl")
+	if err := os.MkdirAll(sysDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var binds []string
+	keys := make([]string, 0, len(kubeletSysctls))
+	for k := range kubeletSysctls {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		f := filepath.Join(sysDir, strings.ReplaceAll(k, "/", "."))
+		if err := os.WriteFile(f, []byte(kubeletSysctls[k]+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		binds = append(binds, fmt.Sprintf("mount --bind %s /proc/sys/%s", f, k))
+	}
+	// Paths the kubelet uses whatever its --root-dir: the device plugin socket directory
+	// under /var/lib/kubelet and the container log symlinks in /var/log/containers. Inside
+	// its mount namespace they are this run's directories; the host keeps (or gets) the
+	// empty directories only.
+	for _, p := range []string{"/var/lib/kubelet", "/var/log/containers"} {
+		private := filepath.Join(dir, "host", strings.ReplaceAll(strings.TrimPrefix(p, "/"), "/", "-"))
+		if err := os.MkdirAll(private, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		binds = append(binds, fmt.Sprintf("mkdir -p %s && mount --bind %s %s", p, private, p))
+	}
+	script := strings.Join(binds, " && ") + ` && exec "$0" "$@"`
+	argv := []string{
+		"unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c", script,
+		bin,
+		"--config=" + confPath,
+		"--kubeconfig=" + cp.WriteNodeKubeconfig(node),
+		"--root-dir=" + filepath.Join(dir, "root"),
+		"--cert-dir=" + filepath.Join(dir, "pki"),
+		"--hostname-override=" + node,
+	}
+	return &agentProc{kind: Kubelet, bin: bin, node: node, dir: dir, proc: testenv.NewProcess(Kubelet, filepath.Join(dir, "kubelet.log"), argv...)}
+}
+
+func (a *agentProc) start(t testing.TB) {
+	t.Helper()
+	if err := a.proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kill kills the agent with SIGKILL, as a crash or a power cut would.
+func (a *agentProc) kill(t testing.TB) {
+	t.Helper()
+	if err := a.proc.Stop(syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pid is the agent's own pid (the kubelet's: unshare and sh exec it).
+func (a *agentProc) pid() int { return a.proc.Pid() }
+
+// localPods asks holdfast's /pods endpoint, which answers from the agent's own state.
+func (a *agentProc) localPods(ctx context.Context) ([]status.PodView, error) {
+	if a.healthz == "" {
+		return nil, fmt.Errorf("%s has no local pods endpoint", a.kind)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return testenv.LocalPods(ctx, a.healthz)
+}
+
+// localRunning counts the named pods holdfast reports Running with every container ready.
+func localRunning(pods []status.PodView, names map[string]bool) int {
+	n := 0
+	for _, p := range pods {
+		if !names[p.Name] || p.Status.Phase != v1.PodRunning || len(p.Status.ContainerStatuses) == 0 {
+			continue
+		}
+		ready := true
+		for _, cs := range p.Status.ContainerStatuses {
+			ready = ready && cs.Ready && cs.State.Running != nil
+		}
+		if ready {
+			n++
+		}
+	}
+	return n
+}
+
+// unmountUnder lazily unmounts every mount point under dir, deepest first: a killed holdfast
+// leaves its pods' network namespaces bind-mounted there.
+func unmountUnder(dir string) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return err
+	}
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].Mountpoint) > len(mounts[j].Mountpoint) })
+	for _, m := range mounts {
+		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			return fmt.Errorf("unmount %s: %w", m.Mountpoint, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package bench_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/bench"
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+)
+
+// Flags of the full run; `make bench` passes them after -args. The sizes default to the
+// preset's (-bench.quick for a run of a few minutes).
+var (
+	sideBySide  = flag.Bool("bench.side-by-side", false, "run TestSideBySide, the full benchmark (make bench)")
+	quick       = flag.Bool("bench.quick", false, "quick preset: fewer pods, one repetition, a shorter window")
+	latencyPods = flag.Int("bench.latency-pods", 0, "pods created one after the other for the startup latency (preset: 20, quick 8)")
+	pods        = flag.Int("bench.pods", 0, "burst size and pods running for steady state, restart, offline boot (preset: 30, quick 10)")
+	reps        = flag.Int("bench.reps", 0, "repetitions of the burst and the restart (preset: 3, quick 1)")
+	steady      = flag.Duration("bench.steady", 0, "steady-state window (preset: 60s, quick 20s)")
+	settle      = flag.Duration("bench.settle", -1, "wait before the steady-state window (preset: 15s, quick 5s)")
+	wasmTime    = flag.String("bench.wasm-benchtime", "", `-benchtime for ./wasm/'s benchmarks, "none" to skip (preset: 1s, quick 200ms)`)
+	kubelet     = flag.String("bench.kubelet", "", "kubelet binary (default: kubelet-"+testenv.KubeAPIServerVersion+" in the test binary cache); \"none\" for holdfast alone")
+	out         = flag.String("bench.out", "", "results directory (default: _output/bench/DATE at the module root)")
+)
+
+// kubeletPath returns the kubelet hack/build-kubelet.sh builds (same version as the
+// apiserver), or "" if it has not been built.
+func kubeletPath() string {
+	p := filepath.Join(testenv.BinDir(), "kubelet-"+testenv.KubeAPIServerVersion)
+	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+		return p
+	}
+	return ""
+}
+
+// TestSideBySide is the benchmark `make bench` runs: holdfast and the kubelet, one after the
+// other, printed as one table and written to the results directory. Not part of `go test
+// ./...`: it runs only with -bench.side-by-side.
+func TestSideBySide(t *testing.T) {
+	if !*sideBySide {
+		t.Skip("the full benchmark runs with -bench.side-by-side (make bench)")
+	}
+	opts := bench.Full()
+	if *quick {
+		opts = bench.Quick()
+	}
+	if *latencyPods > 0 {
+		opts.LatencyPods, opts.Mode = *latencyPods, "custom"
+	}
+	if *pods > 0 {
+		opts.Pods, opts.Mode = *pods, "custom"
+	}
+	if *reps > 0 {
+		opts.Reps, opts.Mode = *reps, "custom"
+	}
+	if *steady > 0 {
+		opts.Steady, opts.Mode = *steady, "custom"
+	}
+	if *settle >= 0 {
+		opts.Settle = *settle
+	}
+	switch *wasmTime {
+	case "":
+	case "none":
+		opts.WasmBenchtime = ""
+	default:
+		opts.WasmBenchtime = *wasmTime
+	}
+	switch *kubelet {
+	case "":
+		opts.KubeletPath = kubeletPath()
+		if opts.KubeletPath == "" {
+			t.Fatalf("no kubelet at %s: build it with hack/build-kubelet.sh, or pass -bench.kubelet=none for holdfast alone",
+				filepath.Join(testenv.BinDir(), "kubelet-"+testenv.KubeAPIServerVersion))
+		}
+	case "none":
+	default:
+		opts.KubeletPath = *kubelet
+	}
+	opts.OutDir = *out
+	if opts.OutDir == "" {
+		root, err := filepath.Abs("..")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.OutDir = filepath.Join(root, "_output", "bench", time.Now().UTC().Format("20060102-150405"))
+	}
+	rep := bench.Run(t, opts)
+	fmt.Printf("\nholdfast side by side with the kubelet (%s mode, %s):\n\n%s\nresults in %s\n",
+		rep.Mode, rep.Date.Format("2006-01-02 15:04 MST"), rep.Table(), opts.OutDir)
+}

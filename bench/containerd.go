@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+)
+
+// floorNamespace is where the floor's containers run, apart from either agent's.
+const floorNamespace = "bench-floor"
+
+// measureFloor creates and starts the pods' container n times straight through the
+// containerd client: busybox running `sleep`, a new snapshot, the image's config, a fresh
+// set of namespaces, no logging, no pod network. Each sample runs from NewContainer until
+// Start returned; the container is removed between samples, untimed.
+func measureFloor(t testing.TB, cd *testenv.Containerd, n int) []time.Duration {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), floorNamespace)
+	image, err := cd.Client.GetImage(ctx, testenv.BusyboxImage)
+	if err != nil {
+		t.Fatalf("floor: %v", err)
+	}
+	var out []time.Duration
+	for i := range n {
+		id := fmt.Sprintf("floor-%d-%d", time.Now().UnixNano(), i)
+		start := time.Now()
+		ctr, err := cd.Client.NewContainer(ctx, id,
+			client.WithImage(image),
+			client.WithNewSnapshot(id, image),
+			client.WithNewSpec(oci.WithImageConfig(image), oci.WithProcessArgs(podCommand...)))
+		if err != nil {
+			t.Fatalf("floor: create container: %v", err)
+		}
+		task, err := ctr.NewTask(ctx, cio.NullIO)
+		if err != nil {
+			t.Fatalf("floor: create task: %v", err)
+		}
+		if err := task.Start(ctx); err != nil {
+			t.Fatalf("floor: start task: %v", err)
+		}
+		out = append(out, time.Since(start))
+
+		exited, err := task.Wait(ctx)
+		if err != nil {
+			t.Fatalf("floor: wait task: %v", err)
+		}
+		if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+			t.Fatalf("floor: kill task: %v", err)
+		}
+		<-exited
+		if _, err := task.Delete(ctx); err != nil {
+			t.Fatalf("floor: delete task: %v", err)
+		}
+		if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil {
+			t.Fatalf("floor: delete container: %v", err)
+		}
+	}
+	return out
+}
+
+// runningTasks maps the ID of every running task in namespace to its pid.
+func runningTasks(ctx context.Context, cd *testenv.Containerd, namespace string) (map[string]uint32, error) {
+	ctx = namespaces.WithNamespace(ctx, namespace)
+	resp, err := cd.Client.TaskService().List(ctx, &tasksapi.ListTasksRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks in %s: %w", namespace, err)
+	}
+	out := map[string]uint32{}
+	for _, p := range resp.Tasks {
+		if p.Status == tasktypes.Status_RUNNING {
+			out[p.ID] = p.Pid
+		}
+	}
+	return out, nil
+}
+
+// waitDrained waits until namespace holds no container at all.
+func waitDrained(t testing.TB, cd *testenv.Containerd, namespace string, timeout time.Duration) {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), namespace)
+	deadline := time.Now().Add(timeout)
+	for {
+		recs, err := cd.Client.ContainerService().List(ctx)
+		if err == nil && len(recs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d containers left in namespace %s after %s (err %v)", len(recs), namespace, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitNoTasks waits until no task runs in namespace.
+func waitNoTasks(t testing.TB, cd *testenv.Containerd, namespace string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		tasks, err := runningTasks(context.Background(), cd, namespace)
+		if err == nil && len(tasks) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tasks still running in namespace %s after %s (err %v)", len(tasks), namespace, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// restartedTasks counts the tasks of before that no longer run with the same pid in after:
+// containers (sandboxes included) that were restarted or recreated. A recreated container
+// has a new ID and is counted once, by the one it replaced.
+func restartedTasks(before, after map[string]uint32) int {
+	n := 0
+	for id, pid := range before {
+		if after[id] != pid {
+			n++
+		}
+	}
+	return n
+}
+
+// killLeftovers kills and deletes every task left in namespace, the CRI plugin's sandboxes
+// last: their shim serves the pod's other containers too, and goes away with the sandbox.
+func killLeftovers(ctx context.Context, cd *testenv.Containerd, namespace string) error {
+	ctx = namespaces.WithNamespace(ctx, namespace)
+	containers, err := cd.Client.Containers(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, sandboxes := range []bool{false, true} {
+		for _, c := range containers {
+			labels, err := c.Labels(ctx)
+			if err != nil || (labels["io.cri-containerd.kind"] == "sandbox") != sandboxes {
+				continue
+			}
+			task, err := c.Task(ctx, nil)
+			if err != nil {
+				continue // no task
+			}
+			if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete task %s: %w", c.ID(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,30 @@
+// Package bench measures holdfast side by side with the upstream kubelet on one machine: same
+// kube-apiserver, same containerd build and configuration (a fresh daemon for each agent, so
+// each starts from a clean state), same CNI bridge configuration, same pod specs. `make bench`
+// runs it (see docs/benchmarks.md for what each figure means and a dated run).
+//
+// For each agent, one after the other:
+//
+//  1. floor: a busybox container created and started directly with the containerd client, no
+//     agent and no API, several times; min, p50, p99;
+//  2. pod startup latency: pods created one after the other, each timed from the Create call
+//     to the moment an informer (a watch) sees it Running with condition Ready; min, p50, p99;
+//  3. burst: N pods created at once, wall time until all are seen Running and Ready;
+//  4. steady state with those N pods: the agent's RSS, CPU and bytes written to disk (from
+//     /proc), and the same for everything the node runs on the agent's behalf (containerd,
+//     shims, holdfast's container loggers, kubelet's pause sandboxes);
+//  5. agent restart: kill -9 with the N pods running; while it is down the harness does what
+//     the node lifecycle controller does to a silent node (Node conditions Unknown, pods'
+//     Ready False); the agent is started again and timed until the Node is Ready and every pod
+//     Ready again in the API; containers restarted are counted in containerd (expected 0);
+//  6. holdfast only: offline boot. apiserver stopped, agent killed, containerd "rebooted"
+//     (every task gone), agent started: time until it reports all N cached pods running.
+//
+// Then the Wasm figures of `go test -bench . ./wasm/`, when that package exists.
+//
+// The harness is a Go test (Run takes a *testing.T) because it stands on internal/testenv.
+// bench_test.go holds TestSideBySide, the full run, which runs only with -bench.side-by-side,
+// and TestHarnessSmoke, a small run in the normal test suite that keeps the harness from
+// rotting: it asserts no timing, and measures holdfast alone when the kubelet binary has not
+// been built (hack/build-kubelet.sh).
+package bench

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+)
+
+// Options sizes a run.
+type Options struct {
+	// LatencyPods are created one after the other for the startup latency (and as many
+	// floor samples are taken). Full run: 20.
+	LatencyPods int
+	// Pods is the burst size, and the pods running during the steady-state, restart and
+	// offline-boot measurements. Full run: 30.
+	Pods int
+	// Reps repeats the burst and the restart (the report shows the median, and min and max
+	// in the JSON). Full run: 3.
+	Reps int
+	// Steady is the steady-state window. Full run: 60s.
+	Steady time.Duration
+	// Settle is how long the pods run before the steady-state window opens, so the window
+	// sees the agent idle rather than finishing the burst. Full run: 15s.
+	Settle time.Duration
+	// KubeletPath is the upstream kubelet binary. Empty: holdfast is measured alone.
+	KubeletPath string
+	// FastDrain makes the harness wait, after deleting pods, only until no task runs, not
+	// until their containers are removed from containerd (which the kubelet does in its
+	// container garbage collection, once a minute). Quicker, less clean: for the smoke test.
+	FastDrain bool
+	// SkipOffline leaves out holdfast's offline boot.
+	SkipOffline bool
+	// WasmBenchtime is passed to `go test -bench . -benchtime` for ./wasm/. Empty: the Wasm
+	// figures are left out.
+	WasmBenchtime string
+	// OutDir receives results.md, results.json and the agents' logs. Empty: nothing written.
+	OutDir string
+	// Mode names the preset in the report ("full", "quick", "smoke", "custom").
+	Mode string
+	// Logf reports progress (t.Logf if nil).
+	Logf func(format string, args ...any)
+}
+
+// Full is the run `make bench` does: what issue 6 asks for.
+func Full() Options {
+	return Options{Mode: "full", LatencyPods: 20, Pods: 30, Reps: 3, Steady: 60 * time.Second, Settle: 15 * time.Second, WasmBenchtime: "1s"}
+}
+
+// Quick is a run of a few minutes: fewer pods, one repetition, a shorter window.
+func Quick() Options {
+	return Options{Mode: "quick", LatencyPods: 8, Pods: 10, Reps: 1, Steady: 20 * time.Second, Settle: 5 * time.Second, WasmBenchtime: "200ms"}
+}
+
+// Smoke is the smallest run that goes through every step: the test suite runs it.
+func Smoke() Options {
+	return Options{Mode: "smoke", LatencyPods: 2, Pods: 3, Reps: 1, Steady: 3 * time.Second, Settle: time.Second, FastDrain: true}
+}
+
+func (o Options) validate() error {
+	if o.LatencyPods < 1 || o.Pods < 1 || o.Reps < 1 {
+		return fmt.Errorf("latency pods (%d), pods (%d) and reps (%d) must be at least 1", o.LatencyPods, o.Pods, o.Reps)
+	}
+	if o.Steady <= 0 || o.Settle < 0 {
+		return fmt.Errorf("steady window %s must be positive, settle %s not negative", o.Steady, o.Settle)
+	}
+	return nil
+}

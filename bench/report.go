@@ -1,0 +1,487 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// AgentResult is everything measured for one agent. Durations are in the unit their name
+// says; every sample is kept.
+type AgentResult struct {
+	Agent string `json:"agent"`
+	// Version is what the agent reports as the Node's kubeletVersion.
+	Version string `json:"version"`
+	// BinaryMiB is the size of the agent's binary (stripped, -s -w).
+	BinaryMiB float64 `json:"binaryMiB"`
+	// FirstNodeReadyS is the agent's first start until its Node is Ready.
+	FirstNodeReadyS float64   `json:"firstNodeReadySeconds"`
+	FloorMS         []float64 `json:"floorMs"`
+	StartupMS       []float64 `json:"startupMs"`
+	BurstS          []float64 `json:"burstSeconds"`
+	// DrainS is, for every batch of pods deleted, the time from the delete calls until the
+	// pods were gone from the API and their containers from containerd.
+	DrainS       []float64 `json:"drainSeconds"`
+	Steady       *Steady   `json:"steady"`
+	Restarts     []Restart `json:"restarts"`
+	OfflineBootS []float64 `json:"offlineBootSeconds,omitempty"`
+}
+
+// Steady is the steady-state window with Pods pods running.
+type Steady struct {
+	WindowS float64 `json:"windowSeconds"`
+	Pods    int     `json:"pods"`
+	Samples int     `json:"samples"`
+	// The agent process alone.
+	AgentRSSMiB         float64 `json:"agentRssMiB"`
+	AgentRSSMaxMiB      float64 `json:"agentRssMaxMiB"`
+	AgentCPUMillicores  float64 `json:"agentCpuMillicores"`
+	AgentWriteKiBPerMin float64 `json:"agentWriteKiBPerMin"`
+	// AgentLogKiBPerMin is how fast the agent's own log (its stdout and stderr, a file
+	// here, the journal on a gateway) grew: part of AgentWriteKiBPerMin.
+	AgentLogKiBPerMin float64 `json:"agentLogKiBPerMin"`
+	// Node overhead: the agent, the containerd daemon, its shims and the helper processes
+	// (holdfast's per-container loggers, the CRI plugin's pause sandboxes). PSS, so shared
+	// pages are counted once.
+	NodePSSMiB         float64 `json:"nodePssMiB"`
+	NodeCPUMillicores  float64 `json:"nodeCpuMillicores"`
+	NodeWriteKiBPerMin float64 `json:"nodeWriteKiBPerMin"`
+	HelperProcesses    int     `json:"helperProcesses"`
+	Shims              int     `json:"shims"`
+	WorkloadProcesses  int     `json:"workloadProcesses"`
+	ContainerdFound    bool    `json:"containerdFound"`
+	// Breakdown splits the node overhead by process kind: agent, containerd, shims, helpers
+	// (PSS at the end of the window).
+	Breakdown map[string]*Share `json:"breakdown"`
+}
+
+// Share is one kind of process's part of the node overhead.
+type Share struct {
+	Processes      int     `json:"processes"`
+	CPUMillicores  float64 `json:"cpuMillicores"`
+	PSSMiB         float64 `json:"pssMiB"`
+	WriteKiBPerMin float64 `json:"writeKiBPerMin"`
+}
+
+// Restart is one kill -9 and start of the agent.
+type Restart struct {
+	NodeReadyS          float64 `json:"nodeReadySeconds"`
+	PodsReadyS          float64 `json:"podsReadySeconds"`
+	ContainersRestarted int     `json:"containersRestarted"`
+	TasksBefore         int     `json:"tasksBefore"`
+}
+
+// Row is one line of the table. Ratio is holdfast / kubelet: below 1, holdfast needs less.
+type Row struct {
+	Section  string   `json:"section"`
+	Metric   string   `json:"metric"`
+	Unit     string   `json:"unit"`
+	Holdfast *float64 `json:"holdfast,omitempty"`
+	Kubelet  *float64 `json:"kubelet,omitempty"`
+	Ratio    *float64 `json:"ratio,omitempty"`
+	// KubeletText replaces a missing kubelet value ("cannot").
+	KubeletText string `json:"kubeletText,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	Cores      int    `json:"cores"`
+	MemoryGiB  int    `json:"memoryGiB"`
+	Kernel     string `json:"kernel"`
+	OS         string `json:"os"`
+	Go         string `json:"go"`
+	Containerd string `json:"containerd"`
+	Runc       string `json:"runc"`
+	// LoadBefore and LoadAfter are /proc/loadavg's 1, 5 and 15 minute averages: other work
+	// on the machine shows here.
+	LoadBefore string `json:"loadBefore"`
+	LoadAfter  string `json:"loadAfter"`
+}
+
+// Report is a run's result.
+type Report struct {
+	Date    time.Time      `json:"date"`
+	Mode    string         `json:"mode"`
+	Options map[string]any `json:"options"`
+	Machine Machine        `json:"machine"`
+	Took    string         `json:"took"`
+	Agents  []*AgentResult `json:"agents"`
+	Rows    []Row          `json:"rows"`
+	Wasm    *WasmResult    `json:"wasm,omitempty"`
+	Notes   []string       `json:"notes,omitempty"`
+}
+
+func newReport(o Options) *Report {
+	return &Report{
+		Date: time.Now().UTC(),
+		Mode: o.Mode,
+		Options: map[string]any{
+			"latencyPods": o.LatencyPods, "pods": o.Pods, "reps": o.Reps,
+			"steady": o.Steady.String(), "settle": o.Settle.String(), "wasmBenchtime": o.WasmBenchtime,
+		},
+		Machine: describeMachine(),
+	}
+}
+
+// Agent returns the result of one agent, nil if it was not measured.
+func (r *Report) Agent(name string) *AgentResult {
+	for _, a := range r.Agents {
+		if a.Agent == name {
+			return a
+		}
+	}
+	return nil
+}
+
+// finish builds the rows from the results.
+func (r *Report) finish() {
+	r.Took = time.Since(r.Date).Round(time.Second).String()
+	r.Machine.LoadAfter = loadavg()
+	h, k := r.Agent(Holdfast), r.Agent(Kubelet)
+	lat, pods, reps := r.Options["latencyPods"], r.Options["pods"], r.Options["reps"]
+	row := func(section, metric, unit string, get func(*AgentResult) (float64, bool)) {
+		rw := Row{Section: section, Metric: metric, Unit: unit}
+		if h != nil {
+			if v, ok := get(h); ok {
+				rw.Holdfast = &v
+			}
+		}
+		if k != nil {
+			if v, ok := get(k); ok {
+				rw.Kubelet = &v
+			}
+		}
+		if rw.Holdfast != nil && rw.Kubelet != nil && *rw.Kubelet != 0 {
+			ratio := *rw.Holdfast / *rw.Kubelet
+			rw.Ratio = &ratio
+		}
+		r.Rows = append(r.Rows, rw)
+	}
+	pct := func(f func(*AgentResult) []float64, q float64) func(*AgentResult) (float64, bool) {
+		return func(a *AgentResult) (float64, bool) {
+			xs := f(a)
+			return percentile(xs, q), len(xs) > 0
+		}
+	}
+	floor := func(a *AgentResult) []float64 { return a.FloorMS }
+	startup := func(a *AgentResult) []float64 { return a.StartupMS }
+	sec := fmt.Sprintf("startup, %v pods one after the other", lat)
+	row(sec, "floor: container create+start via containerd client, min", "ms", pct(floor, 0))
+	row(sec, "floor p50", "ms", pct(floor, 50))
+	row(sec, "floor p99", "ms", pct(floor, 99))
+	row(sec, "pod created -> Running+Ready (watch), min", "ms", pct(startup, 0))
+	row(sec, "pod startup p50", "ms", pct(startup, 50))
+	row(sec, "pod startup p99", "ms", pct(startup, 99))
+	row(sec, "pod startup p50 / floor p50", "x", func(a *AgentResult) (float64, bool) {
+		f := percentile(a.FloorMS, 50)
+		return percentile(a.StartupMS, 50) / f, f > 0 && len(a.StartupMS) > 0
+	})
+	row(fmt.Sprintf("burst, %v pods at once", pods), fmt.Sprintf("all Running+Ready, median of %v", reps), "s",
+		pct(func(a *AgentResult) []float64 { return a.BurstS }, 50))
+
+	row(fmt.Sprintf("burst, %v pods at once", pods), fmt.Sprintf("delete %v pods -> gone from API and containerd, median", pods), "s",
+		pct(func(a *AgentResult) []float64 { return a.DrainS }, 50))
+
+	steady := func(f func(*Steady) float64) func(*AgentResult) (float64, bool) {
+		return func(a *AgentResult) (float64, bool) {
+			if a.Steady == nil {
+				return 0, false
+			}
+			return f(a.Steady), true
+		}
+	}
+	sec = fmt.Sprintf("steady state, %v pods", pods)
+	if h != nil && h.Steady != nil {
+		sec = fmt.Sprintf("steady state, %v pods, %.0fs", pods, h.Steady.WindowS)
+	}
+	row(sec, "agent binary size (stripped)", "MiB", func(a *AgentResult) (float64, bool) { return a.BinaryMiB, a.BinaryMiB > 0 })
+	row(sec, "agent RSS (avg)", "MiB", steady(func(s *Steady) float64 { return s.AgentRSSMiB }))
+	row(sec, "agent CPU (avg)", "millicores", steady(func(s *Steady) float64 { return s.AgentCPUMillicores }))
+	row(sec, "agent disk writes", "KiB/min", steady(func(s *Steady) float64 { return s.AgentWriteKiBPerMin }))
+	row(sec, "  of which the agent's own log", "KiB/min", steady(func(s *Steady) float64 { return s.AgentLogKiBPerMin }))
+	row(sec, "node overhead PSS: agent+containerd+shims+helpers", "MiB", steady(func(s *Steady) float64 { return s.NodePSSMiB }))
+	row(sec, "node overhead CPU", "millicores", steady(func(s *Steady) float64 { return s.NodeCPUMillicores }))
+	row(sec, "node overhead disk writes", "KiB/min", steady(func(s *Steady) float64 { return s.NodeWriteKiBPerMin }))
+	row(sec, "helper processes (holdfast loggers / CRI pause)", "count", steady(func(s *Steady) float64 { return float64(s.HelperProcesses) }))
+	row(sec, "containerd shims", "count", steady(func(s *Steady) float64 { return float64(s.Shims) }))
+
+	restarts := func(f func(Restart) float64) func(*AgentResult) []float64 {
+		return func(a *AgentResult) []float64 {
+			var xs []float64
+			for _, r := range a.Restarts {
+				xs = append(xs, f(r))
+			}
+			return xs
+		}
+	}
+	sec = fmt.Sprintf("agent restart, kill -9 with %v pods, median of %v", pods, reps)
+	row(sec, "first start -> node Ready", "s", func(a *AgentResult) (float64, bool) { return a.FirstNodeReadyS, a.FirstNodeReadyS > 0 })
+	row(sec, "restart -> node Ready again", "s", pct(restarts(func(r Restart) float64 { return r.NodeReadyS }), 50))
+	row(sec, "restart -> node Ready again, worst", "s", pct(restarts(func(r Restart) float64 { return r.NodeReadyS }), 100))
+	row(sec, "restart -> all pods Ready again in the API", "s", pct(restarts(func(r Restart) float64 { return r.PodsReadyS }), 50))
+	row(sec, "containers restarted (all reps)", "count", func(a *AgentResult) (float64, bool) {
+		n := 0
+		for _, r := range a.Restarts {
+			n += r.ContainersRestarted
+		}
+		return float64(n), len(a.Restarts) > 0
+	})
+	if h != nil && len(h.OfflineBootS) > 0 {
+		row("offline boot (holdfast only)", fmt.Sprintf("reboot, apiserver down -> %v cached pods running", pods), "s",
+			pct(func(a *AgentResult) []float64 { return a.OfflineBootS }, 50))
+		if k != nil {
+			r.Rows[len(r.Rows)-1].KubeletText = "cannot"
+		}
+	}
+	if r.Wasm != nil {
+		for _, b := range r.Wasm.Benchmarks {
+			if v, ok := b.Metrics["ns/op"]; ok {
+				r.Rows = append(r.Rows, Row{Section: "wasm (go test -bench ./wasm/)", Metric: b.Name, Unit: "us/op", Holdfast: ptr(v / 1000)})
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// percentile is series.percentile over float samples.
+func percentile(xs []float64, q float64) float64 {
+	s := make(series, len(xs))
+	for i, x := range xs {
+		s[i] = time.Duration(x * float64(time.Millisecond))
+	}
+	return millis(s.percentile(q))
+}
+
+func formatValue(v *float64, unit, text string) string {
+	switch {
+	case v == nil && text != "":
+		return text
+	case v == nil:
+		return "-"
+	case unit == "count":
+		return fmt.Sprintf("%.0f", *v)
+	case unit == "x":
+		return fmt.Sprintf("%.1fx", *v)
+	}
+	a := math.Abs(*v)
+	switch {
+	case a >= 100:
+		return fmt.Sprintf("%.0f %s", *v, unit)
+	case a >= 10:
+		return fmt.Sprintf("%.1f %s", *v, unit)
+	default:
+		return fmt.Sprintf("%.2f %s", *v, unit)
+	}
+}
+
+func formatRatio(r *float64) string {
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprintf("%.2f", *r)
+}
+
+// Table renders the rows as aligned text: metric | holdfast | kubelet | ratio.
+func (r *Report) Table() string {
+	header := []string{"metric", "holdfast", "kubelet", "ratio"}
+	var lines [][]string
+	section := ""
+	for _, rw := range r.Rows {
+		if rw.Section != section {
+			section = rw.Section
+			lines = append(lines, []string{"[" + section + "]", "", "", ""})
+		}
+		lines = append(lines, []string{"  " + rw.Metric, formatValue(rw.Holdfast, rw.Unit, ""), formatValue(rw.Kubelet, rw.Unit, rw.KubeletText), formatRatio(rw.Ratio)})
+	}
+	width := make([]int, len(header))
+	for _, l := range append([][]string{header}, lines...) {
+		for i, c := range l {
+			if i == 0 && strings.HasPrefix(c, "[") {
+				continue
+			}
+			width[i] = max(width[i], len(c))
+		}
+	}
+	var b strings.Builder
+	write := func(l []string) {
+		for i, c := range l {
+			if i == 0 {
+				fmt.Fprintf(&b, "%-*s", width[i], c)
+			} else {
+				fmt.Fprintf(&b, " | %*s", width[i], c)
+			}
+		}
+		b.WriteString("\n")
+	}
+	write(header)
+	total := width[0]
+	for _, w := range width[1:] {
+		total += 3 + w
+	}
+	b.WriteString(strings.Repeat("-", total) + "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l[0], "[") {
+			b.WriteString(l[0] + "\n")
+			continue
+		}
+		write(l)
+	}
+	return b.String()
+}
+
+// Markdown renders the report for docs/benchmarks.md.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "## Run of %s (%s mode, took %s)\n\n", r.Date.Format("2006-01-02 15:04 MST"), r.Mode, r.Took)
+	fmt.Fprintf(&b, "Machine: %s, %d cores, %d GiB, %s, kernel %s; %s; %s; %s. Load average (1, 5, 15 min) %s before, %s after.\n\n",
+		m.CPU, m.Cores, m.MemoryGiB, m.OS, m.Kernel, m.Go, m.Containerd, m.Runc, m.LoadBefore, m.LoadAfter)
+	var versions []string
+	for _, a := range r.Agents {
+		versions = append(versions, fmt.Sprintf("%s %s", a.Agent, a.Version))
+	}
+	fmt.Fprintf(&b, "Agents: %s. Options: %s.\n\n", strings.Join(versions, ", "), formatOptions(r.Options))
+	b.WriteString("| metric | holdfast | kubelet | holdfast/kubelet |\n|---|---:|---:|---:|\n")
+	section := ""
+	for _, rw := range r.Rows {
+		if rw.Section != section {
+			section = rw.Section
+			fmt.Fprintf(&b, "| **%s** | | | |\n", section)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimSpace(rw.Metric), formatValue(rw.Holdfast, rw.Unit, ""), formatValue(rw.Kubelet, rw.Unit, rw.KubeletText), formatRatio(rw.Ratio))
+	}
+	if bd := r.breakdownMarkdown(); bd != "" {
+		b.WriteString("\nNode overhead in the steady state, by process: CPU millicores / PSS MiB / disk writes KiB per minute.\n\n")
+		b.WriteString(bd)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "\n- %s", n)
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+	}
+	if r.Wasm != nil {
+		fmt.Fprintf(&b, "\n<details><summary>go test -bench . -benchtime %s ./wasm/</summary>\n\n```\n%s\n```\n</details>\n", r.Wasm.Benchtime, strings.TrimSpace(r.Wasm.Output))
+	}
+	return b.String()
+}
+
+// breakdownMarkdown tabulates Steady.Breakdown for every agent.
+func (r *Report) breakdownMarkdown() string {
+	kinds := []string{"agent", "containerd", "shims", "helpers"}
+	var b strings.Builder
+	b.WriteString("| agent | " + strings.Join(kinds, " | ") + " |\n|---|" + strings.Repeat("---:|", len(kinds)) + "\n")
+	n := 0
+	for _, a := range r.Agents {
+		if a.Steady == nil || a.Steady.Breakdown == nil {
+			continue
+		}
+		n++
+		fmt.Fprintf(&b, "| %s |", a.Agent)
+		for _, k := range kinds {
+			if s := a.Steady.Breakdown[k]; s != nil {
+				fmt.Fprintf(&b, " %.1f / %.1f / %.0f (%d) |", s.CPUMillicores, s.PSSMiB, s.WriteKiBPerMin, s.Processes)
+			} else {
+				b.WriteString(" - |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	if n == 0 {
+		return ""
+	}
+	return b.String() + "\n(n) is the number of processes.\n"
+}
+
+func formatOptions(o map[string]any) string {
+	keys := make([]string, 0, len(o))
+	for k := range o {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, o[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// write writes results.md, results.json and table.txt into dir.
+func (r *Report) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{
+		"results.json": append(js, '\n'),
+		"results.md":   []byte(r.Markdown()),
+		"table.txt":    []byte(r.Table()),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func describeMachine() Machine {
+	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version(), LoadBefore: loadavg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	m.MemoryGiB = int(math.Round(float64(kbField("/proc/meminfo", "MemTotal:")) / (1 << 30)))
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+				m.OS = strings.Trim(v, `"`)
+			}
+		}
+	}
+	m.Containerd = firstLine("containerd", "--version")
+	m.Runc = firstLine("runc", "--version")
+	return m
+}
+
+func firstLine(name string, args ...string) string {
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		return name + " (unknown version)"
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	var s series
+	for i := 1; i <= 20; i++ {
+		s = append(s, time.Duration(i)*time.Millisecond)
+	}
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0, 1 * time.Millisecond}, {50, 10 * time.Millisecond}, {99, 20 * time.Millisecond}, {100, 20 * time.Millisecond}} {
+		if got := s.percentile(c.q); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if got := (series{}).percentile(50); got != 0 {
+		t.Errorf("empty p50 = %v", got)
+	}
+}
+
+func TestParseBenchOutput(t *testing.T) {
+	out := `goos: linux
+goarch: amd64
+pkg: github.com/holdfast-dev/holdfast/wasm
+BenchmarkAdmit/go/allowed-registries-2         	   10000	    105432 ns/op	  21.50 MB/s	    98000 cpu-ns/op	    4096 B/op	      12 allocs/op
+BenchmarkColdStart/compile-2                   	       1	1523456789 ns/op	1400000000 cpu-ns/op
+PASS
+ok  	github.com/holdfast-dev/holdfast/wasm	12.3s
+`
+	got := parseBenchOutput(out)
+	if len(got) != 2 {
+		t.Fatalf("parsed %d benchmarks, want 2: %+v", len(got), got)
+	}
+	if got[0].Name != "BenchmarkAdmit/go/allowed-registries" || got[0].Iterations != 10000 ||
+		got[0].Metrics["ns/op"] != 105432 || got[0].Metrics["allocs/op"] != 12 || got[0].Metrics["MB/s"] != 21.5 {
+		t.Errorf("first: %+v", got[0])
+	}
+	if got[1].Name != "BenchmarkColdStart/compile" || got[1].Metrics["cpu-ns/op"] != 1.4e9 {
+		t.Errorf("second: %+v", got[1])
+	}
+}
+
+func TestReportRendering(t *testing.T) {
+	r := newReport(Smoke())
+	r.Agents = []*AgentResult{
+		{Agent: Holdfast, Version: "dev", FloorMS: []float64{100, 200}, StartupMS: []float64{300, 400}, BurstS: []float64{2},
+			Steady:   &Steady{WindowS: 3, AgentRSSMiB: 20, Breakdown: map[string]*Share{"agent": {Processes: 1, CPUMillicores: 12.5, PSSMiB: 30, WriteKiBPerMin: 4}}},
+			Restarts: []Restart{{NodeReadyS: 1, PodsReadyS: 2}}, OfflineBootS: []float64{3}},
+		{Agent: Kubelet, Version: "v1.37.2", FloorMS: []float64{100, 200}, StartupMS: []float64{600, 800}, BurstS: []float64{4},
+			Steady: &Steady{WindowS: 3, AgentRSSMiB: 80}, Restarts: []Restart{{NodeReadyS: 2, PodsReadyS: 4, ContainersRestarted: 1}}},
+	}
+	r.Wasm = &WasmResult{Benchtime: "1x", Output: "BenchmarkX-2 1 2000 ns/op", Benchmarks: parseBenchOutput("BenchmarkX-2 1 2000 ns/op")}
+	r.finish()
+	table, md := r.Table(), r.Markdown()
+	for _, want := range []string{"pod startup p99", "400 ms", "800 ms", "0.50", "cannot", "BenchmarkX", "2.00 us/op"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	for _, want := range []string{"| metric | holdfast | kubelet |", "| pod startup p99 | 400 ms | 800 ms | 0.50 |", "```\nBenchmarkX-2", "| holdfast | 12.5 / 30.0 / 4 (1) |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
