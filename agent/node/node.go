@@ -25,6 +25,10 @@ import (
 // LeaseNamespace is where node Leases live.
 const LeaseNamespace = "kube-node-lease"
 
+// fastStatusInterval is how often readiness is checked until the node is first reported
+// Ready, the period of kubelet's fastStatusUpdateOnce.
+const fastStatusInterval = 100 * time.Millisecond
+
 // Thresholds for the pressure conditions: kubelet's default hard eviction thresholds.
 const (
 	memoryPressureBelow = 100 << 20 // memory.available < 100Mi
@@ -102,14 +106,42 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.syncStatus(ctx)
 	ticker := time.NewTicker(c.cfg.UpdateFrequency)
 	defer ticker.Stop()
+	// Until the node has been reported Ready, readiness is checked every fastStatusInterval
+	// and reported as soon as it holds, as kubelet does after its start: the first status
+	// usually goes out before the runtime's first relist, and the node would otherwise stay
+	// NotReady for a whole UpdateFrequency after every restart of the agent.
+	fast := time.NewTicker(fastStatusInterval)
+	defer fast.Stop()
+	untilReady := fast.C
 	for {
+		if untilReady != nil && c.reportedReady() {
+			fast.Stop()
+			untilReady = nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
 			c.syncStatus(ctx)
+		case <-untilReady:
+			_, rverr := c.runtimeVersion(ctx)
+			if ready, _ := c.readyState(rverr); ready {
+				c.syncStatus(ctx)
+			}
 		}
 	}
+}
+
+// reportedReady says whether the last status written to the API had the Ready condition True.
+func (c *Controller) reportedReady() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cond := range c.lastSent.Conditions {
+		if cond.Type == v1.NodeReady {
+			return cond.Status == v1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // ownedByNode makes the Lease owned by the Node, so deleting the Node deletes its Lease.
@@ -214,6 +246,18 @@ func withoutHeartbeats(st v1.NodeStatus) v1.NodeStatus {
 	return out
 }
 
+// readyState is the node's Ready condition given the runtime version call's error: whether the
+// node can run pods, and the condition's message.
+func (c *Controller) readyState(runtimeErr error) (bool, string) {
+	if runtimeErr != nil {
+		return false, "container runtime is down: " + runtimeErr.Error()
+	}
+	if err := c.readiness(); err != nil {
+		return false, err.Error()
+	}
+	return true, "holdfast is posting ready status"
+}
+
 func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now time.Time) (v1.NodeStatus, error) {
 	mi, err := readMachine(c.cfg.StorageDir)
 	if err != nil {
@@ -243,12 +287,7 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 	}
 	st.Addresses = append(st.Addresses, v1.NodeAddress{Type: v1.NodeHostName, Address: c.cfg.NodeName})
 
-	ready, readyMsg := true, "holdfast is posting ready status"
-	if rverr != nil {
-		ready, readyMsg = false, "container runtime is down: "+rverr.Error()
-	} else if err := c.readiness(); err != nil {
-		ready, readyMsg = false, err.Error()
-	}
+	ready, readyMsg := c.readyState(rverr)
 	readyReason := "KubeletReady"
 	if !ready {
 		readyReason = "KubeletNotReady"
