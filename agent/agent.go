@@ -127,13 +127,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		Cache:        store,
 	})
 	podMgr := pods.NewManager(pods.Config{
-		StateDir:     cfg.StateDir,
-		PodLogDir:    cfg.PodLogDir,
-		RelistPeriod: cfg.Pods.RelistPeriod.Duration,
-		BackOffBase:  cfg.Pods.BackOffBase.Duration,
-		BackOffMax:   cfg.Pods.BackOffMax.Duration,
-		HostIPs:      hostIPs,
-		Volumes:      volMgr,
+		StateDir:        cfg.StateDir,
+		PodLogDir:       cfg.PodLogDir,
+		RelistPeriod:    cfg.Pods.RelistPeriod.Duration,
+		RelistThreshold: cfg.Pods.RelistThreshold.Duration,
+		BackOffBase:     cfg.Pods.BackOffBase.Duration,
+		BackOffMax:      cfg.Pods.BackOffMax.Duration,
+		HostIPs:         hostIPs,
+		Volumes:         volMgr,
 		MemoryCapacity: func() int64 {
 			capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
 			if err != nil {

@@ -101,6 +101,11 @@ type PodsConfig struct {
 	// RelistPeriod is how often the runtime is relisted to catch what events missed.
 	// Defaults to 1s (kubelet's PLEG period).
 	RelistPeriod Duration `json:"relistPeriod,omitempty"`
+	// RelistThreshold is how long the runtime may go without a successful relist before the
+	// agent reports itself unhealthy: /healthz fails and the Node's Ready condition turns
+	// False with kubelet's "PLEG is not healthy" message. Defaults to 3m (kubelet's PLEG
+	// relist threshold); must be longer than RelistPeriod.
+	RelistThreshold Duration `json:"relistThreshold,omitempty"`
 	// BackOffBase and BackOffMax bound the restart back-off of crashing containers.
 	// Default to 10s and 300s, as kubelet.
 	BackOffBase Duration `json:"backOffBase,omitempty"`
@@ -195,6 +200,7 @@ func (c *Config) applyDefaults() {
 	setDefaultDuration(&c.NodeStatus.UpdateFrequency, 10*time.Second)
 	setDefaultDuration(&c.NodeStatus.ReportFrequency, 5*time.Minute)
 	setDefaultDuration(&c.Pods.RelistPeriod, time.Second)
+	setDefaultDuration(&c.Pods.RelistThreshold, 3*time.Minute)
 	setDefaultDuration(&c.Pods.BackOffBase, 10*time.Second)
 	setDefaultDuration(&c.Pods.BackOffMax, 300*time.Second)
 	setDefault(&c.ContainerLogMaxSize, "10Mi")
@@ -264,6 +270,7 @@ func (c *Config) Validate() error {
 		"nodeStatus.updateFrequency":    c.NodeStatus.UpdateFrequency,
 		"nodeStatus.reportFrequency":    c.NodeStatus.ReportFrequency,
 		"pods.relistPeriod":             c.Pods.RelistPeriod,
+		"pods.relistThreshold":          c.Pods.RelistThreshold,
 		"pods.backOffBase":              c.Pods.BackOffBase,
 		"pods.backOffMax":               c.Pods.BackOffMax,
 		"gc.period":                     c.GC.Period,
@@ -277,6 +284,9 @@ func (c *Config) Validate() error {
 	if c.NodeStatus.LeaseRenewInterval.Duration >= c.NodeStatus.LeaseDuration.Duration {
 		errs = append(errs, fmt.Errorf("nodeStatus.leaseRenewInterval (%s) must be shorter than nodeStatus.leaseDuration (%s)",
 			c.NodeStatus.LeaseRenewInterval, c.NodeStatus.LeaseDuration))
+	}
+	if c.Pods.RelistThreshold.Duration <= c.Pods.RelistPeriod.Duration {
+		errs = append(errs, fmt.Errorf("pods.relistThreshold (%s) must be longer than pods.relistPeriod (%s)", c.Pods.RelistThreshold, c.Pods.RelistPeriod))
 	}
 	if c.Pods.BackOffMax.Duration < c.Pods.BackOffBase.Duration {
 		errs = append(errs, fmt.Errorf("pods.backOffMax (%s) is below pods.backOffBase (%s)", c.Pods.BackOffMax, c.Pods.BackOffBase))

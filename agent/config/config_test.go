@@ -31,6 +31,7 @@ func TestLoadFile(t *testing.T) {
 		{"bad duration", "pods:\n  relistPeriod: soon\n", "duration"},
 		{"renew longer than lease", "nodeStatus:\n  leaseRenewInterval: 50s\n", "must be shorter"},
 		{"negative pods", "maxPods: -1\n", "negative"},
+		{"relist threshold not above period", "pods:\n  relistThreshold: 1s\n", "must be longer than pods.relistPeriod"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "config.yaml")

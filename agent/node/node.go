@@ -4,6 +4,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	goruntime "runtime"
@@ -24,6 +25,12 @@ import (
 
 // LeaseNamespace is where node Leases live.
 const LeaseNamespace = "kube-node-lease"
+
+// runtimeVersionTimeout bounds the runtime check: a containerd that accepts the call but never
+// answers (hung, or stopped) is a runtime that is down. Unbounded, the call would stall the
+// status loop, and the Node would stay Ready in the API (its Lease still renewed) while no pod
+// can be started or observed.
+const runtimeVersionTimeout = 10 * time.Second
 
 // fastStatusInterval is how often readiness is checked until the node is first reported
 // Ready, the period of kubelet's fastStatusUpdateOnce.
@@ -124,7 +131,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ticker.C:
 			c.syncStatus(ctx)
 		case <-untilReady:
-			_, rverr := c.runtimeVersion(ctx)
+			_, rverr := c.checkRuntime(ctx)
 			if ready, _ := c.readyState(rverr); ready {
 				c.syncStatus(ctx)
 			}
@@ -246,6 +253,17 @@ func withoutHeartbeats(st v1.NodeStatus) v1.NodeStatus {
 	return out
 }
 
+// checkRuntime asks the runtime for its version, within runtimeVersionTimeout.
+func (c *Controller) checkRuntime(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, runtimeVersionTimeout)
+	defer cancel()
+	v, err := c.runtimeVersion(ctx)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return "", fmt.Errorf("no answer to Version within %s", runtimeVersionTimeout)
+	}
+	return v, err
+}
+
 // readyState is the node's Ready condition given the runtime version call's error: whether the
 // node can run pods, and the condition's message.
 func (c *Controller) readyState(runtimeErr error) (bool, string) {
@@ -263,7 +281,7 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 	if err != nil {
 		return v1.NodeStatus{}, err
 	}
-	rv, rverr := c.runtimeVersion(ctx)
+	rv, rverr := c.checkRuntime(ctx)
 	capacity := capacityOf(mi, c.cfg.MaxPods)
 	st := v1.NodeStatus{
 		Capacity:    capacity,

@@ -43,8 +43,11 @@ type Config struct {
 	StateDir     string
 	PodLogDir    string
 	RelistPeriod time.Duration
-	BackOffBase  time.Duration
-	BackOffMax   time.Duration
+	// RelistThreshold is how long the runtime may go without a successful relist before
+	// RelistHealthy fails (kubelet's PLEG relist threshold). Defaults to 3m.
+	RelistThreshold time.Duration
+	BackOffBase     time.Duration
+	BackOffMax      time.Duration
 	// HostIPs returns the node's addresses, reported as hostIP(s) and used by host-network pods.
 	HostIPs func() []string
 	// MemoryCapacity is the node's memory in bytes, for the OOM score of burstable pods.
@@ -89,6 +92,9 @@ func NewManager(cfg Config, rt *runtime.Runtime, net *network.Manager, status St
 	}
 	if cfg.HostIPs == nil {
 		cfg.HostIPs = func() []string { return nil }
+	}
+	if cfg.RelistThreshold <= 0 {
+		cfg.RelistThreshold = DefaultRelistThreshold
 	}
 	return &Manager{
 		cfg: cfg, rt: rt, net: net, status: status, recorder: recorder, log: log,
@@ -281,24 +287,31 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
+// DefaultRelistThreshold is kubelet's PLEG relist threshold.
+const DefaultRelistThreshold = 3 * time.Minute
+
 // RelistHealthy says whether the runtime was relisted recently (kubelet's "PLEG is not
-// healthy" after 3 minutes without a relist).
+// healthy" once RelistThreshold passed without a successful relist).
 func (m *Manager) RelistHealthy() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.lastRelist.IsZero() {
 		return fmt.Errorf("runtime not relisted yet")
 	}
-	if d := m.now().Sub(m.lastRelist); d > 3*time.Minute {
-		return fmt.Errorf("PLEG is not healthy: pleg was last seen active %s ago; threshold is 3m0s", d.Round(time.Second))
+	if d := m.now().Sub(m.lastRelist); d > m.cfg.RelistThreshold {
+		return fmt.Errorf("PLEG is not healthy: pleg was last seen active %s ago; threshold is %s", d.Round(time.Second), m.cfg.RelistThreshold)
 	}
 	return nil
 }
 
 // relist lists the runtime, pokes the workers of pods whose containers changed, and hands
 // containers of pods that no source claims to an orphan worker once the sources are ready.
+// The list is bounded by RelistThreshold: a call a hung runtime never answers must not hold
+// the relist loop for good; it gives up (RelistHealthy fails by then anyway) and tries again.
 func (m *Manager) relist(ctx context.Context, prev map[string]string) map[string]string {
-	list, err := m.rt.List(ctx)
+	listCtx, cancel := context.WithTimeout(ctx, m.cfg.RelistThreshold)
+	list, err := m.rt.List(listCtx)
+	cancel()
 	if err != nil {
 		m.log.Warn("relist runtime", "err", err)
 		return prev

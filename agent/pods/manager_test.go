@@ -1,0 +1,36 @@
+package pods
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// RelistHealthy fails, with kubelet's PLEG message naming the threshold, once the configured
+// RelistThreshold has passed since the last relist; kubelet's 3m when none is configured.
+func TestRelistHealthyThreshold(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	for _, tc := range []struct {
+		threshold, since time.Duration
+		wantErr          string
+	}{
+		{5 * time.Second, 4 * time.Second, ""},
+		{5 * time.Second, 6 * time.Second, "PLEG is not healthy: pleg was last seen active 6s ago; threshold is 5s"},
+		{0, 179 * time.Second, ""},
+		{0, 181 * time.Second, "PLEG is not healthy: pleg was last seen active 3m1s ago; threshold is 3m0s"},
+	} {
+		m := NewManager(Config{RelistThreshold: tc.threshold, Now: clock}, nil, nil, nil, nil, nil)
+		if err := m.RelistHealthy(); err == nil || !strings.Contains(err.Error(), "not relisted yet") {
+			t.Errorf("before any relist: %v", err)
+		}
+		m.lastRelist = now.Add(-tc.since)
+		err := m.RelistHealthy()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("threshold %s, %s since the relist: %v", tc.threshold, tc.since, err)
+		case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
+			t.Errorf("threshold %s, %s since the relist: %v, want %q", tc.threshold, tc.since, err, tc.wantErr)
+		}
+	}
+}
