@@ -4,14 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 
 	"github.com/holdfast-dev/holdfast/internal/testenv"
@@ -109,41 +115,108 @@ func TestInitContainersAndSidecar(t *testing.T) {
 	}
 }
 
-// TestCrashLoopBackOff: a container that keeps failing is restarted with a growing back-off,
-// shown as CrashLoopBackOff with kubelet's message, its lastState keeping the exit.
+// TestCrashLoopBackOff: a container that keeps failing is restarted with kubelet's growing
+// back-off. After its Nth restart exits, it waits as CrashLoopBackOff with kubelet's message
+// naming the delay, base*2^(N-1) capped at the max ("back-off 4s restarting failed
+// container=main pod=crasher_default(UID)"); the next attempt starts at least that long after
+// the exit (the runtime's own timestamps); lastState keeps the exit; the pod stays Running.
 func TestCrashLoopBackOff(t *testing.T) {
-	e := startEnv(t, true, quickBackoff) // back-off 1s doubling to 2s
-	ctx := context.Background()
+	const base, maxDelay = 2 * time.Second, 8 * time.Second
+	e := startEnv(t, true, func(c *config.Config) {
+		quickBackoff(c)
+		c.Pods.BackOffBase = config.D(base)
+		c.Pods.BackOffMax = config.D(maxDelay)
+	})
+	// The delay after the exit of attempt n (= restartCount n), n >= 1: 2s, 4s, 8s, 8s, ...
+	// Attempt 0's exit is restarted at once, as kubelet does.
+	delay := func(n int32) time.Duration { return min(base<<(n-1), maxDelay) }
+	const lastAttempt = 5 // its start closes the gap after attempt 4, the second one at the cap
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	pods := e.cp.Admin.CoreV1().Pods("default")
-	pod := sleeperPod("crasher", true)
-	pod.Spec.Containers[0] = step("main", "exit 42")
-	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	// Every status the agent writes, from before the pod exists: no waiting period is missed.
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=crasher"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	sawBackOff := false
-	testenv.Eventually(t, 90*time.Second, "crash loop with back-off", func() error {
-		p, err := pods.Get(ctx, "crasher", metav1.GetOptions{})
-		if err != nil || len(p.Status.ContainerStatuses) == 0 {
-			return fmt.Errorf("no status yet (%v)", err)
+	defer w.Stop()
+	pod := sleeperPod("crasher", true)
+	pod.Spec.Containers[0] = step("main", "exit 42")
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type span struct{ started, finished time.Time }
+	attempts := map[int32]span{}     // by attempt, from the runtime's timestamps in the status
+	messages := map[int32][]string{} // CrashLoopBackOff messages seen while restartCount was n
+	record := func(n int32, st *v1.ContainerStateTerminated) {
+		if st == nil {
+			return
 		}
+		if st.ExitCode != 42 {
+			t.Errorf("attempt %d: terminated %+v, want exit code 42", n, st)
+		}
+		attempts[n] = span{st.StartedAt.Time, st.FinishedAt.Time}
+	}
+	var lastSeen *v1.Pod
+	for attempts[lastAttempt].started.IsZero() {
+		var ev watch.Event
+		select {
+		case ev = <-w.ResultChan():
+		case <-ctx.Done():
+			t.Fatalf("attempt %d not started in time; attempts %v, back-off messages %v", lastAttempt, attempts, messages)
+		}
+		p, ok := ev.Object.(*v1.Pod)
+		if !ok {
+			t.Fatalf("watch: %+v", ev)
+		}
+		if len(p.Status.ContainerStatuses) == 0 {
+			continue
+		}
+		lastSeen = p
 		cs := p.Status.ContainerStatuses[0]
-		if w := cs.State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" {
-			if !strings.HasPrefix(w.Message, "back-off ") || !strings.Contains(w.Message, "restarting failed container=main pod=crasher_default(") {
-				return fmt.Errorf("message %q", w.Message)
+		n := cs.RestartCount
+		switch {
+		case cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff":
+			if m := cs.State.Waiting.Message; !slices.Contains(messages[n], m) {
+				messages[n] = append(messages[n], m)
 			}
-			if cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 42 {
-				return fmt.Errorf("lastState %+v", cs.LastTerminationState)
+			if cs.LastTerminationState.Terminated == nil {
+				t.Errorf("restartCount %d: CrashLoopBackOff without lastState", n)
 			}
-			sawBackOff = true
+			record(n, cs.LastTerminationState.Terminated)
+		case cs.State.Terminated != nil:
+			record(n, cs.State.Terminated)
+		case cs.State.Running != nil:
+			if a := attempts[n]; a.started.IsZero() {
+				attempts[n] = span{started: cs.State.Running.StartedAt.Time}
+			}
+			if n > 0 {
+				record(n-1, cs.LastTerminationState.Terminated)
+			}
 		}
-		if !sawBackOff || cs.RestartCount < 3 {
-			return fmt.Errorf("restartCount %d, back-off seen %v", cs.RestartCount, sawBackOff)
+	}
+
+	for n := int32(1); n < lastAttempt; n++ {
+		want := fmt.Sprintf("back-off %s restarting failed container=main pod=crasher_default(%s)", delay(n), created.UID)
+		if got := messages[n]; len(got) != 1 || got[0] != want {
+			t.Errorf("after restart %d: CrashLoopBackOff messages %q, want exactly %q", n, got, want)
 		}
-		if p.Status.Phase != v1.PodRunning {
-			return fmt.Errorf("a crash-looping pod with restartPolicy Always is Running, got %s", p.Status.Phase)
+		// Timestamps have second resolution in the API; the delays are whole seconds, so the
+		// truncated gap is still at least the delay.
+		prev, next := attempts[n], attempts[n+1]
+		if prev.finished.IsZero() || next.started.IsZero() {
+			t.Errorf("attempt %d finish (%s) or attempt %d start (%s) not seen", n, prev.finished, n+1, next.started)
+			continue
 		}
-		return nil
-	})
+		if gap := next.started.Sub(prev.finished); gap < delay(n) {
+			t.Errorf("attempt %d started %s after attempt %d exited, before its back-off of %s", n+1, gap, n, delay(n))
+		}
+	}
+	if lastSeen.Status.Phase != v1.PodRunning {
+		t.Errorf("a crash-looping pod with restartPolicy Always is Running, got %s", lastSeen.Status.Phase)
+	}
 }
 
 // TestLifecycleHooks: postStart runs after the container starts (exec) and preStop runs
@@ -219,4 +292,136 @@ func (e *env) exec(containerID string, cmd ...string) (string, error) {
 		return string(res.Output), fmt.Errorf("exit code %d", res.ExitCode)
 	}
 	return string(res.Output), nil
+}
+
+// taskRunning reports whether the container's task runs in containerd.
+func (e *env) taskRunning(t *testing.T, containerID string) bool {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), "holdfast")
+	c, err := e.cd.Client.LoadContainer(ctx, containerID)
+	if err != nil {
+		return false
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return false
+	}
+	st, err := task.Status(ctx)
+	return err == nil && st.Status == client.Running
+}
+
+// TestTerminationDoesNotBlockOtherPods: while a pod takes its whole grace period to stop (one
+// container ignores SIGTERM, the other has a preStop hook that outlasts the grace period), a
+// new pod starts and becomes Ready and another pod is deleted to the end, with the slow pod's
+// containers still running; the slow pod then goes, SIGKILLed no earlier than its grace period.
+func TestTerminationDoesNotBlockOtherPods(t *testing.T) {
+	const grace = 30 * time.Second
+	e := startEnv(t, true, quickBackoff)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+
+	slow := sleeperPod("slow", false)
+	slow.Spec.TerminationGracePeriodSeconds = int64p(int64(grace / time.Second))
+	slow.Spec.Containers = []v1.Container{
+		step("deaf", "trap '' TERM; sleep 3600"), // sh as PID 1 ignores SIGTERM explicitly
+		step("hooked", "exec sleep 3600"),
+	}
+	slow.Spec.Containers[1].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{
+		Exec: &v1.ExecAction{Command: []string{"sh", "-c", "touch /prestop-started; exec sleep 3600"}},
+	}}
+	for _, p := range []*v1.Pod{slow, sleeperPod("doomed", true)} {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitAPIRunning(t, "doomed")
+	var slowIDs []string
+	testenv.Eventually(t, 90*time.Second, "both containers of the slow pod running", func() error {
+		p, err := pods.Get(ctx, "slow", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		slowIDs = nil
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil {
+				return fmt.Errorf("%s: %+v", cs.Name, cs.State)
+			}
+			slowIDs = append(slowIDs, strings.TrimPrefix(cs.ContainerID, "containerd://"))
+		}
+		if len(slowIDs) != 2 {
+			return fmt.Errorf("statuses %+v", p.Status.ContainerStatuses)
+		}
+		return nil
+	})
+
+	if err := pods.Delete(ctx, "slow", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	// Its termination is under way: the preStop hook runs (and will for the whole grace period).
+	testenv.Eventually(t, 30*time.Second, "the slow pod's preStop hook running", func() error {
+		_, err := e.exec(slowIDs[1], "sh", "-c", "test -e /prestop-started")
+		return err
+	})
+
+	// Meanwhile a new pod (with its own network) starts and becomes Ready...
+	if _, err := pods.Create(ctx, sleeperPod("newcomer", false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the new pod Running and Ready", func() error {
+		p, err := pods.Get(ctx, "newcomer", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != v1.PodRunning || !hasCondition(p.Status, v1.PodReady, v1.ConditionTrue) {
+			return fmt.Errorf("phase %s conditions %+v", p.Status.Phase, p.Status.Conditions)
+		}
+		return nil
+	})
+	// ...and another pod is deleted to the end: containers gone, object deleted by the agent.
+	doomedUID := mustUID(t, e, "doomed")
+	if err := pods.Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the other deleted pod gone", func() error {
+		if _, err := pods.Get(ctx, "doomed", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still in the API (err %v)", err)
+		}
+		for id, c := range e.containers(t) {
+			if c.PodUID == doomedUID {
+				return fmt.Errorf("container %s still in containerd", id)
+			}
+		}
+		return nil
+	})
+
+	// All of that happened while the slow pod was still terminating.
+	if p, err := pods.Get(ctx, "slow", metav1.GetOptions{}); err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("the slow pod must still be terminating %s after its deletion (grace %s), once the others are done: %v",
+			time.Since(deleted).Round(time.Millisecond), grace, err)
+	}
+	for _, id := range slowIDs {
+		if !e.taskRunning(t, id) {
+			t.Fatalf("container %s of the slow pod stopped %s after its deletion, before the others were done (grace %s)",
+				id, time.Since(deleted).Round(time.Millisecond), grace)
+		}
+	}
+	t.Logf("new pod Ready and other pod gone %s after the slow pod's deletion", time.Since(deleted).Round(time.Millisecond))
+
+	testenv.Eventually(t, grace+60*time.Second, "the slow pod gone", func() error {
+		if _, err := pods.Get(ctx, "slow", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still in the API (err %v)", err)
+		}
+		return nil
+	})
+	// Neither container gave up before the grace period: SIGTERM is ignored and the preStop
+	// hook never ends, so only the SIGKILL at its end stopped them.
+	if took := time.Since(deleted); took < grace {
+		t.Errorf("the slow pod was gone %s after its deletion, before its grace period of %s", took, grace)
+	}
+	for id := range e.containers(t) {
+		if slices.Contains(slowIDs, id) {
+			t.Errorf("container %s of the slow pod left in containerd", id)
+		}
+	}
 }
