@@ -207,14 +207,24 @@ func TestGarbageCollection(t *testing.T) {
 		return nil
 	})
 
-	// A deleted pod's log directory goes once its containers are gone.
+	// A deleted pod's log directory goes with its containers; the collection removes one that
+	// an agent killed in the middle of a termination left behind (no pod, no container).
 	crasherLogs := filepath.Join(e.agent.Config.PodLogDir, "default_crasher-"+node+"_"+string(crasher.UID))
+	strayLogs := filepath.Join(e.agent.Config.PodLogDir, "default_gone-"+node+"_0b6a3d52-3f0e-4c1e-9d43-5c8f5b0e2a11")
+	if err := os.MkdirAll(filepath.Join(strayLogs, "main"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(strayLogs, "main", "0.log"), []byte("2026-01-01T00:00:00Z stdout F bye\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Remove(filepath.Join(e.agent.Config.ManifestDir, "crasher.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "deleted pod's logs removed", func() error {
-		if _, err := os.Stat(crasherLogs); !os.IsNotExist(err) {
-			return fmt.Errorf("%s still there (%v)", crasherLogs, err)
+	testenv.Eventually(t, 60*time.Second, "deleted pods' logs removed", func() error {
+		for _, dir := range []string{crasherLogs, strayLogs} {
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				return fmt.Errorf("%s still there (%v)", dir, err)
+			}
 		}
 		return nil
 	})

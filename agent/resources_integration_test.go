@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +88,21 @@ func TestResourcesAndSecurityContext(t *testing.T) {
 	yes := true
 	rootless.Spec.SecurityContext = &v1.PodSecurityContext{RunAsNonRoot: &yes}
 
-	for _, p := range []*v1.Pod{limited, hog, rootless} {
+	// privileged gets every capability the runtime has, the host's devices, a writable /sys and
+	// no seccomp filter, even though it asks to drop every capability and for the default
+	// seccomp profile (as with containerd's CRI plugin); plain, the same container without
+	// privileged, gets its default profile and none of the rest.
+	privileged := sleeperPod("privileged", true)
+	runtimeDefault := &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}
+	privileged.Spec.Containers[0].SecurityContext = &v1.SecurityContext{
+		Privileged:     &yes,
+		Capabilities:   &v1.Capabilities{Drop: []v1.Capability{"ALL"}},
+		SeccompProfile: runtimeDefault,
+	}
+	plain := sleeperPod("plain", true)
+	plain.Spec.Containers[0].SecurityContext = &v1.SecurityContext{SeccompProfile: runtimeDefault}
+
+	for _, p := range []*v1.Pod{limited, hog, rootless, privileged, plain} {
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -128,6 +145,8 @@ func TestResourcesAndSecurityContext(t *testing.T) {
 		return nil
 	})
 
+	e.checkPrivileged(t)
+
 	testenv.Eventually(t, 60*time.Second, "runAsNonRoot refuses the root image", func() error {
 		p, err := pods.Get(ctx, "rootless", metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) == 0 {
@@ -139,4 +158,115 @@ func TestResourcesAndSecurityContext(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// capSysAdmin is CAP_SYS_ADMIN's bit in the CapEff mask of /proc/PID/status.
+const capSysAdmin = 21
+
+// capEff returns the CapEff mask of a /proc/PID/status.
+func capEff(t *testing.T, status string) uint64 {
+	t.Helper()
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatalf("CapEff %q: %v", v, err)
+			}
+			return mask
+		}
+	}
+	t.Fatalf("no CapEff in %q", status)
+	return 0
+}
+
+// checkPrivileged compares the pods "privileged" (securityContext.privileged) and "plain" (the
+// same container without it), seen from inside: the privileged one has every capability the
+// agent has (CapEff of its PID 1), the host's device nodes in /dev and access to every device
+// in its devices cgroup; the plain one has the runtime's default capabilities (not
+// CAP_SYS_ADMIN), a minimal /dev and a device allow-list.
+func (e *env) checkPrivileged(t *testing.T) {
+	t.Helper()
+	ids := map[string]string{}
+	for name, p := range e.waitAPIRunning(t, "privileged", "plain") {
+		ids[name] = strings.TrimPrefix(containerIDOf(p), "containerd://")
+	}
+	// The agent runs as root with the test's capabilities; the privileged container gets them all.
+	self, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := capEff(t, string(self))
+	caps, devs := map[string]uint64{}, map[string][]string{}
+	seccompMode, sysMount := map[string]string{}, map[string]string{}
+	for name, id := range ids {
+		status, err := e.exec(id, "cat", "/proc/1/status")
+		if err != nil {
+			t.Fatalf("%s: read /proc/1/status: %v", name, err)
+		}
+		caps[name] = capEff(t, status)
+		if m := regexp.MustCompile(`(?m)^Seccomp:\s*(\d)`).FindStringSubmatch(status); m != nil {
+			seccompMode[name] = m[1]
+		}
+		mounts, err := e.exec(id, "cat", "/proc/mounts")
+		if err != nil {
+			t.Fatalf("%s: read /proc/mounts: %v", name, err)
+		}
+		for _, line := range strings.Split(mounts, "\n") {
+			if f := strings.Fields(line); len(f) >= 4 && f[1] == "/sys" {
+				sysMount[name] = strings.Split(f[3], ",")[0]
+			}
+		}
+		ls, err := e.exec(id, "ls", "-1", "/dev")
+		if err != nil {
+			t.Fatalf("%s: ls /dev: %v", name, err)
+		}
+		devs[name] = strings.Fields(ls)
+	}
+	if caps["privileged"] != host {
+		t.Errorf("privileged container CapEff %016x, want the agent's %016x", caps["privileged"], host)
+	}
+	// Seccomp: 0 is no filter, 2 a filter (the runtime's default profile).
+	if seccompMode["privileged"] != "0" || seccompMode["plain"] != "2" {
+		t.Errorf("seccomp mode of PID 1: privileged %q, plain %q; want 0 (unconfined) and 2 (filtered)", seccompMode["privileged"], seccompMode["plain"])
+	}
+	if sysMount["privileged"] != "rw" || sysMount["plain"] != "ro" {
+		t.Errorf("/sys mounted privileged %q, plain %q; want rw and ro", sysMount["privileged"], sysMount["plain"])
+	}
+	if caps["plain"]&(1<<capSysAdmin) != 0 || caps["plain"] == host {
+		t.Errorf("plain container CapEff %016x: must be the runtime's default set, without CAP_SYS_ADMIN (host %016x)", caps["plain"], host)
+	}
+
+	// Every device node at the top of the host's /dev is in the privileged container's
+	// (/dev/console is the runtime's own); some of them are not in the plain container's.
+	entries, err := os.ReadDir("/dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostDevs, privilegedLacks, plainLacks []string
+	for _, de := range entries {
+		if de.Type()&os.ModeDevice == 0 || de.Name() == "console" {
+			continue
+		}
+		hostDevs = append(hostDevs, de.Name())
+		if !slices.Contains(devs["privileged"], de.Name()) {
+			privilegedLacks = append(privilegedLacks, de.Name())
+		}
+		if !slices.Contains(devs["plain"], de.Name()) {
+			plainLacks = append(plainLacks, de.Name())
+		}
+	}
+	if len(privilegedLacks) > 0 {
+		t.Errorf("host devices %v missing in the privileged container's /dev %v", privilegedLacks, devs["privileged"])
+	}
+	t.Logf("CapEff privileged %016x, plain %016x; the plain container lacks %d of the host's %d devices (%v...)",
+		caps["privileged"], caps["plain"], len(plainLacks), len(hostDevs), plainLacks[:min(3, len(plainLacks))])
+	if len(plainLacks) == 0 {
+		t.Errorf("the plain container has every host device %v: %v", hostDevs, devs["plain"])
+	}
+	if got := e.cgroupFile(t, ids["privileged"], "devices/devices.list"); got != "a *:* rwm" {
+		t.Errorf("privileged devices cgroup %q, want every device allowed", got)
+	}
+	if got := e.cgroupFile(t, ids["plain"], "devices/devices.list"); strings.Contains(got, "a *:* rwm") {
+		t.Errorf("plain devices cgroup allows every device: %q", got)
+	}
 }

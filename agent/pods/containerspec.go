@@ -118,10 +118,14 @@ func securitySpecOpts(pod *v1.Pod, c *v1.Container) []runtime.SpecOpt {
 	if nonRoot != nil && *nonRoot {
 		opts = append(opts, verifyNonRoot(pod, c))
 	}
-	if sc.Privileged != nil && *sc.Privileged {
-		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices)
-	}
-	if caps := sc.Capabilities; caps != nil {
+	// A privileged container gets every capability, the host's devices and writable /sys and
+	// cgroupfs, and no seccomp filter, whatever else its securityContext says: containerd's
+	// CRI plugin (what kubelet nodes run) ignores capabilities and seccompProfile for it.
+	privileged := sc.Privileged != nil && *sc.Privileged
+	if privileged {
+		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices,
+			oci.WithWriteableSysfs, oci.WithWriteableCgroupfs)
+	} else if caps := sc.Capabilities; caps != nil {
 		if len(caps.Add) > 0 {
 			opts = append(opts, oci.WithAddedCapabilities(capNames(caps.Add)))
 		}
@@ -139,7 +143,7 @@ func securitySpecOpts(pod *v1.Pod, c *v1.Container) []runtime.SpecOpt {
 	if profile == nil {
 		profile = psc.SeccompProfile
 	}
-	if profile != nil && profile.Type == v1.SeccompProfileTypeRuntimeDefault {
+	if !privileged && profile != nil && profile.Type == v1.SeccompProfileTypeRuntimeDefault {
 		opts = append(opts, seccomp.WithDefaultProfile())
 	}
 	return opts

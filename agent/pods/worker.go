@@ -482,6 +482,14 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	if err := os.RemoveAll(w.m.podDir(pod.UID)); err != nil {
 		return fmt.Errorf("remove pod dir: %w", err)
 	}
+	// Its containers are gone, so nothing can ask for their logs any more: they go now rather
+	// than at the next garbage collection, which would dirty the flash in the middle of steady
+	// running (and remains the safety net for a termination cut short by an agent crash).
+	if w.m.cfg.PodLogDir != "" {
+		if err := os.RemoveAll(filepath.Join(w.m.cfg.PodLogDir, podLogDirName(pod))); err != nil {
+			return fmt.Errorf("remove pod logs: %w", err)
+		}
+	}
 	w.m.backoff.forget(string(pod.UID))
 	log.Info("pod stopped", "reason", reason, "containers", len(final))
 	if !w.orphan {
