@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
@@ -444,19 +445,11 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 }
 
 // List returns every container holdfast created, with its state. It makes two calls to
-// containerd whatever the number of containers: one for the records, one for the tasks.
+// containerd whatever the number of containers: one for the records, one for the tasks
+// (which containerd 1.6 answers by asking every shim).
 func (r *Runtime) List(ctx context.Context) ([]Container, error) {
-	return r.list(ctx, `labels."`+LabelPodUID+`"`)
-}
-
-// ListPod returns the containers of one pod.
-func (r *Runtime) ListPod(ctx context.Context, podUID string) ([]Container, error) {
-	return r.list(ctx, `labels."`+LabelPodUID+`"==`+strconv.Quote(podUID))
-}
-
-func (r *Runtime) list(ctx context.Context, filter string) ([]Container, error) {
 	ctx = r.ctx(ctx)
-	recs, err := r.client.ContainerService().List(ctx, filter)
+	recs, err := r.client.ContainerService().List(ctx, `labels."`+LabelPodUID+`"`)
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
@@ -471,6 +464,31 @@ func (r *Runtime) list(ctx context.Context, filter string) ([]Container, error) 
 	out := make([]Container, 0, len(recs))
 	for _, rec := range recs {
 		out = append(out, fromRecord(rec, tasks[rec.ID]))
+	}
+	return out, nil
+}
+
+// ListPod returns the containers of one pod. It asks for the tasks of these containers only,
+// one call each: containerd 1.6 answers a task list by asking every shim on the node for its
+// state, and pods are synced often, so listing every task here would cost each sync of each
+// pod a call to every shim.
+func (r *Runtime) ListPod(ctx context.Context, podUID string) ([]Container, error) {
+	ctx = r.ctx(ctx)
+	recs, err := r.client.ContainerService().List(ctx, `labels."`+LabelPodUID+`"==`+strconv.Quote(podUID))
+	if err != nil {
+		return nil, fmt.Errorf("list containers of pod %s: %w", podUID, err)
+	}
+	out := make([]Container, 0, len(recs))
+	for _, rec := range recs {
+		var task *tasktypes.Process
+		resp, err := r.client.TaskService().Get(ctx, &tasksapi.GetRequest{ContainerID: rec.ID})
+		switch err = errgrpc.ToNative(err); {
+		case err == nil:
+			task = resp.Process
+		case !errdefs.IsNotFound(err): // not found: the container has no task
+			return nil, fmt.Errorf("get task of container %s: %w", rec.ID, err)
+		}
+		out = append(out, fromRecord(rec, task))
 	}
 	return out, nil
 }
