@@ -310,6 +310,70 @@ func (e *env) taskRunning(t *testing.T, containerID string) bool {
 	return err == nil && st.Status == client.Running
 }
 
+// slowToStopPod is a pod that takes its whole grace period to stop: container "deaf" ignores
+// SIGTERM, container "hooked" has a preStop hook that touches /prestop-started and never ends.
+func slowToStopPod(name string, grace time.Duration) *v1.Pod {
+	pod := sleeperPod(name, false)
+	pod.Spec.TerminationGracePeriodSeconds = int64p(int64(grace / time.Second))
+	pod.Spec.Containers = []v1.Container{
+		step("deaf", "trap '' TERM; sleep 3600"), // sh as PID 1 ignores SIGTERM explicitly
+		step("hooked", "exec sleep 3600"),
+	}
+	pod.Spec.Containers[1].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{
+		Exec: &v1.ExecAction{Command: []string{"sh", "-c", "touch /prestop-started; exec sleep 3600"}},
+	}}
+	return pod
+}
+
+// TestShorterGracePeriodCutsTerminationShort: a pod terminating with a ten-minute grace period
+// (SIGTERM ignored, preStop hook never ending) is deleted again with a 2s grace period, as
+// `kubectl delete --grace-period=2` does: the termination in progress is cut short, and the
+// pod is gone long before its original grace period.
+func TestShorterGracePeriodCutsTerminationShort(t *testing.T) {
+	const grace = 10 * time.Minute
+	e := startEnv(t, true, quickBackoff)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, slowToStopPod("slow", grace), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.waitAPIRunning(t, "slow")["slow"]
+	uid := p.UID
+	var hooked string
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == "hooked" {
+			hooked = strings.TrimPrefix(cs.ContainerID, "containerd://")
+		}
+	}
+	if err := pods.Delete(ctx, "slow", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the preStop hook running", func() error {
+		_, err := e.exec(hooked, "sh", "-c", "test -e /prestop-started")
+		return err
+	})
+	if err := pods.Delete(ctx, "slow", metav1.DeleteOptions{GracePeriodSeconds: int64p(2)}); err != nil {
+		t.Fatal(err)
+	}
+	shortened := time.Now()
+	// Far less than the ten minutes the first deletion asked for.
+	testenv.Eventually(t, 2*time.Minute, "the pod gone after the shorter grace period", func() error {
+		if _, err := pods.Get(ctx, "slow", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still in the API (err %v)", err)
+		}
+		for id, c := range e.containers(t) {
+			if c.PodUID == string(uid) {
+				return fmt.Errorf("container %s still in containerd", id)
+			}
+		}
+		return nil
+	})
+	t.Logf("pod gone %s after the deletion with the shorter grace period", time.Since(shortened).Round(time.Millisecond))
+	if !strings.Contains(e.agent.Log(), "grace period shortened; terminating again") {
+		t.Error("the agent's log does not say the grace period was shortened")
+	}
+}
+
 // TestTerminationDoesNotBlockOtherPods: while a pod takes its whole grace period to stop (one
 // container ignores SIGTERM, the other has a preStop hook that outlasts the grace period), a
 // new pod starts and becomes Ready and another pod is deleted to the end, with the slow pod's
@@ -320,15 +384,7 @@ func TestTerminationDoesNotBlockOtherPods(t *testing.T) {
 	ctx := context.Background()
 	pods := e.cp.Admin.CoreV1().Pods("default")
 
-	slow := sleeperPod("slow", false)
-	slow.Spec.TerminationGracePeriodSeconds = int64p(int64(grace / time.Second))
-	slow.Spec.Containers = []v1.Container{
-		step("deaf", "trap '' TERM; sleep 3600"), // sh as PID 1 ignores SIGTERM explicitly
-		step("hooked", "exec sleep 3600"),
-	}
-	slow.Spec.Containers[1].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{
-		Exec: &v1.ExecAction{Command: []string{"sh", "-c", "touch /prestop-started; exec sleep 3600"}},
-	}}
+	slow := slowToStopPod("slow", grace)
 	for _, p := range []*v1.Pod{slow, sleeperPod("doomed", true)} {
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

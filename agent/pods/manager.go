@@ -175,9 +175,7 @@ func (m *Manager) Update(pod *v1.Pod) {
 		m.workers[pod.UID] = w
 		m.startWorkerLocked(w)
 	} else {
-		w.mu.Lock()
-		w.pod = pod
-		w.mu.Unlock()
+		w.setPod(pod)
 	}
 	w.poke()
 }

@@ -30,11 +30,13 @@ type worker struct {
 	m      *Manager
 	signal chan struct{} // buffered(1): a pending "sync again", coalesced
 
-	mu      sync.Mutex // protects pod, removed, reason
+	mu      sync.Mutex // protects pod, removed, reason, terminating
 	pod     *v1.Pod
 	removed bool   // authoritative removal: terminate the pod
 	reason  string // why it was removed, for the event
-	orphan  bool   // containers found at start that no source claims: no status to report
+	// terminating is the termination in progress, nil when none is.
+	terminating *termination
+	orphan      bool // containers found at start that no source claims: no status to report
 	// decision is the admission outcome, nil until the first sync decides it.
 	decision *admission.Result
 
@@ -59,6 +61,30 @@ func (w *worker) snapshot() (*v1.Pod, bool, string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.pod, w.removed, w.reason
+}
+
+func (w *worker) latestPod() *v1.Pod {
+	pod, _, _ := w.snapshot()
+	return pod
+}
+
+// termination is a termination in progress and the grace period it runs with.
+type termination struct {
+	grace  time.Duration
+	cancel context.CancelFunc
+}
+
+// setPod records the pod's latest spec. A deletion with a shorter grace period than the
+// termination in progress (kubectl delete --grace-period on a terminating pod) cancels that
+// termination, and the next sync terminates again with the shorter one: as with kubelet's
+// pod workers, a grace period can only decrease.
+func (w *worker) setPod(pod *v1.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pod = pod
+	if t := w.terminating; t != nil && pod.DeletionTimestamp != nil && gracePeriod(pod) < t.grace {
+		t.cancel()
+	}
 }
 
 // run syncs the pod whenever signalled, on its resync timer, or when a back-off expires,
@@ -102,7 +128,22 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 		if reason == "" {
 			reason = "pod deleted in the API"
 		}
-		if err := w.terminate(ctx, pod, observed, reason); err != nil {
+		termCtx, cancel := context.WithCancel(ctx)
+		w.mu.Lock()
+		pod = w.pod // the latest: a shorter grace period that came since the snapshot counts
+		w.terminating = &termination{grace: gracePeriod(pod), cancel: cancel}
+		w.mu.Unlock()
+		err := w.terminate(termCtx, pod, observed, reason)
+		shortened := termCtx.Err() != nil && ctx.Err() == nil
+		cancel()
+		w.mu.Lock()
+		w.terminating = nil
+		w.mu.Unlock()
+		if err != nil && shortened {
+			log.Info("grace period shortened; terminating again", "grace", gracePeriod(w.latestPod()))
+			return 0
+		}
+		if err != nil {
 			log.Warn("terminate pod", "err", err)
 			return time.Second
 		}
