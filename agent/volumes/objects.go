@@ -282,6 +282,26 @@ func (m *Manager) recall(key objectKey) (runtime.Object, bool) {
 	return nil, false
 }
 
+// listWatcher is a typed client of one kind of object in one namespace.
+type listWatcher[L runtime.Object] interface {
+	List(context.Context, metav1.ListOptions) (L, error)
+	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+}
+
+// selectedListWatch lists and watches the objects of api that match the field selector.
+func selectedListWatch[L runtime.Object](api listWatcher[L], selector string) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return api.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return api.Watch(ctx, o)
+		},
+	}
+}
+
 // startWatchLocked starts following key under ctx (Run's). Each change pokes the resync loop,
 // so that files follow the object within about a second.
 func (m *Manager) startWatchLocked(ctx context.Context, key objectKey) {
@@ -290,31 +310,9 @@ func (m *Manager) startWatchLocked(ctx context.Context, key objectKey) {
 	var objType runtime.Object
 	switch key.kind {
 	case kindConfigMap:
-		objType = &v1.ConfigMap{}
-		api := m.client.CoreV1().ConfigMaps(key.namespace)
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = selector
-				return api.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = selector
-				return api.Watch(ctx, o)
-			},
-		}
+		objType, lw = &v1.ConfigMap{}, selectedListWatch(m.client.CoreV1().ConfigMaps(key.namespace), selector)
 	case kindSecret:
-		objType = &v1.Secret{}
-		api := m.client.CoreV1().Secrets(key.namespace)
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = selector
-				return api.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = selector
-				return api.Watch(ctx, o)
-			},
-		}
+		objType, lw = &v1.Secret{}, selectedListWatch(m.client.CoreV1().Secrets(key.namespace), selector)
 	}
 	store, ctl := cache.NewInformerWithOptions(cache.InformerOptions{
 		// The client says whether it speaks watch-list (an apiserver does; fakes do not).
