@@ -124,25 +124,23 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	if err := sweepStaleOnce(); err != nil {
 		t.Logf("clean up after earlier test runs: %v", err) // not this test's failure
 	}
-	dir, err := os.MkdirTemp(testRoot(), dirPrefix)
+	dir, ownerLock, err := createOwnedDir()
 	if err != nil {
 		t.Fatalf("start containerd: %v", err)
 	}
 	c := &Containerd{
-		Address: filepath.Join(dir, "containerd.sock"),
-		Root:    filepath.Join(dir, "root"),
-		State:   filepath.Join(dir, "state"),
-		t:       t,
-		dir:     dir,
+		Address:   filepath.Join(dir, "containerd.sock"),
+		Root:      filepath.Join(dir, "root"),
+		State:     filepath.Join(dir, "state"),
+		t:         t,
+		dir:       dir,
+		ownerLock: ownerLock,
 	}
 	t.Cleanup(func() {
 		if err := c.cleanup(); err != nil {
 			t.Errorf("containerd cleanup: %v", err)
 		}
 	})
-	if c.ownerLock, err = lockOwner(dir); err != nil {
-		t.Fatalf("start containerd: %v", err)
-	}
 
 	cniConfDir, cniBinDir := filepath.Join(filesDir, "no-cni"), CNIBinDir
 	if opts.CNI != nil {
@@ -349,6 +347,43 @@ const dirPrefix = "ctrd-"
 // killed (a -timeout panic runs no cleanups): its shims and mounts are then swept.
 const ownerLockFile = "owner.lock"
 
+// sweepLockFile, in testRoot, serialises sweeping with the creation of containerd
+// directories: without it, a sweeper in another test binary could take the owner lock of a
+// directory created an instant before, between its creation and its owner's flock, and remove
+// it as stale.
+const sweepLockFile = ".sweep.lock"
+
+// withSweepLock runs fn holding the sweep lock.
+func withSweepLock(fn func() error) error {
+	f, err := os.OpenFile(filepath.Join(testRoot(), sweepLockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("open sweep lock: %w", err)
+	}
+	defer f.Close() // releases the lock
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("take sweep lock: %w", err)
+	}
+	return fn()
+}
+
+// createOwnedDir creates a containerd directory under testRoot and takes its owner lock,
+// which this test binary holds until it exits.
+func createOwnedDir() (string, *os.File, error) {
+	var dir string
+	var lock *os.File
+	err := withSweepLock(func() error {
+		var err error
+		if dir, err = os.MkdirTemp(testRoot(), dirPrefix); err != nil {
+			return err
+		}
+		if lock, err = lockOwner(dir); err != nil {
+			return errors.Join(err, os.RemoveAll(dir))
+		}
+		return nil
+	})
+	return dir, lock, err
+}
+
 func lockOwner(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, ownerLockFile), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -367,6 +402,10 @@ var sweepStaleOnce = sync.OnceValue(sweepStale)
 // containers, unmounts, removes. The daemons themselves died with their test binary
 // (Pdeathsig).
 func sweepStale() error {
+	return withSweepLock(sweepStaleLocked)
+}
+
+func sweepStaleLocked() error {
 	entries, err := os.ReadDir(testRoot())
 	if err != nil {
 		return fmt.Errorf("sweep %s: %w", testRoot(), err)
