@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/holdfast-dev/holdfast/policies/abi"
 )
 
 // FileMount maps a directory of the host into the guest's view of paths,
@@ -192,27 +194,14 @@ func (fa *fileAccess) statGuestFile(guestPath string) (fs.FileInfo, error) {
 	return fi, nil
 }
 
-// FileRequest is the request of holdfast.read_file and holdfast.stat_file.
-type FileRequest struct {
-	Path string `json:"path"`
-	// MaxBytes caps what read_file returns; the host's cap applies anyway.
-	MaxBytes int `json:"maxBytes,omitempty"`
-}
+// FileRequest is abi.FileRequest (see policies/abi).
+type FileRequest = abi.FileRequest
 
-// FileContent is the answer of holdfast.read_file.
-type FileContent struct {
-	Data      string `json:"data"`
-	Size      int64  `json:"size"`
-	Truncated bool   `json:"truncated,omitempty"`
-}
+// FileContent is abi.FileContent (see policies/abi).
+type FileContent = abi.FileContent
 
-// FileStat is the answer of holdfast.stat_file.
-type FileStat struct {
-	Size            int64  `json:"size"`
-	ModTimeUnixNano int64  `json:"modTimeUnixNano"`
-	Mode            string `json:"mode"`
-	IsDir           bool   `json:"isDir"`
-}
+// FileStat is abi.FileStat (see policies/abi).
+type FileStat = abi.FileStat
 
 func fileAnswer(err error) hostError {
 	var fe *fileError

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/policies/abi"
 )
 
 // netTarget is one address a guest may reach during a call.
@@ -74,26 +76,11 @@ func (o *callOptions) describeTargets() string {
 	return strings.Join(parts, "; ")
 }
 
-// HTTPRequest is the request of holdfast.http_request.
-type HTTPRequest struct {
-	// Method defaults to GET.
-	Method string `json:"method,omitempty"`
-	// URL must be http or https to an allowed IP and port.
-	URL     string            `json:"url"`
-	Headers map[string]string `json:"headers,omitempty"`
-	Body    string            `json:"body,omitempty"`
-	// MaxBodyBytes caps the response body; the host's cap
-	// (Limits.HostResponseBytes) applies anyway.
-	MaxBodyBytes int `json:"maxBodyBytes,omitempty"`
-}
+// HTTPRequest is abi.HTTPRequest (see policies/abi).
+type HTTPRequest = abi.HTTPRequest
 
-// HTTPResponse is the answer of holdfast.http_request (or a hostError).
-type HTTPResponse struct {
-	Status    int                 `json:"status"`
-	Headers   map[string][]string `json:"headers,omitempty"`
-	Body      string              `json:"body"`
-	Truncated bool                `json:"truncated,omitempty"`
-}
+// HTTPResponse is abi.HTTPResponse (see policies/abi).
+type HTTPResponse = abi.HTTPResponse
 
 var (
 	transportOnce sync.Once
@@ -211,30 +198,11 @@ func netError(ctx context.Context, err error) hostError {
 	return hostError{Error: err.Error(), Code: "io"}
 }
 
-// TCPRequest is the request of holdfast.tcp_dial: connect, send, read, close.
-type TCPRequest struct {
-	// Address is "ip:port", an allowed target.
-	Address string `json:"address"`
-	// Send is written after connecting, if not empty.
-	Send string `json:"send,omitempty"`
-	// ReadBytes stops reading after this many bytes. 0 reads nothing: the
-	// answer only says whether the connection was made. Capped by the host.
-	ReadBytes int `json:"readBytes,omitempty"`
-	// ReadUntil stops reading once this string has been received.
-	ReadUntil string `json:"readUntil,omitempty"`
-	// TimeoutMillis bounds connect+send+read; the call's deadline applies
-	// anyway.
-	TimeoutMillis int `json:"timeoutMillis,omitempty"`
-}
+// TCPRequest is abi.TCPRequest (see policies/abi).
+type TCPRequest = abi.TCPRequest
 
-// TCPResponse is the answer of holdfast.tcp_dial (or a hostError).
-type TCPResponse struct {
-	Connected bool   `json:"connected"`
-	Received  string `json:"received"`
-	// Error is set if reading stopped on an error other than the peer closing
-	// or ReadBytes/ReadUntil being reached (a timeout, a reset).
-	Error string `json:"error,omitempty"`
-}
+// TCPResponse is abi.TCPResponse (see policies/abi).
+type TCPResponse = abi.TCPResponse
 
 func tcpDial(ctx context.Context, st *callState, raw []byte) any {
 	var req TCPRequest

@@ -3,6 +3,8 @@ package sdk
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/holdfast-dev/holdfast/policies/abi"
 )
 
 // Log levels for Log.
@@ -33,58 +35,23 @@ func (e *HostError) Error() string { return e.Code + ": " + e.Message }
 
 // HTTPRequest asks the host for an HTTP request. It needs the "http" grant,
 // and the URL must name the pod's IP and one of its allowed ports.
-type HTTPRequest struct {
-	Method       string            `json:"method,omitempty"`
-	URL          string            `json:"url"`
-	Headers      map[string]string `json:"headers,omitempty"`
-	Body         string            `json:"body,omitempty"`
-	MaxBodyBytes int               `json:"maxBodyBytes,omitempty"`
-}
+type HTTPRequest = abi.HTTPRequest
 
 // HTTPResponse is the host's answer to HTTPRequest.
-type HTTPResponse struct {
-	Status    int                 `json:"status"`
-	Headers   map[string][]string `json:"headers,omitempty"`
-	Body      string              `json:"body"`
-	Truncated bool                `json:"truncated,omitempty"`
-}
+type HTTPResponse = abi.HTTPResponse
 
 // TCPRequest asks the host to connect, send, read and close. It needs the
 // "tcp" grant, and Address ("ip:port") must be an allowed target.
-type TCPRequest struct {
-	Address       string `json:"address"`
-	Send          string `json:"send,omitempty"`
-	ReadBytes     int    `json:"readBytes,omitempty"`
-	ReadUntil     string `json:"readUntil,omitempty"`
-	TimeoutMillis int    `json:"timeoutMillis,omitempty"`
-}
+type TCPRequest = abi.TCPRequest
 
 // TCPResponse is the host's answer to TCPDial.
-type TCPResponse struct {
-	Connected bool   `json:"connected"`
-	Received  string `json:"received"`
-	Error     string `json:"error,omitempty"`
-}
+type TCPResponse = abi.TCPResponse
 
 // FileContent is the host's answer to ReadFile.
-type FileContent struct {
-	Data      string `json:"data"`
-	Size      int64  `json:"size"`
-	Truncated bool   `json:"truncated,omitempty"`
-}
+type FileContent = abi.FileContent
 
 // FileStat is the host's answer to StatFile.
-type FileStat struct {
-	Size            int64  `json:"size"`
-	ModTimeUnixNano int64  `json:"modTimeUnixNano"`
-	Mode            string `json:"mode"`
-	IsDir           bool   `json:"isDir"`
-}
-
-type fileRequest struct {
-	Path     string `json:"path"`
-	MaxBytes int    `json:"maxBytes,omitempty"`
-}
+type FileStat = abi.FileStat
 
 // HTTP performs req through the host.
 func HTTP(req HTTPRequest) (*HTTPResponse, error) {
@@ -99,13 +66,13 @@ func TCPDial(req TCPRequest) (*TCPResponse, error) {
 // ReadFile reads up to maxBytes (0: the host's cap) of a file inside the
 // container, under a prefix the policy's "file" grant allows.
 func ReadFile(path string, maxBytes int) (*FileContent, error) {
-	return exchange[FileContent](rawReadFile, fileRequest{Path: path, MaxBytes: maxBytes})
+	return exchange[FileContent](rawReadFile, abi.FileRequest{Path: path, MaxBytes: maxBytes})
 }
 
 // StatFile returns a file's size and modification time, under the same rules
 // as ReadFile.
 func StatFile(path string) (*FileStat, error) {
-	return exchange[FileStat](rawStatFile, fileRequest{Path: path})
+	return exchange[FileStat](rawStatFile, abi.FileRequest{Path: path})
 }
 
 func exchange[T any](raw func([]byte) []byte, req any) (*T, error) {
