@@ -1,9 +1,11 @@
 #!/bin/bash
-# build-tools.sh builds the control plane binaries the integration tests run, kube-apiserver and
-# etcd, from the modules in hack/tools, into a cache outside the repository:
+# build-tools.sh builds the control plane binaries the integration tests run, kube-apiserver,
+# kube-controller-manager, kube-scheduler and etcd, from the modules in hack/tools, into a cache
+# outside the repository:
 #
 #   ${HOLDFAST_TEST_BIN:-${HOLDFAST_CACHE:-/var/cache/holdfast}/bin}/kube-apiserver-vX.Y.Z
 #   ${HOLDFAST_TEST_BIN:-${HOLDFAST_CACHE:-/var/cache/holdfast}/bin}/etcd-vX.Y.Z
+#   (likewise kube-controller-manager-vX.Y.Z and kube-scheduler-vX.Y.Z)
 #
 # The versions come from hack/tools/*/go.mod, so bumping one there builds a new binary next to
 # the old one instead of reusing it. A binary already in the cache is not rebuilt: the first
@@ -56,9 +58,18 @@ kube_major=${kube_major%%.*}
 # The version the apiserver reports on /version, as the upstream release build sets it;
 # without it the binary calls itself v0.0.0-master.
 version_pkg=k8s.io/component-base/version
-build kube-apiserver "$kube_version" "$kube_dir" -ldflags "-s -w \
+kube_ldflags="-s -w \
 	-X $version_pkg.gitVersion=$kube_version \
 	-X $version_pkg.gitMajor=$kube_major \
 	-X $version_pkg.gitMinor=$kube_minor \
 	-X $version_pkg.gitTreeState=clean \
 	-X $version_pkg.buildDate=1970-01-01T00:00:00Z"
+build kube-apiserver "$kube_version" "$kube_dir" -ldflags "$kube_ldflags"
+
+# The cluster's controllers and scheduler, for the tests that need a real cluster around the
+# node: TLS bootstrap (CSR approval and signing) and the conformance suite. They share most of
+# their packages with kube-apiserver, so they build in a few minutes once it is built.
+for tool in kube-controller-manager kube-scheduler; do
+	tool_dir="$repo/hack/tools/$tool"
+	build "$tool" "$(module_version "$tool_dir" k8s.io/kubernetes)" "$tool_dir" -ldflags "$kube_ldflags"
+done

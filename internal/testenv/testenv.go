@@ -73,6 +73,18 @@ func KubeAPIServerPath() string {
 // EtcdPath returns the path of the etcd binary in BinDir.
 func EtcdPath() string { return filepath.Join(BinDir(), "etcd-"+EtcdVersion) }
 
+// KubeControllerManagerPath and KubeSchedulerPath return the paths of the cluster's controllers
+// and scheduler in BinDir, built by hack/build-tools.sh at the apiserver's version, for the
+// tests that need a cluster around the node (TLS bootstrap, the conformance suite).
+func KubeControllerManagerPath() string {
+	return filepath.Join(BinDir(), "kube-controller-manager-"+KubeAPIServerVersion)
+}
+
+// KubeSchedulerPath returns the path of the kube-scheduler binary in BinDir.
+func KubeSchedulerPath() string {
+	return filepath.Join(BinDir(), "kube-scheduler-"+KubeAPIServerVersion)
+}
+
 // RequireIntegration marks t as an integration test. Under -short it skips t. Otherwise it
 // fails t, naming what is missing, unless every prerequisite of this package is present: root,
 // the control plane binaries, containerd, runc, the CNI plugins and the test images. It never
