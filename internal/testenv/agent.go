@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,7 +27,13 @@ var holdfastBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	// Both binaries, as a gateway has them: the agent finds its container logger beside it.
-	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/holdfast-dev/holdfast/cmd/holdfast", "github.com/holdfast-dev/holdfast/cmd/holdfast-logger")
+	// Under -race the agent is built with -race as well (see failOnDataRace).
+	args := []string{"build"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "-o", dir+"/", "github.com/holdfast-dev/holdfast/cmd/holdfast", "github.com/holdfast-dev/holdfast/cmd/holdfast-logger")
+	cmd := exec.Command("go", args...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build holdfast: %v\n%s", err, b)
 	}
@@ -87,6 +94,7 @@ func StartAgent(t testing.TB, dir string, cfg config.Config) *Agent {
 	a.proc = NewProcess("holdfast", filepath.Join(dir, "holdfast.log"), bin, "run", "--config", filepath.Join(dir, "config.yaml"), "--log-level", "debug")
 	t.Cleanup(func() {
 		_ = a.proc.Stop(syscall.SIGKILL, 0)
+		failOnDataRace(t, a.proc.LogPath())
 		// Pod network namespaces are bind mounts under dir; the killed agent left them.
 		if err := unmountUnder(dir); err != nil {
 			t.Errorf("unmount what the agent left in %s: %v", dir, err)
@@ -95,6 +103,21 @@ func StartAgent(t testing.TB, dir string, cfg config.Config) *Agent {
 	logTailOnFailure(t, a.proc)
 	a.Start()
 	return a
+}
+
+// failOnDataRace fails t when the race detector reported a data race in the agent's log: an
+// agent built with -race reports races on stderr and goes on, so without this check a race would
+// pass unnoticed whenever the test's own assertions hold.
+func failOnDataRace(t testing.TB, logPath string) {
+	t.Helper()
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return // never started
+	}
+	if i := bytes.Index(b, []byte("WARNING: DATA RACE")); i >= 0 {
+		end := min(len(b), i+8<<10)
+		t.Errorf("the agent reported a data race (%s):\n%s", logPath, b[i:end])
+	}
 }
 
 // Start writes the current Config and starts the agent.
