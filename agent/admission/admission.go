@@ -43,6 +43,9 @@ type Node struct {
 
 // Check runs the built-in checks for pod, given the pods already admitted and running.
 func Check(pod *v1.Pod, node Node, admitted []*v1.Pod) Result {
+	if r := checkSupported(pod); !r.Admitted {
+		return r
+	}
 	if r := checkAffinity(pod, node); !r.Admitted {
 		return r
 	}

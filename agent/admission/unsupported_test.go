@@ -1,0 +1,70 @@
+package admission
+
+import (
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestUnsupportedFieldsAreRefused(t *testing.T) {
+	node := Node{}
+	for _, tc := range []struct {
+		field string
+		edit  func(p *v1.Pod)
+	}{
+		{"spec.hostPID", func(p *v1.Pod) { p.Spec.HostPID = true }},
+		{"spec.hostIPC", func(p *v1.Pod) { p.Spec.HostIPC = true }},
+		{"spec.shareProcessNamespace", func(p *v1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(true) }},
+		{"spec.hostUsers", func(p *v1.Pod) { p.Spec.HostUsers = ptr.To(false) }},
+		{"spec.securityContext.sysctls", func(p *v1.Pod) {
+			p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "net.core.somaxconn", Value: "1024"}}}
+		}},
+		{"spec.securityContext.fsGroup", func(p *v1.Pod) { p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](2000)} }},
+		{"seccompProfile type Localhost", func(p *v1.Pod) {
+			p.Spec.InitContainers = []v1.Container{{Name: "init", SecurityContext: &v1.SecurityContext{
+				SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("audit.json")}}}}
+		}},
+		{"appArmorProfile", func(p *v1.Pod) {
+			p.Annotations = map[string]string{v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": "runtime/default"}
+		}},
+		{"procMount", func(p *v1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: ptr.To(v1.UnmaskedProcMount)}
+		}},
+		{"spec.readinessGates", func(p *v1.Pod) { p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/ready"}} }},
+		{"spec.activeDeadlineSeconds", func(p *v1.Pod) { p.Spec.ActiveDeadlineSeconds = ptr.To[int64](30) }},
+		{"hostPort", func(p *v1.Pod) { p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}} }},
+		{"dnsPolicy: None", func(p *v1.Pod) { p.Spec.DNSPolicy = v1.DNSNone }},
+		{"spec.imagePullSecrets", func(p *v1.Pod) { p.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "regcred"}} }},
+		{"mountPropagation", func(p *v1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "v", MountPath: "/v", MountPropagation: ptr.To(v1.MountPropagationHostToContainer)}}
+		}},
+		{"spec.ephemeralContainers", func(p *v1.Pod) {
+			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debug"}}}
+		}},
+		{"spec.runtimeClassName", func(p *v1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			p := pod("", "", nil)
+			tc.edit(p)
+			r := Check(p, node, nil)
+			if r.Admitted || r.Reason != ReasonUnsupported || !strings.Contains(r.Message, tc.field) {
+				t.Fatalf("Check = %+v, want rejected with reason %s naming %q", r, ReasonUnsupported, tc.field)
+			}
+		})
+	}
+
+	// What the API sets by default, or asks for nothing beyond what holdfast does, is admitted.
+	p := pod("", "", nil)
+	p.Spec.DNSPolicy = v1.DNSClusterFirst
+	p.Spec.EnableServiceLinks = ptr.To(true)
+	p.Spec.SecurityContext = &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault},
+		AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeUnconfined}}
+	p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: ptr.To(v1.DefaultProcMount)}
+	p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "v", MountPath: "/v", MountPropagation: ptr.To(v1.MountPropagationNone)}}
+	p.Spec.RuntimeClassName = ptr.To("")
+	if r := Check(p, node, nil); !r.Admitted {
+		t.Fatalf("a pod with only defaults was rejected: %+v", r)
+	}
+}
