@@ -86,12 +86,20 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 // the test failed.
 func StartAgent(t testing.TB, dir string, cfg config.Config) *Agent {
 	t.Helper()
+	return StartAgentEnv(t, dir, cfg, nil)
+}
+
+// StartAgentEnv is StartAgent with variables ("KEY=VALUE") added to the agent's environment,
+// e.g. NOTIFY_SOCKET to play systemd.
+func StartAgentEnv(t testing.TB, dir string, cfg config.Config, env []string) *Agent {
+	t.Helper()
 	bin, err := holdfastBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := &Agent{Config: cfg, Dir: dir, t: t}
 	a.proc = NewProcess("holdfast", filepath.Join(dir, "holdfast.log"), bin, "run", "--config", filepath.Join(dir, "config.yaml"), "--log-level", "debug")
+	a.proc.env = env
 	t.Cleanup(func() {
 		_ = a.proc.Stop(syscall.SIGKILL, 0)
 		failOnDataRace(t, a.proc.LogPath())

@@ -49,6 +49,11 @@ type ControlPlaneOptions struct {
 	ServiceClusterIPRange string
 	// ExtraAPIServerArgs are appended to kube-apiserver's command line (a later flag wins).
 	ExtraAPIServerArgs []string
+	// ClusterCA makes a cluster CA (ClusterCAFile) whose certificates the apiserver accepts as
+	// client certificates (--client-ca-file), and StartControllerManager's signer signs with.
+	ClusterCA bool
+	// BootstrapTokenAuth enables bootstrap token authentication (see CreateBootstrapToken).
+	BootstrapTokenAuth bool
 }
 
 // ControlPlane is an etcd and a kube-apiserver serving on loopback, private to one test, with
@@ -152,6 +157,11 @@ func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
+	clusterArgs, err := cp.clusterArgs(opts)
+	if err != nil {
+		t.Fatalf("start control plane: %v", err)
+	}
+	args = append(args, clusterArgs...)
 	args = append(args, opts.ExtraAPIServerArgs...)
 	cp.apiserver = NewProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), args...)
 	t.Cleanup(func() {

@@ -21,6 +21,7 @@ type Process struct {
 	name    string
 	argv    []string
 	logPath string
+	env     []string // added to the test binary's environment; set before Start
 
 	mu      sync.Mutex // protects the fields below
 	cmd     *exec.Cmd
@@ -57,6 +58,9 @@ func (p *Process) Start() error {
 	fmt.Fprintf(logFile, "==== %s: starting %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.argv, " "))
 
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
