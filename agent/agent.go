@@ -21,12 +21,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/gc"
+	"github.com/holdfast-dev/holdfast/agent/identity"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
@@ -36,6 +36,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/sources"
 	"github.com/holdfast-dev/holdfast/agent/status"
+	"github.com/holdfast-dev/holdfast/agent/systemd"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
 	"github.com/holdfast-dev/holdfast/offline"
 )
@@ -80,11 +81,21 @@ func (a *Agent) Run(ctx context.Context) error {
 	preloaded := a.preloadImages(ctx, rt)
 
 	var client kubernetes.Interface
+	var id *identity.Identity
 	if !cfg.Standalone() {
-		restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		// The node's identity: a kubeconfig as it is, or a certificate bootstrapped with a
+		// token and renewed (agent/identity). Never waits for the apiserver.
+		id, err = identity.New(identity.Options{
+			NodeName:            cfg.NodeName,
+			Kubeconfig:          cfg.Kubeconfig,
+			BootstrapKubeconfig: cfg.BootstrapKubeconfig,
+			PKIDir:              filepath.Join(cfg.StateDir, "pki"),
+			Log:                 a.log.With("component", "identity"),
+		})
 		if err != nil {
-			return fmt.Errorf("load kubeconfig %s: %w", cfg.Kubeconfig, err)
+			return err
 		}
+		restCfg := id.RESTConfig()
 		restCfg.UserAgent = "holdfast/" + a.version
 		restCfg.QPS, restCfg.Burst = 50, 100
 		if client, err = kubernetes.NewForConfig(restCfg); err != nil {
@@ -190,6 +201,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { return policies.Run(ctx) })
 	}
 	var ready []func() bool
+	var apiReachable func() error // nil: standalone
 	if cfg.ManifestDir != "" {
 		fs := &sources.FileSource{Dir: cfg.ManifestDir, NodeName: cfg.NodeName, Sink: podMgr, Log: a.log.With("component", "static"), Recorder: recorder}
 		ready = append(ready, fs.Ready)
@@ -209,6 +221,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		factory := api.Start()
 		ready = append(ready, api.Ready)
 		g.Go(func() error { return api.Run(ctx, factory) })
+		g.Go(func() error { return id.Run(ctx, recorder) })
+		var idConditions func() []v1.NodeCondition
+		if id.Bootstrapped() {
+			idConditions = func() []v1.NodeCondition { return []v1.NodeCondition{id.Condition()} }
+		}
 		nc := node.NewController(node.Config{
 			NodeName:        cfg.NodeName,
 			AgentVersion:    a.version,
@@ -221,6 +238,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			UpdateFrequency: cfg.NodeStatus.UpdateFrequency.Duration,
 			ReportFrequency: cfg.NodeStatus.ReportFrequency.Duration,
 			ExtraConditions: stateCondition,
+			Conditions:      idConditions,
 		}, client, rt.Version, func() error {
 			if err := podMgr.RelistHealthy(); err != nil {
 				return err
@@ -231,6 +249,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}, a.log.With("component", "node"))
 		g.Go(func() error { return nc.Run(ctx) })
+		apiReachable = nc.APIReachable
 	}
 	podMgr.SetSourcesReady(func() bool {
 		for _, r := range ready {
@@ -248,9 +267,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cfg.HealthzAddress != "" {
 		g.Go(func() error { return a.serveHealthz(ctx, podMgr, statusMgr) })
 	}
+	// Restored and running: tell systemd, and keep petting its watchdog while the relist is
+	// healthy (the same health /healthz reports).
+	notifier := &systemd.Notifier{
+		Healthy: podMgr.RelistHealthy,
+		Status:  func() string { return statusLine(len(podMgr.PodUIDs()), apiReachable) },
+		Grace:   cfg.Pods.RelistThreshold.Duration,
+		Log:     a.log.With("component", "systemd"),
+	}
+	g.Go(func() error { return notifier.Run(ctx) })
 	a.log.Info("holdfast running", "node", cfg.NodeName, "version", a.version, "standalone", cfg.Standalone(),
 		"manifests", cfg.ManifestDir, "containerd", cfg.Containerd.Address)
 	return g.Wait()
+}
+
+// statusLine is the agent's one-line state for systemd's STATUS.
+func statusLine(pods int, apiReachable func() error) string {
+	if apiReachable == nil {
+		return fmt.Sprintf("%d pods, standalone", pods)
+	}
+	if err := apiReachable(); err != nil {
+		return fmt.Sprintf("%d pods, apiserver unreachable: %v", pods, err)
+	}
+	return fmt.Sprintf("%d pods, apiserver reachable", pods)
 }
 
 // reportStore logs what opening the state database found and returns the node condition
@@ -310,6 +349,8 @@ func (a *Agent) connectRuntime(ctx context.Context) (*runtime.Runtime, error) {
 			return rt, nil
 		}
 		a.log.Warn("container runtime not reachable; retrying", "address", a.cfg.Containerd.Address, "err", err, "retryIn", delay)
+		// Waiting for containerd is progress, not a hang: systemd's start timeout waits too.
+		systemd.ExtendStartTimeout(a.log, 2*delay+30*time.Second, "waiting for containerd at "+a.cfg.Containerd.Address)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -22,6 +22,11 @@ type Config struct {
 	// Kubeconfig is the path of a kubeconfig with the node's identity (system:node:NAME).
 	// Empty means standalone: no apiserver, static manifests only.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// BootstrapKubeconfig is the path of a kubeconfig with a bootstrap token (the kubelet's
+	// --bootstrap-kubeconfig). With it, holdfast requests its node client certificate with a
+	// CSR, keeps it in <stateDir>/pki, renews it, and writes Kubeconfig pointing at it (see
+	// agent/identity). Defaults Kubeconfig to <stateDir>/kubeconfig.
+	BootstrapKubeconfig string `json:"bootstrapKubeconfig,omitempty"`
 	// StateDir holds the agent's own state (pod network records, the offline store).
 	// Defaults to /var/lib/holdfast.
 	StateDir string `json:"stateDir,omitempty"`
@@ -175,6 +180,9 @@ func (c *Config) applyDefaults() {
 		}
 	}
 	setDefault(&c.StateDir, "/var/lib/holdfast")
+	if c.BootstrapKubeconfig != "" {
+		setDefault(&c.Kubeconfig, c.StateDir+"/kubeconfig")
+	}
 	setDefault(&c.ManifestDir, "/etc/holdfast/manifests")
 	if c.ManifestDir == "-" {
 		c.ManifestDir = ""

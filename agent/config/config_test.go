@@ -67,3 +67,19 @@ func TestFirmwareConfigIsTheDefault(t *testing.T) {
 		t.Errorf("firmware/config.yaml differs from the defaults:\n got %+v\nwant %+v", c, d)
 	}
 }
+
+// A bootstrap kubeconfig alone makes the agent join a cluster: the node kubeconfig it writes
+// defaults to the state dir.
+func TestBootstrapKubeconfigDefaultsKubeconfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte("stateDir: /data/hf\nbootstrapKubeconfig: /etc/holdfast/bootstrap-kubeconfig\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Kubeconfig != "/data/hf/kubeconfig" || c.Standalone() {
+		t.Errorf("kubeconfig = %q, standalone %v; want /data/hf/kubeconfig, not standalone", c.Kubeconfig, c.Standalone())
+	}
+}

@@ -58,6 +58,9 @@ type Config struct {
 	// ExtraConditions are reported as they are beside kubelet's four (e.g. a state database
 	// that had to be rebuilt).
 	ExtraConditions []v1.NodeCondition
+	// Conditions, if set, is asked for more conditions at every status computation (e.g. the
+	// client certificate's expiry, see agent/identity).
+	Conditions func() []v1.NodeCondition
 }
 
 // Controller owns the Node object and its Lease.
@@ -69,14 +72,25 @@ type Controller struct {
 	readiness func() error
 	log       *slog.Logger
 
-	mu        sync.Mutex // protects lastWrite, lastStatus
+	mu        sync.Mutex // protects lastWrite, lastStatus, apiErr
 	lastWrite time.Time
 	lastSent  v1.NodeStatus
+	apiErr    error // result of the last status sync; errNotContacted before the first
 }
 
 // NewController builds a controller; Run registers the node and keeps it current.
 func NewController(cfg Config, client kubernetes.Interface, runtimeVersion func(context.Context) (string, error), readiness func() error, log *slog.Logger) *Controller {
-	return &Controller{cfg: cfg, client: client, runtimeVersion: runtimeVersion, readiness: readiness, log: log}
+	return &Controller{cfg: cfg, client: client, runtimeVersion: runtimeVersion, readiness: readiness, log: log, apiErr: errNotContacted}
+}
+
+var errNotContacted = errors.New("apiserver not contacted yet")
+
+// APIReachable returns nil when the last node status sync reached the apiserver, else its
+// error: what the agent tells systemd and the operator about its uplink.
+func (c *Controller) APIReachable() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.apiErr
 }
 
 // Run registers the node (retrying until the apiserver answers), then renews the Lease and
@@ -89,6 +103,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		if node, err = c.register(ctx); err == nil {
 			break
 		}
+		c.mu.Lock()
+		c.apiErr = err
+		c.mu.Unlock()
 		c.log.Warn("register node; retrying", "node", c.cfg.NodeName, "err", err, "retryIn", delay)
 		select {
 		case <-ctx.Done():
@@ -240,6 +257,11 @@ func (c *Controller) syncStatus(ctx context.Context) {
 		c.mu.Unlock()
 		return nil
 	})
+	if ctx.Err() == nil {
+		c.mu.Lock()
+		c.apiErr = err
+		c.mu.Unlock()
+	}
 	if err != nil && ctx.Err() == nil {
 		c.log.Warn("update node status", "node", c.cfg.NodeName, "err", err)
 	}
@@ -319,7 +341,11 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 		pressure(old, v1.NodePIDPressure, pidPressure, "KubeletHasInsufficientPID", "KubeletHasSufficientPID", "PID available", now),
 		nodeCondition(old, v1.NodeReady, ready, readyReason, readyMsg, now),
 	}
-	for _, c := range c.cfg.ExtraConditions {
+	extra := c.cfg.ExtraConditions
+	if c.cfg.Conditions != nil {
+		extra = append(append([]v1.NodeCondition{}, extra...), c.cfg.Conditions()...)
+	}
+	for _, c := range extra {
 		st.Conditions = append(st.Conditions, nodeCondition(old, c.Type, c.Status == v1.ConditionTrue, c.Reason, c.Message, now))
 	}
 	return st, nil

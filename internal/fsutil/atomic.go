@@ -15,6 +15,13 @@ func WriteJSONAtomic(path string, v any) error {
 	if err != nil {
 		return err
 	}
+	return WriteFileAtomic(path, b, 0o600)
+}
+
+// WriteFileAtomic writes data to path with permissions perm: temp file, fsync, rename, fsync
+// dir, so a power cut leaves either the old content or the new one. The directory is created
+// (0700) if missing.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
@@ -24,9 +31,13 @@ func WriteJSONAtomic(path string, v any) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
+	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return fmt.Errorf("chmod %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
