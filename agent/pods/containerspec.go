@@ -71,14 +71,19 @@ func oomScoreAdj(pod *v1.Pod, c *v1.Container, memoryCapacity int64) int {
 func withOOMScoreAdj(adj int) runtime.SpecOpt {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if own, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil {
-			if v, err := strconv.Atoi(strings.TrimSpace(string(own))); err == nil && adj < v {
-				adj = v
+			if v, err := strconv.Atoi(strings.TrimSpace(string(own))); err == nil {
+				adj = clampOOMScoreAdj(adj, v)
 			}
 		}
 		s.Process.OOMScoreAdj = &adj
 		return nil
 	}
 }
+
+// clampOOMScoreAdj keeps a container's score at the agent's own or above. Under the
+// firmware's unit the agent runs at -999 (OOMScoreAdjust), below every QoS score, so the
+// clamp leaves kubelet's scores as they are; an agent left at 0 clamps Guaranteed pods to 0.
+func clampOOMScoreAdj(adj, own int) int { return max(adj, own) }
 
 // securitySpecOpts applies the pod's and the container's securityContext.
 func securitySpecOpts(pod *v1.Pod, c *v1.Container) []runtime.SpecOpt {
