@@ -31,6 +31,17 @@ export HOLDFAST_TEST_IMAGES := $(CACHE)/images
 build:
 	$(GO) build -trimpath -o bin/ ./cmd/holdfast ./cmd/holdfast-logger
 
+.PHONY: firmware
+
+# The version stamped into the firmware's binaries and bundle names.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+
+# firmware builds the gateway bundles, _output/firmware/holdfast-VERSION-linux-ARCH.tar.gz for
+# amd64, arm64 and armv7: static stripped binaries, systemd unit, configuration, CNI network,
+# manifests, policies, images and install.sh (hack/firmware.sh, firmware/README.md).
+firmware:
+	VERSION=$(VERSION) OUT=_output/firmware hack/firmware.sh
+
 ## Policies
 
 .PHONY: policies
@@ -72,11 +83,37 @@ test: deps
 test-short:
 	$(GO) test -short $(PKGS)
 
+.PHONY: test-arm
+
+# test-arm runs the unit tests of the gateway's core packages for arm64 and armv7 under
+# qemu-user (hack/test-arm.sh lists them; ARM_TEST_PKGS and ARM_TEST_ARCHES narrow it).
+test-arm:
+	hack/test-arm.sh
+
 ## Check
 
-.PHONY: check check-fmt check-vet check-tidy check-cross
+.PHONY: check check-fmt check-vet check-tidy check-cross check-size check-systemd check-install
 
-check: check-fmt check-vet check-tidy check-cross
+check: check-fmt check-vet check-tidy check-cross check-size check-systemd check-install
+
+# check-size builds the firmware's stripped binaries for every architecture and fails when one
+# is over its budget (hack/firmware.sh).
+check-size:
+	hack/firmware.sh --check-size
+
+# check-systemd runs `systemd-analyze verify` on the firmware's unit (ExecStart pointed at an
+# executable that exists here), and fails on any complaint; skipped where systemd is absent.
+check-systemd:
+	@if ! command -v systemd-analyze >/dev/null; then echo "check-systemd: systemd-analyze not installed; skipped"; exit 0; fi; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	sed 's|^ExecStart=/usr/bin/holdfast |ExecStart=/bin/true |' firmware/systemd/holdfast.service > "$$tmp/holdfast.service"; \
+	out=$$(systemd-analyze verify "$$tmp/holdfast.service" 2>&1) || { echo "$$out"; exit 1; }; \
+	if [[ -n "$$out" ]]; then echo "$$out"; exit 1; fi; \
+	echo "systemd-analyze verify firmware/systemd/holdfast.service: ok"
+
+# check-install runs firmware/install.sh into scratch roots: idempotent, keeps the configuration.
+check-install:
+	firmware/install_test.sh
 
 check-fmt:
 	@unformatted=$$(gofmt -l .); \

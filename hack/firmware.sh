@@ -1,0 +1,87 @@
+#!/bin/bash
+# firmware.sh builds the gateway bundles of `make firmware`:
+#
+#   _output/firmware/holdfast-VERSION-linux-{amd64,arm64,armv7}.tar.gz
+#
+# each holding holdfast and holdfast-logger (static, stripped, -trimpath, the version stamped
+# into internal/version), the systemd unit, the default configuration, the CNI network, the
+# static manifests, the policies and preloaded-images directories, firmware/README.md and
+# install.sh (see firmware/README.md).
+#
+#   hack/firmware.sh                 the bundles
+#   hack/firmware.sh --check-size    build the binaries only and check them against the budget
+#
+# Environment: VERSION (default: git describe), OUT (default _output/firmware), ARCHES
+# (default "amd64 arm64 armv7").
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)}
+OUT=${OUT:-_output/firmware}
+ARCHES=${ARCHES:-amd64 arm64 armv7}
+
+# Size budget per binary (bytes, stripped), the same for every architecture: measured sizes
+# plus headroom (see firmware/README.md for the figures). A binary over budget fails
+# `make check`: a gateway's flash is small, and growth should be a decision.
+HOLDFAST_BUDGET=${HOLDFAST_BUDGET:-$((80 * 1024 * 1024))}
+LOGGER_BUDGET=${LOGGER_BUDGET:-$((4 * 1024 * 1024))}
+
+# build ARCH DIR: both binaries for linux/ARCH (armv7 = GOARCH=arm GOARM=7) into DIR.
+build() {
+	local arch=$1 dir=$2 goarch=$1 goarm=
+	if [[ $arch == armv7 ]]; then
+		goarch=arm goarm=7
+	fi
+	mkdir -p "$dir"
+	CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=$goarm go build -trimpath \
+		-ldflags "-s -w -X github.com/holdfast-dev/holdfast/internal/version.Version=$VERSION" \
+		-o "$dir/" ./cmd/holdfast ./cmd/holdfast-logger
+}
+
+# check_size FILE BUDGET
+check_size() {
+	local size
+	size=$(stat -c %s "$1")
+	awk -v f="$1" -v s="$size" -v b="$2" 'BEGIN { printf "%-50s %5.1f MiB (budget %4.1f MiB)\n", f, s/1048576, b/1048576 }'
+	if ((size > $2)); then
+		echo "firmware.sh: $1 is $size bytes, over its budget of $2 bytes" >&2
+		return 1
+	fi
+}
+
+if [[ ${1:-} == --check-size ]]; then
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	fail=0
+	for arch in $ARCHES; do
+		build "$arch" "$tmp/$arch"
+		check_size "$tmp/$arch/holdfast" "$HOLDFAST_BUDGET" || fail=1
+		check_size "$tmp/$arch/holdfast-logger" "$LOGGER_BUDGET" || fail=1
+	done
+	exit $fail
+fi
+
+mkdir -p "$OUT"
+for arch in $ARCHES; do
+	name=holdfast-$VERSION-linux-$arch
+	stage=$(mktemp -d)
+	dir=$stage/$name
+	build "$arch" "$dir/bin"
+	check_size "$dir/bin/holdfast" "$HOLDFAST_BUDGET"
+	check_size "$dir/bin/holdfast-logger" "$LOGGER_BUDGET"
+	mkdir -p "$dir"/{systemd,cni,manifests,policies,images}
+	cp firmware/systemd/holdfast.service "$dir/systemd/"
+	cp firmware/config.yaml firmware/README.md "$dir/"
+	cp firmware/install.sh "$dir/"
+	chmod 0755 "$dir/install.sh"
+	cp firmware/cni/* "$dir/cni/"
+	cp firmware/manifests/*.yaml "$dir/manifests/"
+	cp firmware/images/README.md "$dir/images/"
+	if compgen -G 'firmware/policies/*' >/dev/null; then cp -r firmware/policies/* "$dir/policies/"; fi
+	# Reproducible archive: sorted names, fixed owner and time.
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='1970-01-01 00:00:00Z' \
+		-C "$stage" -czf "$OUT/$name.tar.gz" "$name"
+	rm -rf "$stage"
+	echo "firmware.sh: $OUT/$name.tar.gz"
+done
