@@ -25,6 +25,11 @@ type Config struct {
 	// StateDir holds the agent's own state (pod network records, the offline store).
 	// Defaults to /var/lib/holdfast.
 	StateDir string `json:"stateDir,omitempty"`
+	// StateKeyFile holds the state key: 32 random bytes the firmware provisions, which encrypt
+	// the Secrets and service account tokens kept in the state store (AES-GCM), so that pods
+	// using them boot offline. Without the file they are kept on tmpfs only, and such pods wait
+	// for the apiserver after a reboot. Defaults to /etc/holdfast/state.key.
+	StateKeyFile string `json:"stateKeyFile,omitempty"`
 	// ManifestDir is the static pod manifest directory. Defaults to /etc/holdfast/manifests.
 	// Empty after defaulting only if set to "-" (no static pods).
 	ManifestDir string `json:"manifestDir,omitempty"`
@@ -175,6 +180,7 @@ func (c *Config) applyDefaults() {
 		}
 	}
 	setDefault(&c.StateDir, "/var/lib/holdfast")
+	setDefault(&c.StateKeyFile, "/etc/holdfast/state.key")
 	setDefault(&c.ManifestDir, "/etc/holdfast/manifests")
 	if c.ManifestDir == "-" {
 		c.ManifestDir = ""

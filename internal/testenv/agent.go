@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,9 +66,19 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	// The state key, as the firmware provisions it on a gateway.
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatalf("state key: %v", err)
+	}
+	keyFile := filepath.Join(dir, "state.key")
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatalf("state key: %v", err)
+	}
 	cfg := config.Config{
 		NodeName:        "gw-test",
 		StateDir:        filepath.Join(dir, "state"),
+		StateKeyFile:    keyFile,
 		ManifestDir:     filepath.Join(dir, "manifests"),
 		PodLogDir:       filepath.Join(dir, "pods"),
 		ImagePreloadDir: "-",
