@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -116,7 +117,8 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	hostIPs := func() []string { return node.HostIPs(cfg.NodeIP) }
 	netMgr := network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir)
-	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{})
+	stateKey := a.loadStateKey()
+	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{Key: stateKey})
 	if err != nil {
 		return fmt.Errorf("%w (is another holdfast running with state dir %s?)", err, cfg.StateDir)
 	}
@@ -133,9 +135,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("measure node capacity; resourceFieldRef without limits will read 0", "err", err)
 	}
 	volMgr := volumes.NewManager(filepath.Join(cfg.StateDir, "pods"), client, recorder, a.log.With("component", "volumes"), volumes.Options{
-		ResyncPeriod: cfg.Pods.VolumeResyncPeriod.Duration,
-		Allocatable:  func() v1.ResourceList { return allocatable },
-		Cache:        store,
+		ResyncPeriod:   cfg.Pods.VolumeResyncPeriod.Duration,
+		Allocatable:    func() v1.ResourceList { return allocatable },
+		Cache:          store,
+		PersistSecrets: stateKey != nil,
 	})
 	podMgr := pods.NewManager(pods.Config{
 		StateDir:        cfg.StateDir,
@@ -290,6 +293,25 @@ func statusLine(pods int, apiReachable func() error) string {
 		return fmt.Sprintf("%d pods, apiserver unreachable: %v", pods, err)
 	}
 	return fmt.Sprintf("%d pods, apiserver reachable", pods)
+}
+
+// loadStateKey reads the key that encrypts the Secrets and tokens kept in the state store. A
+// gateway without one still runs; it only keeps them on tmpfs, and says what that costs.
+func (a *Agent) loadStateKey() *offline.Key {
+	path := a.cfg.StateKeyFile
+	key, err := offline.LoadKey(path)
+	switch {
+	case err == nil:
+		a.log.Info("state key loaded: Secrets and service account tokens are kept encrypted for offline reboots", "file", path, "keyID", key.ID())
+		return key
+	case errors.Is(err, fs.ErrNotExist):
+		a.log.Warn("no state key file: Secrets and service account tokens are kept on tmpfs only; after a reboot, pods that use them wait for the apiserver",
+			"file", path)
+	default:
+		a.log.Error("state key unusable: Secrets and service account tokens are kept on tmpfs only; after a reboot, pods that use them wait for the apiserver",
+			"file", path, "err", err)
+	}
+	return nil
 }
 
 // reportStore logs what opening the state database found and returns the node condition

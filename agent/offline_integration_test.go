@@ -209,26 +209,171 @@ func TestOfflineRestartAndReconnect(t *testing.T) {
 	}
 }
 
-// TestOfflineRebootBootsFromCache: the machine reboots (every task gone) while the apiserver
-// is unreachable; the agent starts every cached pod again from its cache alone.
+// userPod is a pod as users write it: the API mounts the default service account token, and
+// the container reads a ConfigMap volume, a Secret volume, a Secret in env, and keeps data in an
+// emptyDir on disk and one in memory. Its first start stamps the disk emptyDir; every start
+// appends a line to it.
+func userPod(name string, hostNetwork bool) *v1.Pod {
+	script := `[ -s /data/first ] || cat /proc/sys/kernel/random/uuid > /data/first; echo start >> /data/starts; ` +
+		`[ -s /scratch/mem ] || echo in-memory > /scratch/mem; exec sleep 3600`
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
+		NodeName: node, HostNetwork: hostNetwork, TerminationGracePeriodSeconds: int64p(1),
+		Containers: []v1.Container{{
+			Name: "main", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever,
+			Command: []string{"sh", "-c", script},
+			Env: []v1.EnvVar{{Name: "PASSWORD", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
+				LocalObjectReference: v1.LocalObjectReference{Name: "app-secret"}, Key: "password"}}}},
+			VolumeMounts: []v1.VolumeMount{
+				{Name: "config", MountPath: "/config"},
+				{Name: "secret", MountPath: "/secret"},
+				{Name: "data", MountPath: "/data"},
+				{Name: "scratch", MountPath: "/scratch"},
+			},
+		}},
+		Volumes: []v1.Volume{
+			{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "app-config"}}}},
+			{Name: "secret", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "app-secret"}}},
+			{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+			{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}},
+		},
+	}}
+}
+
+// podView is what a userPod's container sees, read from inside it.
+type podView struct {
+	config, secret, envSecret, token, first, starts, scratch string
+}
+
+const saTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+func (e *env) readPodView(containerID string) (podView, error) {
+	var v podView
+	for _, f := range []struct {
+		dst *string
+		cmd string
+	}{
+		{&v.config, "cat /config/greeting"},
+		{&v.secret, "cat /secret/password"},
+		{&v.envSecret, "echo -n $PASSWORD"},
+		{&v.token, "cat " + saTokenPath},
+		{&v.first, "cat /data/first"},
+		{&v.starts, "cat /data/starts"},
+		{&v.scratch, "cat /scratch/mem 2>/dev/null; true"},
+	} {
+		out, err := e.exec(containerID, "sh", "-c", f.cmd)
+		if err != nil {
+			return v, fmt.Errorf("%s: %v (%s)", f.cmd, err, out)
+		}
+		*f.dst = strings.TrimSpace(out)
+	}
+	return v, nil
+}
+
+// TestOfflineRebootBootsFromCache: the gateway reboots for real while the apiserver is out of
+// reach: tasks, network namespaces and every tmpfs (Secret and token volumes, emptyDir Memory)
+// are gone. Every pod, written as users write them, runs again with its data, from the agent's
+// state alone; when the apiserver answers again the token is renewed and the API converges.
 func TestOfflineRebootBootsFromCache(t *testing.T) {
 	e := startEnv(t, true, quickBackoff)
 	ctx := context.Background()
-	for _, p := range []*v1.Pod{sleeperPod("net", false), sleeperPod("host", true)} {
-		if _, err := e.cp.Admin.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+	core := e.cp.Admin.CoreV1()
+	publishRootCA(t, e, "default")
+	if _, err := core.ConfigMaps("default").Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-config"},
+		Data: map[string]string{"greeting": "hello"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Secrets("default").Create(ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-secret"},
+		Data: map[string][]byte{"password": []byte("s3cret")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"net", "host"}
+	for _, p := range []*v1.Pod{userPod("net", false), userPod("host", true)} {
+		if _, err := core.Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.waitAPIRunning(t, "net", "host")
+	running := e.waitAPIRunning(t, names...)
+	before := map[string]podView{}
+	for _, n := range names {
+		testenv.Eventually(t, 30*time.Second, n+" wrote its data", func() error {
+			v, err := e.readPodView(containerIDOf(running[n]))
+			if err != nil {
+				return err
+			}
+			if v.first == "" || v.token == "" || v.scratch != "in-memory" {
+				return fmt.Errorf("%+v", v)
+			}
+			before[n] = v
+			return nil
+		})
+		if v := before[n]; v.config != "hello" || v.secret != "s3cret" || v.envSecret != "s3cret" {
+			t.Fatalf("%s before the reboot: %+v", n, v)
+		}
+	}
+
 	e.cp.Stop()
-	e.agent.Kill()
-	e.cd.Stop() // a reboot: tasks die, container records remain
-	e.cd.Start()
+	testenv.Reboot(e.cd, e.agent)
 	e.agent.Start()
-	e.waitLocalRunning(t, "net", "host")
-	p, _ := e.localPod("net")
-	if p.Status.PodIP == "" {
-		t.Errorf("pod network not set up again after the reboot: %+v", p.Status)
+
+	e.waitLocalRunning(t, names...)
+	after := map[string]status.PodView{}
+	for _, n := range names {
+		testenv.Eventually(t, 60*time.Second, n+" runs again with its data", func() error {
+			p, err := e.localPod(n)
+			if err != nil {
+				return err
+			}
+			cs := p.Status.ContainerStatuses[0]
+			if cs.State.Running == nil || cs.ContainerID == containerIDOf(running[n]) {
+				return fmt.Errorf("container %s state %+v", cs.ContainerID, cs.State)
+			}
+			v, err := e.readPodView(strings.TrimPrefix(cs.ContainerID, "containerd://"))
+			if err != nil {
+				return err
+			}
+			want := before[n]
+			want.starts = "start\nstart"
+			want.scratch = "in-memory" // written again: the one of the first boot is gone
+			if v != want {
+				return fmt.Errorf("inside the container after the reboot:\n got %+v\nwant %+v", v, want)
+			}
+			after[n] = p
+			return nil
+		})
+		if p := after[n]; p.Status.ContainerStatuses[0].RestartCount != running[n].Status.ContainerStatuses[0].RestartCount+1 {
+			t.Errorf("%s: restartCount %d after the reboot, was %d", n, p.Status.ContainerStatuses[0].RestartCount,
+				running[n].Status.ContainerStatuses[0].RestartCount)
+		}
+		if n == "net" && after[n].Status.PodIP == "" {
+			t.Errorf("pod network not set up again after the reboot: %+v", after[n].Status)
+		}
+	}
+
+	// The apiserver answers again: the token is renewed, the API shows what runs.
+	e.cp.Start()
+	for _, n := range names {
+		id := strings.TrimPrefix(after[n].Status.ContainerStatuses[0].ContainerID, "containerd://")
+		testenv.Eventually(t, 120*time.Second, n+"'s token renewed after reconnect", func() error {
+			out, err := e.exec(id, "cat", saTokenPath)
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(out) == before[n].token {
+				return fmt.Errorf("still the token from before the reboot")
+			}
+			return nil
+		})
+		testenv.Eventually(t, 60*time.Second, n+"'s status in the API", func() error {
+			p, err := core.Pods("default").Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			a, l := p.Status.ContainerStatuses, after[n].Status.ContainerStatuses
+			if len(a) == 0 || a[0].ContainerID != l[0].ContainerID || a[0].RestartCount != l[0].RestartCount || a[0].State.Running == nil {
+				return fmt.Errorf("API has %+v, agent %+v", a, l)
+			}
+			return nil
+		})
 	}
 }
 

@@ -23,6 +23,8 @@ type BoltStore struct {
 	lock  *fileLock
 	now   func() time.Time
 	batch *batcher
+	// key seals Secrets and tokens; nil if the agent has no state key.
+	key *Key
 
 	// closed is set once by Close; methods check it first.
 	closed atomic.Bool
@@ -299,14 +301,20 @@ func (s *BoltStore) PutContainer(uid types.UID, c ContainerRecord) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	return s.putPodChild(op, uid, bucketContainers, c.Name, raw)
+}
+
+// putPodChild stores raw at pods/<uid>/<bucket>/<name> unless it is already
+// there; ErrNotFound if the pod is not recorded.
+func (s *BoltStore) putPodChild(op string, uid types.UID, bucket []byte, name string, raw []byte) error {
 	same := false
-	err = s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		pb := bucketAt(tx, bucketPods, []byte(uid))
 		if pb == nil || pb.Get(keyPod) == nil {
 			return ErrNotFound
 		}
-		if cb := pb.Bucket(bucketContainers); cb != nil {
-			same = bytes.Equal(cb.Get([]byte(c.Name)), raw)
+		if cb := pb.Bucket(bucket); cb != nil {
+			same = bytes.Equal(cb.Get([]byte(name)), raw)
 		}
 		return nil
 	})
@@ -324,15 +332,15 @@ func (s *BoltStore) PutContainer(uid types.UID, c ContainerRecord) error {
 		if pb == nil || pb.Get(keyPod) == nil {
 			return ErrNotFound
 		}
-		cb, err := pb.CreateBucketIfNotExists(bucketContainers)
+		cb, err := pb.CreateBucketIfNotExists(bucket)
 		if err != nil {
 			return err
 		}
-		if bytes.Equal(cb.Get([]byte(c.Name)), raw) {
+		if bytes.Equal(cb.Get([]byte(name)), raw) {
 			return nil
 		}
 		changed = true
-		return cb.Put([]byte(c.Name), raw)
+		return cb.Put([]byte(name), raw)
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -533,16 +541,22 @@ func (s *BoltStore) DeletePod(uid types.UID) error {
 
 // getValue reads path/key, quarantining it if decode fails. found is false
 // if it is absent (or was just quarantined, in which case err wraps
-// ErrCorruptRecord).
+// ErrCorruptRecord). A value sealed with another key (ErrKeyMismatch) is
+// left in place and returned as the error.
 func (s *BoltStore) getValue(op string, bucket, key []byte, decode func([]byte) error) (found bool, err error) {
+	var mismatch error
 	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
-		found = false
+		found, mismatch = false, nil
 		b := tx.Bucket(bucket)
 		raw := b.Get(key)
 		if raw == nil {
 			return nil
 		}
 		if derr := decode(raw); derr != nil {
+			if errors.Is(derr, ErrKeyMismatch) {
+				mismatch = derr
+				return nil
+			}
 			path := string(bucket) + "/" + string(key)
 			if tx.Writable() {
 				if err := q.putAndNote(tx, path, path, raw, derr); err != nil {
@@ -561,6 +575,9 @@ func (s *BoltStore) getValue(op string, bucket, key []byte, decode func([]byte) 
 	}
 	if len(errs) > 0 {
 		return false, fmt.Errorf("%s: %w: %v", op, ErrCorruptRecord, joinErrs(errs))
+	}
+	if mismatch != nil {
+		return false, fmt.Errorf("%s: %w", op, mismatch)
 	}
 	return found, nil
 }
@@ -617,45 +634,46 @@ func (s *BoltStore) GetNode() (*v1.Node, error) {
 
 // --- ConfigMaps and Secrets ---
 
-func putObject[T any, P namedObject[T]](s *BoltStore, kind string, bucket []byte, obj P) error {
+func putObject[T any, P namedObject[T]](s *BoltStore, c objectClass, obj P) error {
 	if obj == nil {
-		return fmt.Errorf("put %s: %w: nil object", kind, ErrInvalid)
+		return fmt.Errorf("put %s: %w: nil object", c.kind, ErrInvalid)
 	}
 	key, err := objectKey(obj.GetNamespace(), obj.GetName())
 	if err != nil {
-		return fmt.Errorf("put %s: %w", kind, err)
+		return fmt.Errorf("put %s: %w", c.kind, err)
 	}
-	raw, err := encodeValue(obj)
+	raw, err := encodeObject(s.key, c, key, obj)
 	if err != nil {
-		return fmt.Errorf("put %s %s: %w", kind, key, err)
+		return fmt.Errorf("put %s %s: %w", c.kind, key, err)
 	}
-	return s.put(fmt.Sprintf("put %s %s", kind, key), [][]byte{bucket}, []byte(key), raw, true)
+	return s.put(fmt.Sprintf("put %s %s", c.kind, key), [][]byte{c.bucket}, []byte(key), raw, true)
 }
 
-func getObject[T any, P namedObject[T]](s *BoltStore, kind string, bucket []byte, namespace, name string) (P, error) {
+func getObject[T any, P namedObject[T]](s *BoltStore, c objectClass, namespace, name string) (P, error) {
 	key, err := objectKey(namespace, name)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", kind, err)
+		return nil, fmt.Errorf("get %s: %w", c.kind, err)
 	}
 	var obj P
-	found, err := s.getValue(fmt.Sprintf("get %s %s", kind, key), bucket, []byte(key), func(raw []byte) (err error) {
-		obj, err = decodeObject[T, P](key, raw)
+	found, err := s.getValue(fmt.Sprintf("get %s %s", c.kind, key), c.bucket, []byte(key), func(raw []byte) (err error) {
+		obj, err = decodeObject[T, P](s.key, c, key, raw)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	if !found {
-		return nil, fmt.Errorf("get %s %s: %w", kind, key, ErrNotFound)
+		return nil, fmt.Errorf("get %s %s: %w", c.kind, key, ErrNotFound)
 	}
 	return obj, nil
 }
 
-func loadObjects[T any, P namedObject[T]](s *BoltStore, kind string, bucket []byte) ([]P, map[string]error, error) {
+func loadObjects[T any, P namedObject[T]](s *BoltStore, c objectClass) ([]P, map[string]error, error) {
 	var objs []P
+	var mismatched map[string]error
 	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
-		objs = nil
-		b := tx.Bucket(bucket)
+		objs, mismatched = nil, nil
+		b := tx.Bucket(c.bucket)
 		type bad struct {
 			key []byte
 			raw []byte
@@ -663,13 +681,20 @@ func loadObjects[T any, P namedObject[T]](s *BoltStore, kind string, bucket []by
 			sub bool
 		}
 		var bads []bad
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
+		cur := b.Cursor()
+		for k, v := cur.First(); k != nil; k, v = cur.Next() {
 			if v == nil && b.Bucket(k) != nil {
 				bads = append(bads, bad{clone(k), nil, fmt.Errorf("%w: a bucket where a record was expected", errUndecodable), true})
 				continue
 			}
-			obj, err := decodeObject[T, P](string(k), v)
+			obj, err := decodeObject[T, P](s.key, c, string(k), v)
+			if errors.Is(err, ErrKeyMismatch) {
+				if mismatched == nil {
+					mismatched = map[string]error{}
+				}
+				mismatched[string(k)] = err
+				continue
+			}
 			if err != nil {
 				bads = append(bads, bad{clone(k), clone(v), err, false})
 				continue
@@ -681,7 +706,7 @@ func loadObjects[T any, P namedObject[T]](s *BoltStore, kind string, bucket []by
 			if !tx.Writable() {
 				continue
 			}
-			path := string(bucket) + "/" + string(e.key)
+			path := c.place(string(e.key))
 			if e.sub {
 				if err := q.quarantineBucket(tx, b.Bucket(e.key), path, e.err); err != nil {
 					return err
@@ -701,57 +726,123 @@ func loadObjects[T any, P namedObject[T]](s *BoltStore, kind string, bucket []by
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("load %ss: %w", kind, err)
+		return nil, nil, fmt.Errorf("load %ss: %w", c.kind, err)
+	}
+	if len(mismatched) > 0 {
+		if errs == nil {
+			errs = map[string]error{}
+		}
+		for k, e := range mismatched {
+			errs[k] = e
+		}
 	}
 	return objs, errs, nil
 }
 
-func (s *BoltStore) deleteObject(kind string, bucket []byte, namespace, name string) error {
+func (s *BoltStore) deleteObject(c objectClass, namespace, name string) error {
 	key, err := objectKey(namespace, name)
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", kind, err)
+		return fmt.Errorf("delete %s: %w", c.kind, err)
 	}
-	return s.del(fmt.Sprintf("delete %s %s", kind, key), [][]byte{bucket}, []byte(key))
+	return s.del(fmt.Sprintf("delete %s %s", c.kind, key), [][]byte{c.bucket}, []byte(key))
 }
 
 // PutConfigMap implements Store.
 func (s *BoltStore) PutConfigMap(cm *v1.ConfigMap) error {
-	return putObject(s, "configmap", bucketConfigMaps, cm)
+	return putObject(s, classConfigMap, cm)
 }
 
 // GetConfigMap implements Store.
 func (s *BoltStore) GetConfigMap(namespace, name string) (*v1.ConfigMap, error) {
-	return getObject[v1.ConfigMap](s, "configmap", bucketConfigMaps, namespace, name)
+	return getObject[v1.ConfigMap](s, classConfigMap, namespace, name)
 }
 
 // DeleteConfigMap implements Store.
 func (s *BoltStore) DeleteConfigMap(namespace, name string) error {
-	return s.deleteObject("configmap", bucketConfigMaps, namespace, name)
+	return s.deleteObject(classConfigMap, namespace, name)
 }
 
 // LoadConfigMaps implements Store.
 func (s *BoltStore) LoadConfigMaps() ([]*v1.ConfigMap, map[string]error, error) {
-	return loadObjects[v1.ConfigMap](s, "configmap", bucketConfigMaps)
+	return loadObjects[v1.ConfigMap](s, classConfigMap)
 }
 
 // PutSecret implements Store.
 func (s *BoltStore) PutSecret(secret *v1.Secret) error {
-	return putObject(s, "secret", bucketSecrets, secret)
+	return putObject(s, classSecret, secret)
 }
 
 // GetSecret implements Store.
 func (s *BoltStore) GetSecret(namespace, name string) (*v1.Secret, error) {
-	return getObject[v1.Secret](s, "secret", bucketSecrets, namespace, name)
+	return getObject[v1.Secret](s, classSecret, namespace, name)
 }
 
 // DeleteSecret implements Store.
 func (s *BoltStore) DeleteSecret(namespace, name string) error {
-	return s.deleteObject("secret", bucketSecrets, namespace, name)
+	return s.deleteObject(classSecret, namespace, name)
 }
 
 // LoadSecrets implements Store.
 func (s *BoltStore) LoadSecrets() ([]*v1.Secret, map[string]error, error) {
-	return loadObjects[v1.Secret](s, "secret", bucketSecrets)
+	return loadObjects[v1.Secret](s, classSecret)
+}
+
+// --- tokens ---
+
+// PutToken implements Store.
+func (s *BoltStore) PutToken(uid types.UID, name string, t Token) error {
+	op := fmt.Sprintf("put token %q of pod %s", name, uid)
+	raw, err := encodeToken(s.key, uid, name, t)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return s.putPodChild(op, uid, bucketTokens, name, raw)
+}
+
+// GetToken implements Store.
+func (s *BoltStore) GetToken(uid types.UID, name string) (Token, error) {
+	op := fmt.Sprintf("get token %q of pod %s", name, uid)
+	var t Token
+	var found bool
+	var mismatch error
+	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
+		t, found, mismatch = Token{}, false, nil
+		b := bucketAt(tx, bucketPods, []byte(uid), bucketTokens)
+		if b == nil {
+			return nil
+		}
+		raw := b.Get([]byte(name))
+		if raw == nil {
+			return nil
+		}
+		var derr error
+		t, derr = decodeToken(s.key, uid, name, raw)
+		switch {
+		case derr == nil:
+			found = true
+		case errors.Is(derr, ErrKeyMismatch):
+			mismatch = derr
+		case tx.Writable():
+			if err := q.putAndNote(tx, tokenPlace(uid, name), tokenPlace(uid, name), raw, derr); err != nil {
+				return err
+			}
+			return b.Delete([]byte(name))
+		default:
+			q.note(tokenPlace(uid, name), derr)
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return Token{}, fmt.Errorf("%s: %w", op, err)
+	case len(errs) > 0:
+		return Token{}, fmt.Errorf("%s: %w: %v", op, ErrCorruptRecord, joinErrs(errs))
+	case mismatch != nil:
+		return Token{}, fmt.Errorf("%s: %w", op, mismatch)
+	case !found:
+		return Token{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return t, nil
 }
 
 // --- outbox ---

@@ -181,15 +181,68 @@ type namedObject[T any] interface {
 	GetName() string
 }
 
-func decodeObject[T any, P namedObject[T]](key string, raw []byte) (P, error) {
+// objectClass is how one kind of object is stored: its bucket, and whether
+// its values are sealed with the state key (Secrets) or framed in the clear
+// (ConfigMaps).
+type objectClass struct {
+	kind   string
+	bucket []byte
+	sealed bool
+}
+
+var (
+	classConfigMap = objectClass{kind: "configmap", bucket: bucketConfigMaps}
+	classSecret    = objectClass{kind: "secret", bucket: bucketSecrets, sealed: true}
+)
+
+// place names a record for sealing: its bucket path and key.
+func (c objectClass) place(key string) string { return string(c.bucket) + "/" + key }
+
+func encodeObject(k *Key, c objectClass, key string, obj any) ([]byte, error) {
+	if c.sealed {
+		return k.seal(c.place(key), obj)
+	}
+	return encodeValue(obj)
+}
+
+func decodeObject[T any, P namedObject[T]](k *Key, c objectClass, key string, raw []byte) (P, error) {
 	obj := P(new(T))
-	if err := decodeValue(raw, obj); err != nil {
+	var err error
+	if c.sealed {
+		err = k.open(c.place(key), raw, obj)
+	} else {
+		err = decodeValue(raw, obj)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if got := obj.GetNamespace() + "/" + obj.GetName(); got != key {
 		return nil, fmt.Errorf("%w: object %q stored under key %q", errUndecodable, got, key)
 	}
 	return obj, nil
+}
+
+// tokenPlace names a token record for sealing.
+func tokenPlace(uid types.UID, name string) string {
+	return "pods/" + string(uid) + "/tokens/" + name
+}
+
+func encodeToken(k *Key, uid types.UID, name string, t Token) ([]byte, error) {
+	if name == "" || t.Token == "" {
+		return nil, fmt.Errorf("%w: token without a name or a value", ErrInvalid)
+	}
+	return k.seal(tokenPlace(uid, name), t)
+}
+
+func decodeToken(k *Key, uid types.UID, name string, raw []byte) (Token, error) {
+	var t Token
+	if err := k.open(tokenPlace(uid, name), raw, &t); err != nil {
+		return Token{}, err
+	}
+	if t.Token == "" {
+		return Token{}, fmt.Errorf("%w: empty token", errUndecodable)
+	}
+	return t, nil
 }
 
 func decodeNode(raw []byte) (*v1.Node, error) {

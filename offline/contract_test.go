@@ -18,9 +18,23 @@ func TestContract(t *testing.T) {
 	impls := []struct {
 		name string
 		open func(t *testing.T) Store
+		// rekey stands for a restart with another state key file (nil: none).
+		rekey func(t *testing.T, s Store, key *Key) Store
 	}{
-		{"bolt", func(t *testing.T) Store { return newTestBolt(t) }},
-		{"memory", func(t *testing.T) Store { return NewMemStore(func() time.Time { return t0 }) }},
+		{"bolt", func(t *testing.T) Store { return newTestBolt(t) }, func(t *testing.T, s Store, key *Key) Store {
+			b := s.(*BoltStore)
+			must(t, b.Close())
+			reopened, _ := openTestStore(t, b.Path(), Options{Key: key})
+			return reopened
+		}},
+		{"memory", func(t *testing.T) Store {
+			m := NewMemStore(func() time.Time { return t0 })
+			m.SetKey(testKey)
+			return m
+		}, func(_ *testing.T, s Store, key *Key) Store {
+			s.(*MemStore).SetKey(key)
+			return s
+		}},
 	}
 	for _, impl := range impls {
 		t.Run(impl.name, func(t *testing.T) {
@@ -31,7 +45,138 @@ func TestContract(t *testing.T) {
 					c.run(t, impl.open(t))
 				})
 			}
+			for _, c := range keyCases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					c.run(t, impl.open(t), func(s Store, k *Key) Store { return impl.rekey(t, s, k) })
+				})
+			}
 		})
+	}
+}
+
+// keyCases are contract cases about the state key; rekey restarts the
+// store with another key (nil: without one).
+var keyCases = []struct {
+	name string
+	run  func(t *testing.T, s Store, rekey func(Store, *Key) Store)
+}{
+	{"SecretsAndTokensNeedAKey", testNeedAKey},
+	{"KeyChangeIsMissingNotCorrupt", testKeyChange},
+}
+
+func testNeedAKey(t *testing.T, s Store, rekey func(Store, *Key) Store) {
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
+	s = rekey(s, nil)
+	if err := s.PutSecret(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}}); !errors.Is(err, ErrNoKey) {
+		t.Errorf("PutSecret without a key: %v, want ErrNoKey", err)
+	}
+	if err := s.PutToken("u1", "t", Token{Token: "jwt"}); !errors.Is(err, ErrNoKey) {
+		t.Errorf("PutToken without a key: %v, want ErrNoKey", err)
+	}
+	// ConfigMaps need none.
+	must(t, s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}))
+}
+
+func testKeyChange(t *testing.T, s Store, rekey func(Store, *Key) Store) {
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
+	must(t, s.PutSecret(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}, Data: map[string][]byte{"k": []byte("v")}}))
+	tok := Token{Token: "jwt-1", IssuedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	must(t, s.PutToken("u1", "t", tok))
+
+	for _, k := range []*Key{otherKey, nil} {
+		s = rekey(s, k)
+		if _, err := s.GetSecret("ns", "s"); !errors.Is(err, ErrKeyMismatch) {
+			t.Errorf("GetSecret with key %v: %v, want ErrKeyMismatch", k, err)
+		}
+		if _, err := s.GetToken("u1", "t"); !errors.Is(err, ErrKeyMismatch) {
+			t.Errorf("GetToken with key %v: %v, want ErrKeyMismatch", k, err)
+		}
+		secs, errs, err := s.LoadSecrets()
+		must(t, err)
+		if len(secs) != 0 || !errors.Is(errs["ns/s"], ErrKeyMismatch) {
+			t.Errorf("LoadSecrets with key %v: %v, %v", k, secs, errs)
+		}
+	}
+	if q, _ := s.Quarantined(); len(q) != 0 {
+		t.Errorf("a key change quarantined records: %+v", q)
+	}
+	// The right key back: nothing was lost.
+	s = rekey(s, testKey)
+	sec, err := s.GetSecret("ns", "s")
+	must(t, err)
+	if string(sec.Data["k"]) != "v" {
+		t.Errorf("secret %+v", sec)
+	}
+	got, err := s.GetToken("u1", "t")
+	must(t, err)
+	if got.Token != tok.Token || !got.ExpiresAt.Equal(tok.ExpiresAt) {
+		t.Errorf("token %+v, want %+v", got, tok)
+	}
+	// A new key seals anew: a value written under it replaces the old one.
+	s = rekey(s, otherKey)
+	must(t, s.PutSecret(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}, Data: map[string][]byte{"k": []byte("w")}}))
+	if sec, err := s.GetSecret("ns", "s"); err != nil || string(sec.Data["k"]) != "w" {
+		t.Errorf("secret rewritten under the new key: %+v, %v", sec, err)
+	}
+}
+
+func testTokens(t *testing.T, s Store) {
+	tok := Token{Token: "jwt-1", IssuedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	if err := s.PutToken("u1", "default/aud/3607", tok); !errors.Is(err, ErrNotFound) {
+		t.Errorf("token of an unrecorded pod: %v, want ErrNotFound", err)
+	}
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
+	if _, err := s.GetToken("u1", "default/aud/3607"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("absent token: %v", err)
+	}
+	if err := s.PutToken("u1", "", tok); !errors.Is(err, ErrInvalid) {
+		t.Errorf("token without a name: %v, want ErrInvalid", err)
+	}
+	must(t, s.PutToken("u1", "default/aud/3607", tok))
+	before := s.Stats()
+	must(t, s.PutToken("u1", "default/aud/3607", tok))
+	if d := s.Stats(); d.Writes != before.Writes || d.SkippedWrites != before.SkippedWrites+1 {
+		t.Errorf("unchanged token written again: %+v -> %+v", before, d)
+	}
+	got, err := s.GetToken("u1", "default/aud/3607")
+	must(t, err)
+	if got.Token != "jwt-1" || !got.IssuedAt.Equal(t0) || !got.ExpiresAt.Equal(tok.ExpiresAt) {
+		t.Errorf("GetToken = %+v", got)
+	}
+	tok2 := tok
+	tok2.Token = "jwt-2"
+	must(t, s.PutToken("u1", "default/aud/3607", tok2))
+	if got, _ := s.GetToken("u1", "default/aud/3607"); got.Token != "jwt-2" {
+		t.Errorf("renewed token: %+v", got)
+	}
+	// Tokens do not disturb the pod record, and go with it.
+	if rec, err := s.GetPod("u1"); err != nil || rec.Pod.Name != "p" {
+		t.Errorf("pod with a token: %+v, %v", rec, err)
+	}
+	must(t, s.DeletePod("u1"))
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
+	if _, err := s.GetToken("u1", "default/aud/3607"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("token after its pod was deleted: %v", err)
+	}
+}
+
+func testQuarantineToken(t *testing.T, s Store) {
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
+	must(t, s.PutToken("u1", "t", Token{Token: "jwt"}))
+	s.(corrupter).corruptRecord(t, "token", "u1/t", garbage)
+	if _, err := s.GetToken("u1", "t"); !errors.Is(err, ErrCorruptRecord) {
+		t.Errorf("corrupt token: %v, want ErrCorruptRecord", err)
+	}
+	if _, err := s.GetToken("u1", "t"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("corrupt token read again: %v, want ErrNotFound", err)
+	}
+	q, _ := s.Quarantined()
+	if len(q) != 1 || q[0].Key != "pods/u1/tokens/t" {
+		t.Errorf("quarantine %+v", q)
+	}
+	if _, err := s.GetPod("u1"); err != nil {
+		t.Errorf("the pod went with its token: %v", err)
 	}
 }
 
@@ -47,6 +192,8 @@ var contractCases = []struct {
 	{"DeletePod", testDeletePod},
 	{"SkipsUnchangedWrites", testSkipUnchanged},
 	{"ConfigMapsAndSecrets", testObjects},
+	{"Tokens", testTokens},
+	{"QuarantineToken", testQuarantineToken},
 	{"NodeAndMeta", testNodeAndMeta},
 	{"PodListResourceVersion", testPodListRV},
 	{"OutboxOrderCoalesceAck", testOutbox},

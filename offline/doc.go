@@ -40,13 +40,27 @@
 //	<path>.new                  a fresh database being created (renamed into place)
 //	<path>.corrupt-<timestamp>  an unusable file moved aside, kept for inspection
 //
-// # Schema v2 (current)
+// # Encryption at rest
 //
-// Raw values are marked (raw); every other value is framed as
-// CRC-32C (4 bytes, big-endian) followed by JSON.
+// Secrets and service account tokens are sealed with the state key (Options.Key,
+// read by LoadKey from the file the firmware provisions): AES-GCM under a key
+// derived from it with HKDF-SHA256, bound to the record's bucket path and key
+// as additional data. The nonce is an HMAC of place and plaintext under a
+// second derived key, so the same value seals to the same bytes (an unchanged
+// put writes nothing) and two values never share a nonce. A sealed value is
+// framed like any other; its JSON is {keyID, nonce, data}, keyID naming the key
+// (a derived hash, never the key). Read with another key or none, it is
+// ErrKeyMismatch: treated as missing and left in place. Without a key,
+// PutSecret and PutToken return ErrNoKey.
+//
+// # Schema v3 (current)
+//
+// Raw values are marked (raw); sealed values (sealed) are encrypted as above;
+// every other value is framed as CRC-32C (4 bytes, big-endian) followed by
+// JSON.
 //
 //	meta/
-//	|-- version                  -> "2" (raw ASCII decimal)
+//	|-- version                  -> "3" (raw ASCII decimal)
 //	|-- node_name                -> node name (raw)
 //	|-- boot_count               -> uint64, 8 bytes big-endian (raw)
 //	pods/
@@ -57,12 +71,15 @@
 //	        |-- <container name> -> ContainerRecord {name, containerID, attempt,
 //	                                restartCount, lastTermination {exitCode, signal,
 //	                                reason, message, startedAt, finishedAt, containerID}}
+//	    |-- tokens/
+//	        |-- <name>           -> Token {token, issuedAt, expiresAt} (sealed); the name
+//	                                is the caller's, one per projection
 //	sync/
 //	|-- pods_resource_version    -> string: RV of the last complete pod list/watch event
 //	configmaps/
 //	|-- <namespace>/<name>       -> v1.ConfigMap (its RV in metadata)
 //	secrets/
-//	|-- <namespace>/<name>       -> v1.Secret (its RV in metadata; not encrypted)
+//	|-- <namespace>/<name>       -> v1.Secret (sealed; its RV in metadata)
 //	node/
 //	|-- node                     -> v1.Node
 //	outbox/                         (bucket sequence = last sequence number issued)
@@ -73,7 +90,16 @@
 //	quarantine/                     (bucket sequence = last quarantine number)
 //	|-- <n, uint64 big-endian>   -> {key: original bucket path and key, reason, at, value: raw bytes}
 //
-// # Schema v1 (previous)
+// # Schema v2 (previous)
+//
+// As v3 without tokens/ buckets, and with Secrets framed in the clear.
+// offline/testdata/schema-v2.db is one, produced by offline/internal/genv2db.
+// Open migrates v2 to v3 in one transaction: with a key every Secret is
+// sealed, without one Secrets are dropped (the apiserver gives them again);
+// nothing else changes. The pages that held them are freed by bbolt, not
+// zeroed: their bytes stay in the file until bbolt reuses the pages.
+//
+// # Schema v1 (older)
 //
 // Written by the first prototype; offline/testdata/schema-v1.db is one,
 // produced by offline/internal/genv1db. Plain JSON values, no checksum; pods
@@ -92,7 +118,7 @@
 //	node/
 //	|-- node               -> v1.Node
 //
-// Open migrates v1 to v2 in one transaction: pods are re-keyed by UID with an
+// Open migrates v1 to v2 (then v2 to v3) in one transaction: pods are re-keyed by UID with an
 // accepted admission at admittedAt and no container records, every value is
 // framed with its checksum, the new buckets are created. A v1 record that
 // does not decode, or a pod without a UID, is quarantined under its v1 key.

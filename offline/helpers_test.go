@@ -43,9 +43,24 @@ func openTestStore(t testing.TB, path string, opts Options) (*BoltStore, OpenRep
 	return s, rep
 }
 
+// testKey and otherKey are state keys for tests (KeySize bytes each).
+var (
+	testKey  = mustKey([]byte("0123456789abcdef0123456789abcdef"))
+	otherKey = mustKey([]byte("fedcba9876543210fedcba9876543210"))
+)
+
+func mustKey(raw []byte) *Key {
+	k, err := NewKey(raw)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// newTestBolt opens a fresh BoltStore with testKey.
 func newTestBolt(t testing.TB) *BoltStore {
 	t.Helper()
-	s, rep := openTestStore(t, filepath.Join(t.TempDir(), "state.db"), Options{})
+	s, rep := openTestStore(t, filepath.Join(t.TempDir(), "state.db"), Options{Key: testKey})
 	if !rep.Created || rep.Recovered != nil {
 		t.Fatalf("fresh open report: %+v", rep)
 	}
@@ -127,6 +142,9 @@ func (s *BoltStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 		case "container":
 			uid, name, _ := strings.Cut(key, "/")
 			b, k = bucketAt(tx, bucketPods, []byte(uid), bucketContainers), []byte(name)
+		case "token":
+			uid, name, _ := strings.Cut(key, "/")
+			b, k = bucketAt(tx, bucketPods, []byte(uid), bucketTokens), []byte(name)
 		case "configmap":
 			b, k = tx.Bucket(bucketConfigMaps), []byte(key)
 		case "secret":
@@ -164,6 +182,12 @@ func (m *MemStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 		uid, name, _ := strings.Cut(key, "/")
 		if p := m.pods[types.UID(uid)]; p != nil && p.containers[name] != nil {
 			p.containers[name] = clone(raw)
+			return
+		}
+	case "token":
+		uid, name, _ := strings.Cut(key, "/")
+		if p := m.pods[types.UID(uid)]; p != nil && p.tokens[name] != nil {
+			p.tokens[name] = clone(raw)
 			return
 		}
 	case "configmap", "secret":

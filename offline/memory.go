@@ -2,6 +2,7 @@ package offline
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,6 +21,7 @@ type MemStore struct {
 	now func() time.Time
 
 	// mu protects every field below.
+	key        *Key
 	mu         sync.Mutex
 	closed     bool
 	failWrites error
@@ -40,6 +42,7 @@ type memPod struct {
 	pod        []byte
 	admission  []byte
 	containers map[string][]byte
+	tokens     map[string][]byte
 }
 
 type memOutboxEntry struct {
@@ -61,6 +64,15 @@ func NewMemStore(now func() time.Time) *MemStore {
 		configMaps: map[string][]byte{},
 		secrets:    map[string][]byte{},
 	}
+}
+
+// SetKey sets the state key, as Options.Key does for Open. Calling it again
+// stands for a reboot with another key file: records sealed before become
+// ErrKeyMismatch. nil means no key.
+func (m *MemStore) SetKey(k *Key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.key = k
 }
 
 // FailWrites makes every later write return err (wrapped), to test how the
@@ -143,7 +155,7 @@ func (m *MemStore) PutPod(source Source, pod *v1.Pod) error {
 	defer m.mu.Unlock()
 	p := m.pods[pod.UID]
 	if p == nil {
-		p = &memPod{containers: map[string][]byte{}}
+		p = &memPod{containers: map[string][]byte{}, tokens: map[string][]byte{}}
 		m.pods[pod.UID] = p
 	}
 	m.setBytes(&p.pod, raw)
@@ -214,6 +226,9 @@ func (m *MemStore) readPodLocked(uid types.UID, errs map[string]error) (PodRecor
 		}
 		for _, name := range slices.Sorted(maps.Keys(p.containers)) {
 			m.quarantineLocked(key+"/containers/"+name, p.containers[name], err)
+		}
+		for _, name := range slices.Sorted(maps.Keys(p.tokens)) {
+			m.quarantineLocked(key+"/tokens/"+name, p.tokens[name], err)
 		}
 		delete(m.pods, uid)
 		m.stats.Writes++
@@ -314,6 +329,9 @@ func (m *MemStore) getSlotLocked(op, key string, slot *[]byte, decode func([]byt
 		return false, nil
 	}
 	if err := decode(*slot); err != nil {
+		if errors.Is(err, ErrKeyMismatch) {
+			return false, fmt.Errorf("%s: %w", op, err)
+		}
 		m.quarantineLocked(key, *slot, err)
 		*slot = nil
 		m.stats.Writes++
@@ -375,42 +393,42 @@ func (m *MemStore) GetNode() (*v1.Node, error) {
 	return node, nil
 }
 
-func memPutObject[T any, P namedObject[T]](m *MemStore, kind string, table map[string][]byte, obj P) error {
+func memPutObject[T any, P namedObject[T]](m *MemStore, c objectClass, table map[string][]byte, obj P) error {
 	if obj == nil {
-		return fmt.Errorf("put %s: %w: nil object", kind, ErrInvalid)
+		return fmt.Errorf("put %s: %w: nil object", c.kind, ErrInvalid)
 	}
 	key, err := objectKey(obj.GetNamespace(), obj.GetName())
 	if err != nil {
-		return fmt.Errorf("put %s: %w", kind, err)
-	}
-	raw, err := encodeValue(obj)
-	if err != nil {
-		return fmt.Errorf("put %s %s: %w", kind, key, err)
+		return fmt.Errorf("put %s: %w", c.kind, err)
 	}
 	if err := m.lock(true); err != nil {
-		return fmt.Errorf("put %s %s: %w", kind, key, err)
+		return fmt.Errorf("put %s %s: %w", c.kind, key, err)
 	}
 	defer m.mu.Unlock()
+	raw, err := encodeObject(m.key, c, key, obj)
+	if err != nil {
+		return fmt.Errorf("put %s %s: %w", c.kind, key, err)
+	}
 	slot := table[key]
 	m.setBytes(&slot, raw)
 	table[key] = slot
 	return nil
 }
 
-func memGetObject[T any, P namedObject[T]](m *MemStore, kind, bucket string, table map[string][]byte, namespace, name string) (P, error) {
+func memGetObject[T any, P namedObject[T]](m *MemStore, c objectClass, table map[string][]byte, namespace, name string) (P, error) {
 	key, err := objectKey(namespace, name)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", kind, err)
+		return nil, fmt.Errorf("get %s: %w", c.kind, err)
 	}
-	op := fmt.Sprintf("get %s %s", kind, key)
+	op := fmt.Sprintf("get %s %s", c.kind, key)
 	if err := m.lock(false); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer m.mu.Unlock()
 	slot := table[key]
 	var obj P
-	found, err := m.getSlotLocked(op, bucket+"/"+key, &slot, func(raw []byte) (err error) {
-		obj, err = decodeObject[T, P](key, raw)
+	found, err := m.getSlotLocked(op, c.place(key), &slot, func(raw []byte) (err error) {
+		obj, err = decodeObject[T, P](m.key, c, key, raw)
 		return err
 	})
 	if slot == nil {
@@ -425,21 +443,24 @@ func memGetObject[T any, P namedObject[T]](m *MemStore, kind, bucket string, tab
 	return obj, nil
 }
 
-func memLoadObjects[T any, P namedObject[T]](m *MemStore, kind, bucket string, table map[string][]byte) ([]P, map[string]error, error) {
+func memLoadObjects[T any, P namedObject[T]](m *MemStore, c objectClass, table map[string][]byte) ([]P, map[string]error, error) {
 	if err := m.lock(false); err != nil {
-		return nil, nil, fmt.Errorf("load %ss: %w", kind, err)
+		return nil, nil, fmt.Errorf("load %ss: %w", c.kind, err)
 	}
 	defer m.mu.Unlock()
 	var objs []P
 	var errs map[string]error
 	for _, key := range slices.Sorted(maps.Keys(table)) {
-		obj, err := decodeObject[T, P](key, table[key])
+		obj, err := decodeObject[T, P](m.key, c, key, table[key])
 		if err != nil {
 			if errs == nil {
 				errs = map[string]error{}
 			}
 			errs[key] = err
-			m.quarantineLocked(bucket+"/"+key, table[key], err)
+			if errors.Is(err, ErrKeyMismatch) {
+				continue // left in place: the right key may come back
+			}
+			m.quarantineLocked(c.place(key), table[key], err)
 			delete(table, key)
 			m.stats.Writes++
 			m.stats.Commits++
@@ -467,12 +488,12 @@ func (m *MemStore) deleteObject(kind string, table map[string][]byte, namespace,
 
 // PutConfigMap implements Store.
 func (m *MemStore) PutConfigMap(cm *v1.ConfigMap) error {
-	return memPutObject(m, "configmap", m.configMaps, cm)
+	return memPutObject(m, classConfigMap, m.configMaps, cm)
 }
 
 // GetConfigMap implements Store.
 func (m *MemStore) GetConfigMap(namespace, name string) (*v1.ConfigMap, error) {
-	return memGetObject[v1.ConfigMap](m, "configmap", "configmaps", m.configMaps, namespace, name)
+	return memGetObject[v1.ConfigMap](m, classConfigMap, m.configMaps, namespace, name)
 }
 
 // DeleteConfigMap implements Store.
@@ -482,17 +503,17 @@ func (m *MemStore) DeleteConfigMap(namespace, name string) error {
 
 // LoadConfigMaps implements Store.
 func (m *MemStore) LoadConfigMaps() ([]*v1.ConfigMap, map[string]error, error) {
-	return memLoadObjects[v1.ConfigMap](m, "configmap", "configmaps", m.configMaps)
+	return memLoadObjects[v1.ConfigMap](m, classConfigMap, m.configMaps)
 }
 
 // PutSecret implements Store.
 func (m *MemStore) PutSecret(s *v1.Secret) error {
-	return memPutObject(m, "secret", m.secrets, s)
+	return memPutObject(m, classSecret, m.secrets, s)
 }
 
 // GetSecret implements Store.
 func (m *MemStore) GetSecret(namespace, name string) (*v1.Secret, error) {
-	return memGetObject[v1.Secret](m, "secret", "secrets", m.secrets, namespace, name)
+	return memGetObject[v1.Secret](m, classSecret, m.secrets, namespace, name)
 }
 
 // DeleteSecret implements Store.
@@ -502,7 +523,57 @@ func (m *MemStore) DeleteSecret(namespace, name string) error {
 
 // LoadSecrets implements Store.
 func (m *MemStore) LoadSecrets() ([]*v1.Secret, map[string]error, error) {
-	return memLoadObjects[v1.Secret](m, "secret", "secrets", m.secrets)
+	return memLoadObjects[v1.Secret](m, classSecret, m.secrets)
+}
+
+// PutToken implements Store.
+func (m *MemStore) PutToken(uid types.UID, name string, t Token) error {
+	op := fmt.Sprintf("put token %q of pod %s", name, uid)
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	raw, err := encodeToken(m.key, uid, name, t)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	p := m.pods[uid]
+	if p == nil {
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	slot := p.tokens[name]
+	m.setBytes(&slot, raw)
+	p.tokens[name] = slot
+	return nil
+}
+
+// GetToken implements Store.
+func (m *MemStore) GetToken(uid types.UID, name string) (Token, error) {
+	op := fmt.Sprintf("get token %q of pod %s", name, uid)
+	if err := m.lock(false); err != nil {
+		return Token{}, fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	p := m.pods[uid]
+	if p == nil || p.tokens[name] == nil {
+		return Token{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	slot := p.tokens[name]
+	var t Token
+	found, err := m.getSlotLocked(op, tokenPlace(uid, name), &slot, func(raw []byte) (err error) {
+		t, err = decodeToken(m.key, uid, name, raw)
+		return err
+	})
+	if slot == nil {
+		delete(p.tokens, name)
+	}
+	if err != nil {
+		return Token{}, err
+	}
+	if !found {
+		return Token{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return t, nil
 }
 
 // AppendStatus implements Store.

@@ -27,6 +27,10 @@ type Options struct {
 	// MaxBatch caps how many concurrent writes share one transaction.
 	// Defaults to 128.
 	MaxBatch int
+	// Key encrypts Secrets and tokens at rest (see LoadKey). Defaults to
+	// none: PutSecret and PutToken then return ErrNoKey, and records sealed
+	// before are ErrKeyMismatch.
+	Key *Key
 }
 
 func (o Options) withDefaults() Options {
@@ -151,7 +155,7 @@ func Open(path string, opts Options) (*BoltStore, OpenReport, error) {
 		_ = lock.release()
 		return fail(err)
 	}
-	s := &BoltStore{path: path, db: db, lock: lock, now: opts.Now}
+	s := &BoltStore{path: path, db: db, lock: lock, now: opts.Now, key: opts.Key}
 	s.batch = &batcher{db: db, maxBatch: opts.MaxBatch, commits: &s.commits}
 	s.quarantined.Store(uint64(len(report.Quarantined)))
 	return s, report, nil
@@ -242,7 +246,7 @@ func openExisting(path string, opts Options, report *OpenReport) (*bolt.DB, *Rec
 			if !ok {
 				return fmt.Errorf("no migration from schema v%d", v)
 			}
-			if err := m(tx, q); err != nil {
+			if err := m(tx, q, opts.Key); err != nil {
 				return fmt.Errorf("migrate schema v%d to v%d: %w", v, v+1, err)
 			}
 		}

@@ -2,15 +2,18 @@ package offline
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -274,7 +277,7 @@ func TestOpenSchemaProblems(t *testing.T) {
 			if err := initSchema(tx); err != nil {
 				return err
 			}
-			return tx.Bucket(bucketMeta).Put(keyVersion, []byte("3"))
+			return tx.Bucket(bucketMeta).Put(keyVersion, []byte(strconv.Itoa(SchemaVersion+1)))
 		}, RecoveryNewerSchema, true},
 		{"garbled version", func(tx *bolt.Tx) error {
 			if err := initSchema(tx); err != nil {
@@ -352,7 +355,7 @@ func copyFile(t *testing.T, from, to string) {
 func TestMigrateFromV1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	copyFile(t, "testdata/schema-v1.db", path)
-	s, rep := openTestStore(t, path, Options{})
+	s, rep := openTestStore(t, path, Options{Key: testKey})
 	t.Logf("report: %v", rep)
 	if rep.MigratedFrom != 1 || rep.Recovered != nil || rep.Created {
 		t.Fatalf("report %v, want a migration from v1", rep)
@@ -405,7 +408,7 @@ func TestMigrateFromV1(t *testing.T) {
 	}
 	must(t, s.Close())
 
-	s, rep = openTestStore(t, path, Options{})
+	s, rep = openTestStore(t, path, Options{Key: testKey})
 	if rep.MigratedFrom != 0 || rep.Recovered != nil {
 		t.Errorf("second open migrated again: %v", rep)
 	}
@@ -422,10 +425,11 @@ func TestFailedMigrationChangesNothing(t *testing.T) {
 	copyFile(t, "testdata/schema-v1.db", path)
 	before, err := os.ReadFile(path)
 	must(t, err)
-	orig := migrations[1]
-	t.Cleanup(func() { migrations[1] = orig })
-	migrations[1] = func(tx *bolt.Tx, q *quarantiner) error {
-		if err := orig(tx, q); err != nil {
+	last := SchemaVersion - 1 // the whole chain runs before the failure
+	orig := migrations[last]
+	t.Cleanup(func() { migrations[last] = orig })
+	migrations[last] = func(tx *bolt.Tx, q *quarantiner, key *Key) error {
+		if err := orig(tx, q, key); err != nil {
 			return err
 		}
 		return errors.New("injected failure after the whole migration ran")
@@ -562,4 +566,84 @@ func TestStaleNewFileFromACrashedCreate(t *testing.T) {
 		t.Errorf("stale .new file left: %v", err)
 	}
 	must(t, s.PutPod(SourceAPI, testPod("u", "p")))
+}
+
+// TestMigrateFromV2: a v2 file (Secrets in the clear) opens as v3 with its
+// pods, containers, ConfigMaps and counters; with a key its Secrets are
+// sealed, without one they are dropped.
+func TestMigrateFromV2(t *testing.T) {
+	for _, key := range []*Key{testKey, nil} {
+		t.Run(fmt.Sprintf("key=%t", key != nil), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state.db")
+			copyFile(t, "testdata/schema-v2.db", path)
+			s, rep := openTestStore(t, path, Options{Key: key})
+			t.Logf("report: %v", rep)
+			if rep.MigratedFrom != 2 || rep.Recovered != nil || rep.Created || len(rep.Quarantined) != 0 {
+				t.Fatalf("report %v, want a clean migration from v2", rep)
+			}
+			rec, err := s.GetPod("6f1b6a3e-0000-4000-8000-000000000003")
+			must(t, err)
+			if c, ok := rec.Container("app"); rec.Pod.Name != "meter" || !rec.Admission.Accepted || !ok || c.RestartCount != 2 || c.ContainerID != "c-app-2" {
+				t.Errorf("migrated pod %+v", rec)
+			}
+			cm, err := s.GetConfigMap("default", "meter-config")
+			must(t, err)
+			boots, _ := s.BootCount()
+			rv, _ := s.PodListResourceVersion()
+			if cm.Data["interval"] != "10s" || boots != 7 || rv != "1234" {
+				t.Errorf("migrated: cm %+v, boots %d, rv %q", cm, boots, rv)
+			}
+			sec, err := s.GetSecret("default", "meter-secret")
+			switch {
+			case key != nil && (err != nil || string(sec.Data["password"]) != "pl41n"):
+				t.Errorf("secret sealed by the migration: %+v, %v", sec, err)
+			case key == nil && !errors.Is(err, ErrNotFound):
+				t.Errorf("secret without a key: %+v, %v, want it dropped", sec, err)
+			}
+		})
+	}
+}
+
+// TestSecretsAndTokensEncryptedOnDisk: neither a Secret's data nor a token
+// can be read from the file, and rewriting them unchanged writes nothing.
+func TestSecretsAndTokensEncryptedOnDisk(t *testing.T) {
+	s := newTestBolt(t)
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
+	sec := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}, Data: map[string][]byte{"password": []byte("hunter2hunter2")}}
+	tok := Token{Token: "eyJhbGciOiJSUzI1NiJ9.secret-token-body", ExpiresAt: t0}
+	must(t, s.PutSecret(sec))
+	must(t, s.PutToken("u1", "t", tok))
+	before := s.Stats()
+	must(t, s.PutSecret(sec))
+	must(t, s.PutToken("u1", "t", tok))
+	if d := s.Stats(); d.Commits != before.Commits || d.SkippedWrites != before.SkippedWrites+2 {
+		t.Errorf("unchanged secret and token written again: %+v -> %+v", before, d)
+	}
+	must(t, s.Close())
+	raw, err := os.ReadFile(s.Path())
+	must(t, err)
+	for _, plain := range []string{"hunter2hunter2", base64.StdEncoding.EncodeToString([]byte("hunter2hunter2")), "secret-token-body"} {
+		if bytes.Contains(raw, []byte(plain)) {
+			t.Errorf("%q readable in the database file", plain)
+		}
+	}
+}
+
+func TestLoadKey(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := LoadKey(filepath.Join(dir, "absent")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing key file: %v, want fs.ErrNotExist", err)
+	}
+	short := filepath.Join(dir, "short")
+	must(t, os.WriteFile(short, []byte("too short"), 0o600))
+	if _, err := LoadKey(short); !errors.Is(err, ErrInvalid) {
+		t.Errorf("short key file: %v, want ErrInvalid", err)
+	}
+	good := filepath.Join(dir, "good")
+	must(t, os.WriteFile(good, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	k, err := LoadKey(good)
+	must(t, err)
+	if k.ID() != testKey.ID() || k.ID() == otherKey.ID() || len(k.ID()) != 16 {
+		t.Errorf("key IDs: %s, %s, %s", k.ID(), testKey.ID(), otherKey.ID())
+	}
 }

@@ -13,12 +13,13 @@ import (
 )
 
 //go:generate go run ./internal/genv1db -out testdata/schema-v1.db
+//go:generate go run ./internal/genv2db -out testdata/schema-v2.db
 
 // SchemaVersion is the schema this package reads and writes. See doc.go for
 // the tree of each version.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
-// Bucket and key names of schema v2 (doc.go draws the tree).
+// Bucket and key names of schema v3 (doc.go draws the tree).
 var (
 	bucketMeta        = []byte("meta")
 	keyVersion        = []byte("version")
@@ -28,6 +29,7 @@ var (
 	keyPod            = []byte("pod")
 	keyAdmission      = []byte("admission")
 	bucketContainers  = []byte("containers")
+	bucketTokens      = []byte("tokens")
 	bucketSync        = []byte("sync")
 	keyPodListRV      = []byte("pods_resource_version")
 	bucketConfigMaps  = []byte("configmaps")
@@ -38,7 +40,7 @@ var (
 	bucketOutboxIndex = []byte("outbox_index")
 	bucketQuarantine  = []byte("quarantine")
 
-	// topBuckets are the top-level buckets of schema v2.
+	// topBuckets are the top-level buckets of schemas v2 and v3.
 	topBuckets = [][]byte{
 		bucketMeta, bucketPods, bucketSync, bucketConfigMaps, bucketSecrets,
 		bucketNode, bucketOutbox, bucketOutboxIndex, bucketQuarantine,
@@ -93,12 +95,13 @@ func readVersion(tx *bolt.Tx) (int, error) {
 
 // migration upgrades a database from version `from` to from+1 inside the
 // caller's transaction. q records undecodable records it quarantined instead
-// of failing the migration.
-type migration func(tx *bolt.Tx, q *quarantiner) error
+// of failing the migration; key is the store's state key, nil if none.
+type migration func(tx *bolt.Tx, q *quarantiner, key *Key) error
 
 // migrations[v] upgrades from schema v to v+1.
 var migrations = map[int]migration{
 	1: migrateV1toV2,
+	2: migrateV2toV3,
 }
 
 // Schema v1, as written by the first prototype (see doc.go): flat buckets
@@ -114,7 +117,7 @@ type v1PodEntry struct {
 // container bucket), frames every value with a checksum, and adds the new
 // buckets. A v1 record that does not decode, or a pod without a UID, is
 // quarantined under its v1 key.
-func migrateV1toV2(tx *bolt.Tx, q *quarantiner) error {
+func migrateV1toV2(tx *bolt.Tx, q *quarantiner, _ *Key) error {
 	for _, name := range topBuckets {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
@@ -228,6 +231,52 @@ func migrateV1toV2(tx *bolt.Tx, q *quarantiner) error {
 	}
 	if err := reframe(bucketNode, decodeJSON[v1.Node]); err != nil {
 		return err
+	}
+	return initSchema(tx)
+}
+
+// migrateV2toV3 encrypts the Secrets v2 kept in the clear with the state
+// key, or drops them when there is no key: v3 never keeps a Secret readable
+// on disk, and the apiserver gives it again. A v2 Secret that does not
+// decode is dropped too (quarantining it would keep it in the clear).
+// Tokens are new in v3; nothing else changes.
+func migrateV2toV3(tx *bolt.Tx, q *quarantiner, key *Key) error {
+	b := tx.Bucket(bucketSecrets)
+	type kv struct{ k, v []byte }
+	var all []kv
+	if err := b.ForEach(func(k, v []byte) error {
+		all = append(all, kv{clone(k), clone(v)})
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read v2 secrets: %w", err)
+	}
+	clear := objectClass{kind: "secret", bucket: bucketSecrets}
+	for _, e := range all {
+		place := classSecret.place(string(e.k))
+		if e.v == nil {
+			q.note(place, fmt.Errorf("migrate v2 secret: %w: unexpected nested bucket (dropped)", errUndecodable))
+			if err := b.DeleteBucket(e.k); err != nil {
+				return fmt.Errorf("migrate %s: %w", place, err)
+			}
+			continue
+		}
+		sec, err := decodeObject[v1.Secret](nil, clear, string(e.k), e.v)
+		if err != nil || key == nil {
+			if err != nil {
+				q.note(place, fmt.Errorf("migrate v2 secret: %w (dropped)", err))
+			}
+			if err := b.Delete(e.k); err != nil {
+				return fmt.Errorf("migrate %s: %w", place, err)
+			}
+			continue
+		}
+		sealed, err := encodeObject(key, classSecret, string(e.k), sec)
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", place, err)
+		}
+		if err := b.Put(e.k, sealed); err != nil {
+			return fmt.Errorf("migrate %s: %w", place, err)
+		}
 	}
 	return initSchema(tx)
 }

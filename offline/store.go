@@ -85,16 +85,29 @@ type Store interface {
 	// namespace/name, and per-key errors for the ones quarantined.
 	LoadConfigMaps() ([]*v1.ConfigMap, map[string]error, error)
 
-	// PutSecret records a Secret a pod mounts, keyed namespace/name. The
-	// data is stored as is (not encrypted): the file's mode is 0600.
+	// PutSecret records a Secret a pod mounts, keyed namespace/name,
+	// encrypted with the store's state key (AES-GCM). Without a key it
+	// returns ErrNoKey: Secrets never reach the disk in the clear.
 	PutSecret(s *v1.Secret) error
-	// GetSecret returns a recorded Secret or ErrNotFound.
+	// GetSecret returns a recorded Secret or ErrNotFound. A Secret sealed
+	// with another key than the store's (the key file changed, or none is
+	// loaded) is ErrKeyMismatch: treat it as missing; it stays in place.
 	GetSecret(namespace, name string) (*v1.Secret, error)
 	// DeleteSecret removes a recorded Secret; absent is a no-op.
 	DeleteSecret(namespace, name string) error
 	// LoadSecrets returns every decodable Secret sorted by namespace/name,
-	// and per-key errors for the ones quarantined.
+	// and per-key errors for the ones quarantined or sealed with another
+	// key (ErrKeyMismatch, not quarantined).
 	LoadSecrets() ([]*v1.Secret, map[string]error, error)
+
+	// PutToken records the last service account token fetched for a
+	// recorded pod, under a name the caller chooses per projection,
+	// encrypted as Secrets are (ErrNoKey without a key). ErrNotFound if the
+	// pod is not recorded. The token goes with the pod's record.
+	PutToken(uid types.UID, name string, t Token) error
+	// GetToken returns a recorded token, ErrNotFound, or ErrKeyMismatch as
+	// GetSecret does.
+	GetToken(uid types.UID, name string) (Token, error)
 
 	// PutNode records the Node object last seen or sent.
 	PutNode(node *v1.Node) error
@@ -235,6 +248,18 @@ type Termination struct {
 	StartedAt   time.Time `json:"startedAt"`
 	FinishedAt  time.Time `json:"finishedAt"`
 	ContainerID string    `json:"containerID,omitempty"`
+}
+
+// Token is a service account token kept so that a pod rebooted offline
+// mounts it again. Its JSON shape is part of the on-disk schema (see doc.go),
+// stored encrypted.
+type Token struct {
+	// Token is the bearer token (a JWT) the projection writes.
+	Token string `json:"token"`
+	// IssuedAt is when it was fetched; ExpiresAt when the apiserver stops
+	// accepting it.
+	IssuedAt  time.Time `json:"issuedAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
 }
 
 // StatusUpdate is one pod status the agent wants the apiserver to see.

@@ -30,6 +30,11 @@ type Config struct {
 	// StateDir holds the agent's own state (pod network records, the offline store).
 	// Defaults to /var/lib/holdfast.
 	StateDir string `json:"stateDir,omitempty"`
+	// StateKeyFile holds the state key: 32 random bytes the firmware provisions, which encrypt
+	// the Secrets and service account tokens kept in the state store (AES-GCM), so that pods
+	// using them boot offline. Without the file they are kept on tmpfs only, and such pods wait
+	// for the apiserver after a reboot. Defaults to /etc/holdfast/state.key.
+	StateKeyFile string `json:"stateKeyFile,omitempty"`
 	// ManifestDir is the static pod manifest directory. Defaults to /etc/holdfast/manifests.
 	// Empty after defaulting only if set to "-" (no static pods).
 	ManifestDir string `json:"manifestDir,omitempty"`
@@ -183,6 +188,7 @@ func (c *Config) applyDefaults() {
 	if c.BootstrapKubeconfig != "" {
 		setDefault(&c.Kubeconfig, c.StateDir+"/kubeconfig")
 	}
+	setDefault(&c.StateKeyFile, "/etc/holdfast/state.key")
 	setDefault(&c.ManifestDir, "/etc/holdfast/manifests")
 	if c.ManifestDir == "-" {
 		c.ManifestDir = ""

@@ -55,10 +55,11 @@ type Options struct {
 	// a gateway that boots while the apiserver is out of reach can still project them and
 	// resolve env from them. Defaults to none: only what is already on disk survives.
 	Cache Cache
-	// PersistSecrets also keeps Secrets in the Cache. Off by default: Secrets then never
-	// touch the disk (volumes are on tmpfs, the cache is in memory), at the price that a pod
-	// needing a Secret cannot start after a reboot until the apiserver answers. Turn it on
-	// when the gateway must boot its pods offline and its disk is trusted.
+	// PersistSecrets also keeps Secrets and service account tokens in the Cache, which must
+	// encrypt them (the agent sets it when the state store has a state key). Off by default:
+	// Secrets and tokens then never touch the disk (volumes are on tmpfs, the cache is in
+	// memory), at the price that a pod needing one cannot start after a reboot until the
+	// apiserver answers.
 	PersistSecrets bool
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time

@@ -1,9 +1,11 @@
 package volumes
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -486,6 +488,7 @@ func TestOfflineRestartFromCache(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
 	store := offline.NewMemStore(time.Now)
+	store.SetKey(testStateKey(t, 1))
 	var tokens atomic.Int64
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w", UID: "uid-off"}, Spec: v1.PodSpec{
 		Containers: []v1.Container{{Name: "c"}},
@@ -530,5 +533,109 @@ func TestOfflineRestartFromCache(t *testing.T) {
 				t.Errorf("%d requests to an apiserver found unreachable a moment ago", n)
 			}
 		})
+	}
+}
+
+func testStateKey(t *testing.T, b byte) *offline.Key {
+	t.Helper()
+	k, err := offline.NewKey(bytes.Repeat([]byte{b}, offline.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestTokenAcrossOfflineReboot: the service account token a pod had is kept (encrypted) in the
+// Cache; after a reboot with the apiserver out of reach it is mounted again, even past its
+// expiry, and renewed as soon as the apiserver answers. A token kept under another state key
+// counts as missing, and the log says why.
+func TestTokenAcrossOfflineReboot(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	store := offline.NewMemStore(time.Now)
+	store.SetKey(testStateKey(t, 1))
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w", UID: "uid-tok"}, Spec: v1.PodSpec{
+		ServiceAccountName: "default",
+		Containers:         []v1.Container{{Name: "c"}},
+		Volumes: []v1.Volume{{Name: "kube-api-access", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: i64(3607)}},
+		}}}}},
+	}}
+	if err := store.PutPod(offline.SourceAPI, pod); err != nil {
+		t.Fatal(err)
+	}
+	var tokens atomic.Int64
+	var down atomic.Bool
+	api := newFakeAPI(&tokens)
+	api.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("dial tcp 10.0.0.1:6443: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	tokenFile := func(dir string) string {
+		return readFile(t, filepath.Join(dir, "uid-tok/volumes", dirProjected, "kube-api-access/token"))
+	}
+	onlineDir := t.TempDir()
+	t.Cleanup(func() { unmountUnder(onlineDir) })
+	online := NewManager(onlineDir, api, nil, nil, Options{Cache: store, PersistSecrets: true})
+	if _, err := online.Setup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	first := tokenFile(onlineDir)
+	if first != "token-1-for-Pod/w" {
+		t.Fatalf("token %q", first)
+	}
+
+	// Reboot offline, two hours later: the token has expired, it is mounted all the same.
+	down.Store(true)
+	now := time.Now().Add(2 * time.Hour)
+	clock := func() time.Time { return now }
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	podsDir := t.TempDir()
+	t.Cleanup(func() { unmountUnder(podsDir) })
+	m := NewManager(podsDir, api, nil, log, Options{Cache: store, PersistSecrets: true, Now: clock})
+	if _, err := m.Setup(ctx, pod); err != nil {
+		t.Fatalf("Setup offline with a kept token: %v", err)
+	}
+	if got := tokenFile(podsDir); got != first {
+		t.Errorf("token after an offline reboot = %q, want the kept %q", got, first)
+	}
+	if n := tokens.Load(); n != 1 {
+		t.Errorf("%d tokens issued", n)
+	}
+
+	// The apiserver answers: the next resync renews it, and the new one is kept.
+	down.Store(false)
+	now = now.Add(apiRetryInterval)
+	m.resync(ctx)
+	if got := tokenFile(podsDir); got != "token-2-for-Pod/w" {
+		t.Errorf("token after reconnect = %q, want a renewed one", got)
+	}
+	kept, err := store.GetToken("uid-tok", "default/3607/")
+	if err != nil || kept.Token != "token-2-for-Pod/w" {
+		t.Errorf("kept token %+v, %v", kept, err)
+	}
+
+	// Without PersistSecrets, nothing is kept or restored.
+	plainDir := t.TempDir()
+	t.Cleanup(func() { unmountUnder(plainDir) })
+	down.Store(true)
+	plain := NewManager(plainDir, api, nil, nil, Options{Cache: store, Now: clock})
+	if _, err := plain.Setup(ctx, pod); err == nil || !strings.Contains(err.Error(), "failed to fetch token") {
+		t.Errorf("Setup offline without kept tokens: %v", err)
+	}
+
+	// Another state key: the kept token is missing, and the log says why.
+	store.SetKey(testStateKey(t, 2))
+	otherDir := t.TempDir()
+	t.Cleanup(func() { unmountUnder(otherDir) })
+	other := NewManager(otherDir, api, nil, log, Options{Cache: store, PersistSecrets: true, Now: clock})
+	if _, err := other.Setup(ctx, pod); err == nil {
+		t.Error("Setup with a token sealed under another key succeeded")
+	}
+	if !strings.Contains(logs.String(), "encrypted with another state key") {
+		t.Errorf("no log line about the key change:\n%s", logs.String())
 	}
 }

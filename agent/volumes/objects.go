@@ -12,10 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // ErrNoAPIServer: the agent runs standalone, so ConfigMaps, Secrets and service account tokens
@@ -208,9 +210,10 @@ func unreachable(err error) bool {
 		!apierrors.IsBadRequest(err) && !apierrors.IsInvalid(err)
 }
 
-// Cache keeps the ConfigMaps (and, with Options.PersistSecrets, the Secrets) that pods
-// reference across agent restarts, so that a gateway that boots with no apiserver can still
-// project them. Writes of an unchanged object must cost nothing. offline.Store satisfies it.
+// Cache keeps the ConfigMaps (and, with Options.PersistSecrets, the Secrets and service account
+// tokens) that pods reference across agent restarts and reboots, so that a gateway that boots
+// with no apiserver can still project them. Writes of an unchanged object must cost nothing.
+// offline.Store satisfies it (encrypting Secrets and tokens with the state key).
 type Cache interface {
 	PutConfigMap(cm *v1.ConfigMap) error
 	GetConfigMap(namespace, name string) (*v1.ConfigMap, error)
@@ -218,6 +221,8 @@ type Cache interface {
 	PutSecret(s *v1.Secret) error
 	GetSecret(namespace, name string) (*v1.Secret, error)
 	DeleteSecret(namespace, name string) error
+	PutToken(uid types.UID, name string, t offline.Token) error
+	GetToken(uid types.UID, name string) (offline.Token, error)
 }
 
 // remember writes an object read from the apiserver to the Cache.
@@ -261,25 +266,44 @@ func (m *Manager) forget(key objectKey) {
 	}
 }
 
-// recall returns the Cache's copy of an object, if it has one.
+// recall returns the Cache's copy of an object, if it has one. A copy that cannot be read (a
+// corrupt record, quarantined by the store, or a Secret sealed with another state key) counts
+// as missing, and says so.
 func (m *Manager) recall(key objectKey) (runtime.Object, bool) {
 	if m.opts.Cache == nil {
 		return nil, false
 	}
+	var obj runtime.Object
+	var err error
 	switch key.kind {
 	case kindConfigMap:
-		if cm, err := m.opts.Cache.GetConfigMap(key.namespace, key.name); err == nil && cm != nil {
-			return cm, true
+		var cm *v1.ConfigMap
+		if cm, err = m.opts.Cache.GetConfigMap(key.namespace, key.name); err == nil && cm != nil {
+			obj = cm
 		}
 	case kindSecret:
 		if !m.opts.PersistSecrets {
 			return nil, false
 		}
-		if s, err := m.opts.Cache.GetSecret(key.namespace, key.name); err == nil && s != nil {
-			return s, true
+		var s *v1.Secret
+		if s, err = m.opts.Cache.GetSecret(key.namespace, key.name); err == nil && s != nil {
+			obj = s
 		}
 	}
-	return nil, false
+	m.reportUnreadableCopy(key.String(), err)
+	return obj, obj != nil
+}
+
+// reportUnreadableCopy logs why a kept copy could not be used, unless there was none.
+func (m *Manager) reportUnreadableCopy(what string, err error) {
+	switch {
+	case err == nil, errors.Is(err, offline.ErrNotFound):
+	case errors.Is(err, offline.ErrKeyMismatch):
+		m.log.Warn("the offline copy was encrypted with another state key (was the key file replaced?); treating it as missing until the apiserver answers",
+			"object", what, "err", err)
+	default:
+		m.log.Warn("the offline copy is unreadable; treating it as missing until the apiserver answers", "object", what, "err", err)
+	}
 }
 
 // listWatcher is a typed client of one kind of object in one namespace.

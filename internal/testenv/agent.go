@@ -3,8 +3,11 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"sigs.k8s.io/yaml"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
@@ -62,9 +66,19 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	// The state key, as the firmware provisions it on a gateway.
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatalf("state key: %v", err)
+	}
+	keyFile := filepath.Join(dir, "state.key")
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatalf("state key: %v", err)
+	}
 	cfg := config.Config{
 		NodeName:        "gw-test",
 		StateDir:        filepath.Join(dir, "state"),
+		StateKeyFile:    keyFile,
 		ManifestDir:     filepath.Join(dir, "manifests"),
 		PodLogDir:       filepath.Join(dir, "pods"),
 		ImagePreloadDir: "-",
@@ -204,4 +218,72 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// LoseVolatileState does to the agent's directory what a reboot does to a gateway: every mount
+// under it is gone, and so is what lived on it: the tmpfs of Secret, token, downwardAPI and
+// emptyDir Memory volumes, the bind mounts that keep pod network namespaces alive (their files
+// live on tmpfs /run on a gateway, so they go too) and subPath bind mounts. Files on disk stay.
+// Call it with the agent killed and containerd stopped (Containerd.Stop), as Reboot does.
+func (a *Agent) LoseVolatileState() {
+	a.t.Helper()
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(a.Dir))
+	if err != nil {
+		a.t.Fatalf("reboot: list mounts under %s: %v", a.Dir, err)
+	}
+	if err := unmountUnder(a.Dir); err != nil {
+		a.t.Fatalf("reboot: %v", err)
+	}
+	for _, m := range mounts {
+		if err := clearMountPoint(m.Mountpoint); err != nil {
+			a.t.Fatalf("reboot: %v", err)
+		}
+	}
+	// The namespace directory itself is on tmpfs on a gateway (/var/run/netns).
+	if dir := a.Config.CNI.NetNSDir; dir != "" {
+		if err := clearMountPoint(dir); err != nil {
+			a.t.Fatalf("reboot: %v", err)
+		}
+	}
+}
+
+// clearMountPoint removes what is left at an unmounted mount point: a file (a network namespace
+// bind mount) is removed, a directory emptied.
+func clearMountPoint(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return os.Remove(path)
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(path, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reboot does to the node what a reboot does, power back on included: the agents are killed,
+// containerd loses every task and its state directory (Containerd.Stop), the agents lose their
+// mounts and what was on tmpfs (LoseVolatileState), and containerd starts again. The caller
+// starts the agents again, with whatever network conditions the test wants at boot.
+func Reboot(cd *Containerd, agents ...*Agent) {
+	cd.t.Helper()
+	for _, a := range agents {
+		a.Kill()
+	}
+	cd.Stop()
+	for _, a := range agents {
+		a.LoseVolatileState()
+	}
+	cd.Start()
 }

@@ -1,0 +1,142 @@
+package offline
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// KeySize is the size of a state key file: 32 random bytes, written by the
+// firmware at provisioning (e.g. head -c 32 /dev/urandom).
+const KeySize = 32
+
+// Key encrypts the records that must not be readable from a stolen disk:
+// Secrets and service account tokens. It is derived from the state key file;
+// the file's bytes are never stored.
+type Key struct {
+	id       string
+	aead     cipher.AEAD
+	nonceKey []byte
+}
+
+// NewKey derives a Key from the raw KeySize bytes of a key file.
+func NewKey(raw []byte) (*Key, error) {
+	if len(raw) != KeySize {
+		return nil, fmt.Errorf("%w: a state key is %d bytes, got %d", ErrInvalid, KeySize, len(raw))
+	}
+	derive := func(info string) []byte {
+		k, err := hkdf.Key(sha256.New, raw, nil, info, 32)
+		if err != nil {
+			panic(err) // only for lengths sha256 cannot give
+		}
+		return k
+	}
+	block, err := aes.NewCipher(derive("holdfast state encryption"))
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &Key{
+		id:       hex.EncodeToString(derive("holdfast state key id")[:8]),
+		aead:     aead,
+		nonceKey: derive("holdfast state nonce"),
+	}, nil
+}
+
+// LoadKey reads a state key file. A missing file is an error wrapping
+// fs.ErrNotExist: the agent then keeps Secrets and tokens on tmpfs only.
+func LoadKey(path string) (*Key, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read state key: %w", err)
+	}
+	k, err := NewKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("state key %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// ID names the key without revealing it: the first 8 bytes of a value
+// derived from it, in hex. Each encrypted record carries the ID of the key
+// that sealed it, so a changed key file is told apart from a damaged record.
+func (k *Key) ID() string { return k.id }
+
+// sealedValue is the JSON payload (inside the usual checksum frame) of an
+// encrypted record.
+type sealedValue struct {
+	KeyID string `json:"keyID"`
+	Nonce []byte `json:"nonce"`
+	Data  []byte `json:"data"`
+}
+
+// seal encrypts v's JSON with AES-GCM, bound (as additional data) to the
+// record's place, so a value copied to another key does not open. The nonce
+// is an HMAC of place and plaintext under a key of its own: the same value
+// seals to the same bytes, which lets an unchanged put write nothing, and
+// different values never share a nonce.
+func (k *Key) seal(place string, v any) ([]byte, error) {
+	if k == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoKey, place)
+	}
+	plain, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", v, err)
+	}
+	mac := hmac.New(sha256.New, k.nonceKey)
+	mac.Write([]byte(place))
+	mac.Write([]byte{0})
+	mac.Write(plain)
+	nonce := mac.Sum(nil)[:k.aead.NonceSize()]
+	return encodeValue(sealedValue{KeyID: k.id, Nonce: nonce, Data: k.aead.Seal(nil, nonce, plain, []byte(place))})
+}
+
+// open decrypts a value seal wrote into v. A value sealed with another key
+// (or read without a key) is ErrKeyMismatch: it is left in place, since the
+// right key may come back. A value that does not open with the right key, or
+// whose frame is damaged, is undecodable and gets quarantined.
+func (k *Key) open(place string, raw []byte, v any) error {
+	var sv sealedValue
+	if err := decodeValue(raw, &sv); err != nil {
+		return err
+	}
+	switch {
+	case sv.KeyID == "" || len(sv.Data) == 0:
+		return fmt.Errorf("%w: not a sealed value", errUndecodable)
+	case k == nil:
+		return fmt.Errorf("%w: %s was encrypted with key %s and no state key is loaded", ErrKeyMismatch, place, sv.KeyID)
+	case sv.KeyID != k.id:
+		return fmt.Errorf("%w: %s was encrypted with key %s, the state key file holds key %s", ErrKeyMismatch, place, sv.KeyID, k.id)
+	case len(sv.Nonce) != k.aead.NonceSize():
+		return fmt.Errorf("%w: nonce of %d bytes", errUndecodable, len(sv.Nonce))
+	}
+	plain, err := k.aead.Open(nil, sv.Nonce, sv.Data, []byte(place))
+	if err != nil {
+		return fmt.Errorf("%w: decrypt with key %s: %v", errUndecodable, k.id, err)
+	}
+	if err := json.Unmarshal(plain, v); err != nil {
+		return fmt.Errorf("%w: %v", errUndecodable, err)
+	}
+	return nil
+}
+
+// Errors of encrypted records; test with errors.Is.
+var (
+	// ErrNoKey: the store was opened without a state key, so it refuses to
+	// keep Secrets and tokens (they would be readable on disk).
+	ErrNoKey = errors.New("no state key: Secrets and tokens are not kept on disk")
+	// ErrKeyMismatch: the record was encrypted with another state key than
+	// the one loaded (the key file changed or is missing). The record is
+	// treated as missing and left in place.
+	ErrKeyMismatch = errors.New("encrypted with another state key")
+)
