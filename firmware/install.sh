@@ -73,6 +73,17 @@ done
 # The agent's state: the offline store, the node's key and certificates.
 mkdir -p "$root/var/lib/holdfast"
 chmod 0700 "$root/var/lib/holdfast"
+# The key that encrypts the Secrets and service-account tokens kept for offline reboots
+# (stateKeyFile): made once per gateway, never replaced, since a new key makes what the store
+# holds unreadable. An image built for many gateways should leave it out and let the first boot's
+# install make it, so that no two gateways share a key.
+if [ -e "$root/etc/holdfast/state.key" ]; then
+	say "kept existing $root/etc/holdfast/state.key"
+else
+	(umask 077 && head -c 32 /dev/urandom >"$root/etc/holdfast/state.key.new.$$")
+	mv -f "$root/etc/holdfast/state.key.new.$$" "$root/etc/holdfast/state.key"
+	say "made $root/etc/holdfast/state.key (32 random bytes, 0600)"
+fi
 
 # Enable at boot, as `systemctl enable` would (works on an image that is not running).
 mkdir -p "$root/etc/systemd/system/multi-user.target.wants"

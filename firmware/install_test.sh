@@ -30,6 +30,7 @@ done
 [[ $(readlink "$root/etc/systemd/system/multi-user.target.wants/holdfast.service") == /etc/systemd/system/holdfast.service ]] ||
 	fail "unit not enabled"
 [[ $(stat -c %a "$root/var/lib/holdfast") == 700 ]] || fail "state dir not 0700"
+[[ $(stat -c '%a %s' "$root/etc/holdfast/state.key") == "600 32" ]] || fail "state key not 32 bytes, 0600"
 for m in firmware/manifests/*.yaml; do
 	cmp -s "$m" "$root/etc/holdfast/manifests/$(basename "$m")" || fail "manifest $m not installed"
 done
@@ -45,11 +46,11 @@ manifest=$(basename "$(ls firmware/manifests/*.yaml | head -1)")
 echo '# edited' >>"$root/etc/holdfast/manifests/$manifest"
 removed=$(basename "$(ls firmware/manifests/*.yaml | tail -1)")
 rm "$root/etc/holdfast/manifests/$removed"
-edited=$(sha256sum "$root/etc/holdfast/config.yaml" "$root/etc/cni/net.d/10-holdfast.conflist" "$root/etc/holdfast/manifests/$manifest")
+edited=$(sha256sum "$root/etc/holdfast/config.yaml" "$root/etc/cni/net.d/10-holdfast.conflist" "$root/etc/holdfast/manifests/$manifest" "$root/etc/holdfast/state.key")
 printf '#!/bin/sh\necho v2\n' >"$bundle/bin/holdfast"
 sh "$bundle/install.sh" --root "$root" >/dev/null
-[[ $(sha256sum "$root/etc/holdfast/config.yaml" "$root/etc/cni/net.d/10-holdfast.conflist" "$root/etc/holdfast/manifests/$manifest") == "$edited" ]] ||
-	fail "the upgrade overwrote the operator's configuration"
+[[ $(sha256sum "$root/etc/holdfast/config.yaml" "$root/etc/cni/net.d/10-holdfast.conflist" "$root/etc/holdfast/manifests/$manifest" "$root/etc/holdfast/state.key") == "$edited" ]] ||
+	fail "the upgrade overwrote the operator's configuration or the state key"
 [[ $("$root/usr/bin/holdfast") == v2 ]] || fail "the upgrade did not replace the binary"
 [[ ! -e $root/etc/holdfast/manifests/$removed ]] || fail "the upgrade brought back the manifest the operator removed"
 echo "install_test.sh: ok (install, reinstall unchanged, upgrade keeps configuration)"
