@@ -86,7 +86,10 @@ test-short:
 .PHONY: test-arm
 
 # test-arm runs the unit tests of the gateway's core packages for arm64 and armv7 under
-# qemu-user (hack/test-arm.sh lists them; ARM_TEST_PKGS and ARM_TEST_ARCHES narrow it).
+# qemu-user (hack/test-arm.sh lists them; ARM_TEST_PKGS and ARM_TEST_ARCHES narrow it). Not
+# part of `make test` or `make check`: it compiles every package twice more (one per
+# architecture), which takes minutes on 2 cores; the cross-build of `make check` still
+# catches what does not compile there.
 test-arm:
 	hack/test-arm.sh
 

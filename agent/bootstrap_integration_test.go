@@ -147,7 +147,8 @@ func TestTLSBootstrap(t *testing.T) {
 	if cert.Subject.CommonName != "system:node:"+node || len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != "system:nodes" {
 		t.Errorf("certificate subject %s, want CN=system:node:%s, O=system:nodes", cert.Subject, node)
 	}
-	kc, err := clientcmd.LoadFromFile(e.agent.Config.Kubeconfig)
+	// Not set in the configuration: it defaults to <stateDir>/kubeconfig.
+	kc, err := clientcmd.LoadFromFile(filepath.Join(e.agent.Config.StateDir, "kubeconfig"))
 	if err != nil {
 		t.Fatalf("the node kubeconfig: %v", err)
 	}
