@@ -247,6 +247,7 @@ type podView struct {
 const saTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 func (e *env) readPodView(containerID string) (podView, error) {
+	containerID = strings.TrimPrefix(containerID, "containerd://")
 	var v podView
 	for _, f := range []struct {
 		dst *string
