@@ -3,10 +3,15 @@ package agent
 import (
 	"context"
 
+	"github.com/containerd/containerd/v2/pkg/apparmor"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
+	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/node"
+	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/policy"
 )
 
@@ -17,6 +22,8 @@ type admitter struct {
 	nodeLabels map[string]string
 	storageDir string
 	maxPods    int
+	sysctls    []string       // sysctls pods may set: kubelet's safe set and allowedUnsafeSysctls
+	appArmor   bool           // the host enforces AppArmor profiles
 	policies   policyAdmitter // nil: no policies configured
 	policyErr  error          // the policy configuration could not be loaded: refuse new pods
 }
@@ -32,7 +39,7 @@ func (a *admitter) Admit(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod) a
 		return admission.Result{Reason: admission.ReasonUnexpectedErr, Message: "measure node resources: " + err.Error()}
 	}
 	labels := node.Labels(a.nodeName, a.nodeLabels)
-	if r := admission.Check(pod, admission.Node{Labels: labels, Allocatable: allocatable}, admitted); !r.Admitted {
+	if r := admission.Check(pod, admission.Node{Labels: labels, Allocatable: allocatable, Sysctls: a.sysctls, AppArmor: a.appArmor}, admitted); !r.Admitted {
 		return r
 	}
 	if a.policyErr != nil {
@@ -45,4 +52,24 @@ func (a *admitter) Admit(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod) a
 		}
 	}
 	return admission.Admit
+}
+
+// allowedSysctls is the node's sysctl allowlist, as kubelet builds it: the safe sysctls this
+// kernel namespaces, then the configuration's allowedUnsafeSysctls.
+func allowedSysctls(cfg config.Config) []string {
+	var uts unix.Utsname
+	release := ""
+	if unix.Uname(&uts) == nil {
+		release = unix.ByteSliceToString(uts.Release[:])
+	}
+	return append(admission.SafeSysctls(release), cfg.AllowedUnsafeSysctls...)
+}
+
+// nodeSecurity is what this host contributes to its containers' confinement.
+func nodeSecurity(cfg config.Config) pods.NodeSecurity {
+	return pods.NodeSecurity{
+		SeccompProfileRoot: cfg.SeccompProfileRoot,
+		AppArmor:           apparmor.HostSupports(),
+		CgroupNamespace:    cgroups.Host().Mode == cgroups.Unified,
+	}
 }

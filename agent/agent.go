@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/apparmor"
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -149,6 +150,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		BackOffMax:      cfg.Pods.BackOffMax.Duration,
 		HostIPs:         hostIPs,
 		Volumes:         volMgr,
+		Security:        nodeSecurity(cfg),
 		MemoryCapacity: func() int64 {
 			capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
 			if err != nil {
@@ -158,7 +160,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}(),
 	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
 
-	adm := &admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods}
+	adm := &admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods,
+		sysctls: allowedSysctls(cfg), appArmor: apparmor.HostSupports()}
 	policies, err := a.openPolicies(ctx)
 	if err != nil {
 		// Fail closed for new pods only: running pods were admitted and keep running.

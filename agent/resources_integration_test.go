@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -27,8 +28,8 @@ func (e *env) podLog(t *testing.T, p *v1.Pod, container string) string {
 	return string(b)
 }
 
-// cgroupFile reads a cgroup v1 file of a running container, found through its process.
-func (e *env) cgroupFile(t *testing.T, containerID, file string) string {
+// taskPid returns the host PID of a running container's process.
+func (e *env) taskPid(t *testing.T, containerID string) int {
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), "holdfast")
 	c, err := e.cd.Client.LoadContainer(ctx, containerID)
@@ -39,23 +40,22 @@ func (e *env) cgroupFile(t *testing.T, containerID, file string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return int(task.Pid())
+}
+
+// cgroupFile reads a file of a running container's cgroup for a controller ("devices/devices.list").
+func (e *env) cgroupFile(t *testing.T, containerID, file string) string {
+	t.Helper()
 	controller, name, _ := strings.Cut(file, "/")
-	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", task.Pid()))
+	dir, err := cgroups.Host().ProcessDir(e.taskPid(t, containerID), controller)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(cg), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) == 3 && parts[1] == controller {
-			b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, parts[2], name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return strings.TrimSpace(string(b))
-		}
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no %s cgroup in %s", controller, cg)
-	return ""
+	return strings.TrimSpace(string(b))
 }
 
 // TestResourcesAndSecurityContext: limits become cgroup settings the container sees, an OOM
@@ -67,7 +67,7 @@ func TestResourcesAndSecurityContext(t *testing.T) {
 	pods := e.cp.Admin.CoreV1().Pods("default")
 
 	limited := sleeperPod("limited", true)
-	limited.Spec.Containers[0] = step("main", "id -u; id -g; touch /probe-write 2>/dev/null && echo rootfs-writable || echo rootfs-readonly; grep CapEff /proc/self/status; exec sleep 3600")
+	limited.Spec.Containers[0] = step("main", "id -u; id -g; touch /probe-write 2>/dev/null && echo rootfs-writable || echo rootfs-readonly; grep Cap /proc/self/status; exec sleep 3600")
 	limited.Spec.Containers[0].Resources = v1.ResourceRequirements{
 		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m"), v1.ResourceMemory: resource.MustParse("32Mi")},
 		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("64Mi")},
@@ -113,7 +113,9 @@ func TestResourcesAndSecurityContext(t *testing.T) {
 	}
 	testenv.Eventually(t, 30*time.Second, "limits and identity seen inside the container", func() error {
 		out := e.podLog(t, running, "main")
-		for _, want := range []string{"1234", "2345", "rootfs-readonly", "CapEff:\t0000000000000000"} {
+		// A non-root process has no effective capabilities whatever it may keep: the bounding
+		// set is what shows that drop ALL dropped them all.
+		for _, want := range []string{"1234", "2345", "rootfs-readonly", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000"} {
 			if !strings.Contains(out, want) {
 				return fmt.Errorf("output %q lacks %q", out, want)
 			}
@@ -121,16 +123,24 @@ func TestResourcesAndSecurityContext(t *testing.T) {
 		return nil
 	})
 
-	// The cgroup the runtime put the container in carries the limits.
+	// The cgroup the runtime put the container in carries the limits, on either hierarchy.
 	id := strings.TrimPrefix(running.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	for file, want := range map[string]string{
-		"cpu/cpu.cfs_quota_us":         "50000",
-		"cpu/cpu.shares":               "256",
-		"memory/memory.limit_in_bytes": fmt.Sprint(64 << 20),
-	} {
-		if got := e.cgroupFile(t, id, file); got != want {
-			t.Errorf("%s = %q, want %q", file, got, want)
+	h := cgroups.Host()
+	limits, err := h.Limits(e.taskPid(t, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cgroups.Limits{CPUQuota: 50000, CPUPeriod: 100000, CPUShares: 256, MemoryMax: 64 << 20}
+	if h.Mode == cgroups.Unified {
+		// runc writes the weight of the shares; runc 1.1 (Debian 12) converts linearly, later
+		// releases with a quadratic fit (35 for 256 shares).
+		want.CPUShares, want.CPUWeight = 0, cgroups.SharesToWeight(256)
+		if limits.CPUWeight == 35 {
+			want.CPUWeight = 35
 		}
+	}
+	if limits != want {
+		t.Errorf("cgroup %s limits %+v, want %+v", h.Mode, limits, want)
 	}
 
 	testenv.Eventually(t, 60*time.Second, "memory hog OOMKilled", func() error {
@@ -262,6 +272,10 @@ func (e *env) checkPrivileged(t *testing.T) {
 		caps["privileged"], caps["plain"], len(plainLacks), len(hostDevs), plainLacks[:min(3, len(plainLacks))])
 	if len(plainLacks) == 0 {
 		t.Errorf("the plain container has every host device %v: %v", hostDevs, devs["plain"])
+	}
+	if cgroups.Host().Mode == cgroups.Unified {
+		// cgroup v2 has no devices.list: runc enforces the allow-list with an eBPF program.
+		return
 	}
 	if got := e.cgroupFile(t, ids["privileged"], "devices/devices.list"); got != "a *:* rwm" {
 		t.Errorf("privileged devices cgroup %q, want every device allowed", got)

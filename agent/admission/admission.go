@@ -39,11 +39,22 @@ var Admit = Result{Admitted: true}
 type Node struct {
 	Labels      map[string]string
 	Allocatable v1.ResourceList
+	// Sysctls are the sysctls (names, or patterns ending in "*") pods may set: kubelet's safe
+	// set (SafeSysctls) and the configuration's allowedUnsafeSysctls.
+	Sysctls []string
+	// AppArmor says the host enforces AppArmor profiles.
+	AppArmor bool
 }
 
 // Check runs the built-in checks for pod, given the pods already admitted and running.
 func Check(pod *v1.Pod, node Node, admitted []*v1.Pod) Result {
 	if r := checkSupported(pod); !r.Admitted {
+		return r
+	}
+	if r := checkSysctls(pod, node.Sysctls); !r.Admitted {
+		return r
+	}
+	if r := checkAppArmor(pod, node.AppArmor); !r.Admitted {
 		return r
 	}
 	if r := checkAffinity(pod, node); !r.Admitted {

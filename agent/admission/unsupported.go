@@ -19,10 +19,9 @@ var unsupportedChecks = []struct {
 	field string
 	used  func(pod *v1.Pod) bool
 }{
-	{"spec.hostPID", func(p *v1.Pod) bool { return p.Spec.HostPID }},
-
-	{"spec.hostIPC", func(p *v1.Pod) bool { return p.Spec.HostIPC }},
-
+	// No pause container holds a pod-wide PID namespace (see the README), and borrowing the first
+	// container's is not sound: when it exits or restarts, the kernel kills every process of the
+	// namespace, the other containers with it.
 	{"spec.shareProcessNamespace", func(p *v1.Pod) bool {
 		return p.Spec.ShareProcessNamespace != nil && *p.Spec.ShareProcessNamespace
 	}},
@@ -31,37 +30,8 @@ var unsupportedChecks = []struct {
 		return p.Spec.HostUsers != nil && !*p.Spec.HostUsers
 	}},
 
-	{"spec.securityContext.sysctls", func(p *v1.Pod) bool {
-		return p.Spec.SecurityContext != nil && len(p.Spec.SecurityContext.Sysctls) > 0
-	}},
-
-	{"spec.securityContext.fsGroup", func(p *v1.Pod) bool {
-		return p.Spec.SecurityContext != nil && (p.Spec.SecurityContext.FSGroup != nil || p.Spec.SecurityContext.FSGroupChangePolicy != nil)
-	}},
-
-	{"seccompProfile type Localhost", func(p *v1.Pod) bool {
-		if sc := p.Spec.SecurityContext; sc != nil && isLocalhostSeccomp(sc.SeccompProfile) {
-			return true
-		}
-		return anyContainer(p, func(c *v1.Container) bool {
-			return c.SecurityContext != nil && isLocalhostSeccomp(c.SecurityContext.SeccompProfile)
-		})
-	}},
-
-	{"appArmorProfile (other than Unconfined)", func(p *v1.Pod) bool {
-		if sc := p.Spec.SecurityContext; sc != nil && confinedAppArmor(sc.AppArmorProfile) {
-			return true
-		}
-		for k, v := range p.Annotations {
-			if strings.HasPrefix(k, v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix) && v != v1.DeprecatedAppArmorBetaProfileNameUnconfined {
-				return true
-			}
-		}
-		return anyContainer(p, func(c *v1.Container) bool {
-			return c.SecurityContext != nil && confinedAppArmor(c.SecurityContext.AppArmorProfile)
-		})
-	}},
-
+	// The API accepts Unmasked only with hostUsers: false (a user namespace), refused above; an
+	// unmasked /proc in the host's user namespace is what the validation exists to prevent.
 	{"securityContext.procMount: Unmasked", func(p *v1.Pod) bool {
 		return anyContainer(p, func(c *v1.Container) bool {
 			return c.SecurityContext != nil && c.SecurityContext.ProcMount != nil && *c.SecurityContext.ProcMount == v1.UnmaskedProcMount
@@ -145,10 +115,6 @@ func anyContainer(p *v1.Pod, f func(c *v1.Container) bool) bool {
 		}
 	}
 	return false
-}
-
-func isLocalhostSeccomp(p *v1.SeccompProfile) bool {
-	return p != nil && p.Type == v1.SeccompProfileTypeLocalhost
 }
 
 func confinedAppArmor(p *v1.AppArmorProfile) bool {

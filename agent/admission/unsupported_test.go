@@ -14,21 +14,8 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		field string
 		edit  func(p *v1.Pod)
 	}{
-		{"spec.hostPID", func(p *v1.Pod) { p.Spec.HostPID = true }},
-		{"spec.hostIPC", func(p *v1.Pod) { p.Spec.HostIPC = true }},
 		{"spec.shareProcessNamespace", func(p *v1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(true) }},
 		{"spec.hostUsers", func(p *v1.Pod) { p.Spec.HostUsers = ptr.To(false) }},
-		{"spec.securityContext.sysctls", func(p *v1.Pod) {
-			p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "net.core.somaxconn", Value: "1024"}}}
-		}},
-		{"spec.securityContext.fsGroup", func(p *v1.Pod) { p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](2000)} }},
-		{"seccompProfile type Localhost", func(p *v1.Pod) {
-			p.Spec.InitContainers = []v1.Container{{Name: "init", SecurityContext: &v1.SecurityContext{
-				SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("audit.json")}}}}
-		}},
-		{"appArmorProfile", func(p *v1.Pod) {
-			p.Annotations = map[string]string{v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": "runtime/default"}
-		}},
 		{"procMount", func(p *v1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: ptr.To(v1.UnmaskedProcMount)}
 		}},
@@ -66,5 +53,14 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 	p.Spec.RuntimeClassName = ptr.To("")
 	if r := Check(p, node, nil); !r.Admitted {
 		t.Fatalf("a pod with only defaults was rejected: %+v", r)
+	}
+
+	// Implemented: no longer refused (sysctls and AppArmor have checks of their own).
+	p = pod("", "", nil)
+	p.Spec.HostPID, p.Spec.HostIPC = true, true
+	p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](2000), FSGroupChangePolicy: ptr.To(v1.FSGroupChangeOnRootMismatch),
+		SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("audit.json")}}
+	if r := Check(p, node, nil); !r.Admitted {
+		t.Fatalf("a pod using implemented fields was rejected: %+v", r)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/component-helpers/node/util/sysctl"
 	"sigs.k8s.io/yaml"
 )
 
@@ -61,6 +63,15 @@ type Config struct {
 	// ContainerLogMaxFiles is how many log files of one container attempt are kept, the live
 	// one included (kubelet's containerLogMaxFiles). Defaults to 5; at least 2.
 	ContainerLogMaxFiles int `json:"containerLogMaxFiles,omitempty"`
+	// AllowedUnsafeSysctls are the sysctls, or patterns ending in "*" (kernel.msg*, net.core.*),
+	// that pods may set beyond kubelet's safe set (kubelet's allowedUnsafeSysctls). Each must be
+	// namespaced (net.*, kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.*). A pod asking for
+	// another is rejected with reason SysctlForbidden. Defaults to none.
+	AllowedUnsafeSysctls []string `json:"allowedUnsafeSysctls,omitempty"`
+	// SeccompProfileRoot is the directory seccomp profiles of type Localhost are read from
+	// (kubelet's <root-dir>/seccomp): localhostProfile is a path below it. Defaults to
+	// <stateDir>/seccomp.
+	SeccompProfileRoot string `json:"seccompProfileRoot,omitempty"`
 
 	Containerd ContainerdConfig `json:"containerd,omitempty"`
 	CNI        CNIConfig        `json:"cni,omitempty"`
@@ -194,6 +205,7 @@ func (c *Config) applyDefaults() {
 		c.ManifestDir = ""
 	}
 	setDefault(&c.PodLogDir, "/var/log/pods")
+	setDefault(&c.SeccompProfileRoot, filepath.Join(c.StateDir, "seccomp"))
 	setDefault(&c.ImagePreloadDir, "/usr/lib/holdfast/images")
 	setDefault(&c.PolicyDir, "/etc/holdfast/policies")
 	if c.ImagePreloadDir == "-" {
@@ -307,6 +319,11 @@ func (c *Config) Validate() error {
 	}
 	if q, err := resource.ParseQuantity(c.ContainerLogMaxSize); err != nil || q.Sign() <= 0 {
 		errs = append(errs, fmt.Errorf("containerLogMaxSize %q: want a positive quantity such as 10Mi", c.ContainerLogMaxSize))
+	}
+	for _, s := range c.AllowedUnsafeSysctls {
+		if ns, _, _ := sysctl.GetNamespace(s); ns == sysctl.UnknownNamespace || ns == sysctl.UserNamespace {
+			errs = append(errs, fmt.Errorf("allowedUnsafeSysctls: %q is not a namespaced sysctl (net.*, kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.*)", s))
+		}
 	}
 	if c.ContainerLogMaxFiles < 2 {
 		errs = append(errs, fmt.Errorf("containerLogMaxFiles %d: at least 2 (the live file and one rotated)", c.ContainerLogMaxFiles))

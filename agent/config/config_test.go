@@ -20,6 +20,14 @@ func TestLoadDefaults(t *testing.T) {
 	if c.MaxPods != 110 || c.Containerd.Namespace != "holdfast" || !c.Standalone() {
 		t.Errorf("unexpected defaults: %+v", c)
 	}
+	// Like kubelet's <root-dir>/seccomp, Localhost seccomp profiles live under the state dir.
+	if c.SeccompProfileRoot != "/var/lib/holdfast/seccomp" || len(c.AllowedUnsafeSysctls) != 0 {
+		t.Errorf("seccompProfileRoot %q, allowedUnsafeSysctls %v; want /var/lib/holdfast/seccomp and none", c.SeccompProfileRoot, c.AllowedUnsafeSysctls)
+	}
+	c, err = LoadWith("", func(c *Config) { c.StateDir = "/data/holdfast" })
+	if err != nil || c.SeccompProfileRoot != "/data/holdfast/seccomp" {
+		t.Errorf("seccompProfileRoot %q (%v), want it to follow stateDir", c.SeccompProfileRoot, err)
+	}
 }
 
 func TestLoadFile(t *testing.T) {
@@ -32,6 +40,8 @@ func TestLoadFile(t *testing.T) {
 		{"renew longer than lease", "nodeStatus:\n  leaseRenewInterval: 50s\n", "must be shorter"},
 		{"negative pods", "maxPods: -1\n", "negative"},
 		{"relist threshold not above period", "pods:\n  relistThreshold: 1s\n", "must be longer than pods.relistPeriod"},
+		{"unsafe sysctl not namespaced", "allowedUnsafeSysctls: [net.core.somaxconn, vm.swappiness]\n", `"vm.swappiness" is not a namespaced sysctl`},
+		{"unsafe sysctl of the user namespace", "allowedUnsafeSysctls: [user.max_user_namespaces]\n", "not a namespaced sysctl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "config.yaml")

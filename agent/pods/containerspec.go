@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	v1 "k8s.io/api/core/v1"
@@ -85,75 +84,6 @@ func withOOMScoreAdj(adj int) runtime.SpecOpt {
 // clamp leaves kubelet's scores as they are; an agent left at 0 clamps Guaranteed pods to 0.
 func clampOOMScoreAdj(adj, own int) int { return max(adj, own) }
 
-// securitySpecOpts applies the pod's and the container's securityContext.
-func securitySpecOpts(pod *v1.Pod, c *v1.Container) []runtime.SpecOpt {
-	var opts []runtime.SpecOpt
-	psc := pod.Spec.SecurityContext
-	if psc == nil {
-		psc = &v1.PodSecurityContext{}
-	}
-	sc := c.SecurityContext
-	if sc == nil {
-		sc = &v1.SecurityContext{}
-	}
-	uid, gid := sc.RunAsUser, sc.RunAsGroup
-	if uid == nil {
-		uid = psc.RunAsUser
-	}
-	if gid == nil {
-		gid = psc.RunAsGroup
-	}
-	switch {
-	case uid != nil && gid != nil:
-		opts = append(opts, oci.WithUIDGID(uint32(*uid), uint32(*gid)))
-	case uid != nil:
-		opts = append(opts, oci.WithUserID(uint32(*uid)))
-	}
-	if len(psc.SupplementalGroups) > 0 {
-		groups := make([]string, len(psc.SupplementalGroups))
-		for i, g := range psc.SupplementalGroups {
-			groups[i] = strconv.FormatInt(g, 10)
-		}
-		opts = append(opts, oci.WithAppendAdditionalGroups(groups...))
-	}
-	nonRoot := sc.RunAsNonRoot
-	if nonRoot == nil {
-		nonRoot = psc.RunAsNonRoot
-	}
-	if nonRoot != nil && *nonRoot {
-		opts = append(opts, verifyNonRoot(pod, c))
-	}
-	// A privileged container gets every capability, the host's devices and writable /sys and
-	// cgroupfs, and no seccomp filter, whatever else its securityContext says: containerd's
-	// CRI plugin (what kubelet nodes run) ignores capabilities and seccompProfile for it.
-	privileged := sc.Privileged != nil && *sc.Privileged
-	if privileged {
-		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices,
-			oci.WithWriteableSysfs, oci.WithWriteableCgroupfs)
-	} else if caps := sc.Capabilities; caps != nil {
-		if len(caps.Add) > 0 {
-			opts = append(opts, oci.WithAddedCapabilities(capNames(caps.Add)))
-		}
-		if len(caps.Drop) > 0 {
-			opts = append(opts, oci.WithDroppedCapabilities(capNames(caps.Drop)))
-		}
-	}
-	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
-		opts = append(opts, oci.WithRootFSReadonly())
-	}
-	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
-		opts = append(opts, oci.WithNoNewPrivileges)
-	}
-	profile := sc.SeccompProfile
-	if profile == nil {
-		profile = psc.SeccompProfile
-	}
-	if !privileged && profile != nil && profile.Type == v1.SeccompProfileTypeRuntimeDefault {
-		opts = append(opts, seccomp.WithDefaultProfile())
-	}
-	return opts
-}
-
 // verifyNonRoot refuses a container that would run as root, after the image's user and the
 // securityContext were applied, with kubelet's message.
 func verifyNonRoot(pod *v1.Pod, c *v1.Container) runtime.SpecOpt {
@@ -164,21 +94,4 @@ func verifyNonRoot(pod *v1.Pod, c *v1.Container) runtime.SpecOpt {
 		}
 		return nil
 	}
-}
-
-// capNames turns Kubernetes capability names ("NET_ADMIN") into OCI ones ("CAP_NET_ADMIN").
-func capNames(caps []v1.Capability) []string {
-	out := make([]string, 0, len(caps))
-	for _, c := range caps {
-		name := strings.ToUpper(string(c))
-		if name == "ALL" {
-			out = append(out, "ALL")
-			continue
-		}
-		if !strings.HasPrefix(name, "CAP_") {
-			name = "CAP_" + name
-		}
-		out = append(out, name)
-	}
-	return out
 }

@@ -56,6 +56,8 @@ type Config struct {
 	Now func() time.Time
 	// Volumes prepares and tears down pod volumes, and is the EnvSource of env. Required.
 	Volumes *volumes.Manager
+	// Security is what the node contributes to its containers' confinement.
+	Security NodeSecurity
 }
 
 // Manager dispatches desired pods to their workers and watches the runtime for changes.

@@ -148,7 +148,6 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 
 	opts := []oci.SpecOpts{
 		oci.WithImageConfig(img),
-		oci.WithHostname(cfg.Hostname),
 		withKubernetesArgs(img, cfg.Command, cfg.Args),
 		oci.WithEnv(cfg.Env),
 		oci.WithMounts(cfg.Mounts),
@@ -157,9 +156,13 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 		opts = append(opts, oci.WithProcessCwd(cfg.WorkingDir))
 	}
 	if cfg.NetNSPath != "" {
-		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: cfg.NetNSPath}))
+		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: cfg.NetNSPath}),
+			oci.WithHostname(cfg.Hostname))
 	} else {
-		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostHostsFile, oci.WithHostResolvconf)
+		// The host's network comes with the host's UTS namespace, hence its hostname, as with
+		// kubelet: no hostname of its own.
+		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostNamespace(specs.UTSNamespace),
+			oci.WithHostHostsFile, oci.WithHostResolvconf)
 	}
 	opts = append(opts, cfg.SpecOpts...)
 

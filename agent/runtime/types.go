@@ -75,11 +75,13 @@ type ContainerConfig struct {
 	Env        []string // KEY=VALUE, appended to the image's environment
 	WorkingDir string
 
-	// NetNSPath is the pod's network namespace; empty means the host network.
+	// NetNSPath is the pod's network namespace; empty means the host network, and with it the
+	// host's UTS namespace (its hostname).
 	NetNSPath string
-	Hostname  string
-	Mounts    []specs.Mount
-	LogPath   string
+	// Hostname is the container's hostname, in its own UTS namespace (not with the host network).
+	Hostname string
+	Mounts   []specs.Mount
+	LogPath  string
 	// SpecOpts are applied last, for what the pod layer decides (security, resources).
 	SpecOpts []SpecOpt
 }

@@ -150,7 +150,12 @@ func (m *Manager) projectedPayload(ctx context.Context, pod *v1.Pod, p *v1.Proje
 		case src.ServiceAccountToken != nil:
 			var token string
 			if token, err = m.serviceAccountToken(ctx, pod, src.ServiceAccountToken); err == nil {
-				part = map[string]file{src.ServiceAccountToken.Path: {data: []byte(token), mode: os.FileMode(mode)}}
+				// As kubelet: with fsGroup the token is 0600, and fsGroup makes it 0640.
+				tokenMode := os.FileMode(mode)
+				if fsGroupOf(pod) != nil {
+					tokenMode = 0o600
+				}
+				part = map[string]file{src.ServiceAccountToken.Path: {data: []byte(token), mode: tokenMode}}
 			}
 		case src.ClusterTrustBundle != nil:
 			err = errors.New("clusterTrustBundle projections are not supported by holdfast")

@@ -53,8 +53,11 @@
 //     container has one, else the node's allocatable memory (kubelet's SizeMemoryBackedVolumes).
 //   - mountPropagation is ignored: every mount is rprivate. HostToContainer and Bidirectional
 //     need a shared host mount tree that gateway images rarely have.
-//   - fsGroup, fsUser and SELinux relabelling are not applied; files are owned by root with the
-//     modes the pod asks for.
+//   - fsGroup is applied as kubelet applies it (group ownership, group bits, setgid
+//     directories; service account tokens 0640) to the volumes holdfast creates; since every
+//     one of them is created by holdfast, empty or with content it writes, fsGroupChangePolicy
+//     Always and OnRootMismatch give the same result. fsUser and SELinux relabelling are not
+//     applied: files are owned by root.
 //   - Volume types other than emptyDir, hostPath, configMap, secret, downwardAPI and projected
 //     (configMap, secret, downwardAPI, serviceAccountToken sources) are refused with an error
 //     naming the volume; clusterTrustBundle and podCertificate projections too.

@@ -201,11 +201,16 @@ func (m *Manager) setupVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 		dir := m.volumeDir(pod.UID, dirEmptyDir, vol.Name)
 		switch vol.EmptyDir.Medium {
 		case v1.StorageMediumDefault:
-			// World-writable, as kubelet makes it: the containers may run as any user.
+			// World-writable, as kubelet makes it: the containers may run as any user. With
+			// fsGroup, setgid too (applyFSGroup), which this must not take away.
+			mode := os.FileMode(0o777)
+			if fsGroupOf(pod) != nil {
+				mode |= os.ModeSetgid
+			}
 			if err := os.MkdirAll(dir, 0o777); err != nil {
 				return volume{}, err
 			}
-			if err := os.Chmod(dir, 0o777); err != nil {
+			if err := os.Chmod(dir, mode); err != nil {
 				return volume{}, err
 			}
 		case v1.StorageMediumMemory:
@@ -214,6 +219,11 @@ func (m *Manager) setupVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 			}
 		default:
 			return volume{}, fmt.Errorf("emptyDir medium %q is not supported by holdfast", vol.EmptyDir.Medium)
+		}
+		if gid := fsGroupOf(pod); gid != nil {
+			if err := applyFSGroup(dir, *gid, false); err != nil {
+				return volume{}, err
+			}
 		}
 		return volume{hostPath: dir}, nil
 	case vol.HostPath != nil:
@@ -289,9 +299,21 @@ func (m *Manager) writeContent(ctx context.Context, pod *v1.Pod, vol *v1.Volume,
 	if err != nil {
 		return err
 	}
+	gid := fsGroupOf(pod)
+	if gid != nil {
+		// The modes fsGroup gives, in the payload itself, so that an unchanged payload still
+		// compares equal to what is on disk.
+		for p, f := range payload {
+			f.mode |= fsGroupRO
+			payload[p] = f
+		}
+	}
 	changed, err := writeAtomic(dir, payload)
 	if changed {
 		m.log.Debug("volume content written", "pod", pod.Namespace+"/"+pod.Name, "volume", vol.Name, "files", len(payload))
+	}
+	if err == nil && gid != nil {
+		err = applyFSGroup(dir, *gid, true)
 	}
 	return err
 }

@@ -1,0 +1,217 @@
+// Package cgroups reads the control groups the runtime puts containers in, on either
+// hierarchy: cgroup v1 (one tree per controller, this package's Legacy and Hybrid modes) and
+// cgroup v2 (one unified tree, what Debian 12 with systemd runs). It owns the knowledge of
+// which file holds what on each, so that callers ask for a limit, not for a file name.
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mode is how the host mounts its cgroups.
+type Mode int
+
+const (
+	// Legacy: cgroup v1 only, one hierarchy per controller under the root.
+	Legacy Mode = iota
+	// Hybrid: cgroup v1 controllers, plus an empty cgroup v2 tree at <root>/unified that
+	// systemd uses to track processes. Limits live in the v1 trees.
+	Hybrid
+	// Unified: cgroup v2 alone, at the root.
+	Unified
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Legacy:
+		return "v1"
+	case Hybrid:
+		return "v1 (hybrid)"
+	case Unified:
+		return "v2"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Hierarchy is a host's cgroup file systems.
+type Hierarchy struct {
+	// Root is where the cgroup file systems are mounted: /sys/fs/cgroup.
+	Root string
+	// Proc is the proc file system: /proc.
+	Proc string
+	Mode Mode
+}
+
+// Host returns this host's hierarchy, its mode detected as runc and containerd detect it.
+func Host() Hierarchy {
+	return Hierarchy{Root: "/sys/fs/cgroup", Proc: "/proc", Mode: DetectMode("/sys/fs/cgroup")}
+}
+
+// DetectMode tells the hierarchy mounted at root by the file system types: a cgroup2 root is
+// Unified, a cgroup2 <root>/unified is Hybrid, anything else Legacy.
+func DetectMode(root string) Mode {
+	var st unix.Statfs_t
+	if unix.Statfs(root, &st) == nil && int64(st.Type) == unix.CGROUP2_SUPER_MAGIC {
+		return Unified
+	}
+	if unix.Statfs(filepath.Join(root, "unified"), &st) == nil && int64(st.Type) == unix.CGROUP2_SUPER_MAGIC {
+		return Hybrid
+	}
+	return Legacy
+}
+
+// ProcessDir is the directory of the cgroup process pid is in for controller ("cpu",
+// "memory", ...). On a unified hierarchy every controller shares one directory.
+func (h Hierarchy) ProcessDir(pid int, controller string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(h.Proc, strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return "", fmt.Errorf("cgroup of process %d: %w", pid, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if h.Mode == Unified {
+			if parts[0] == "0" && parts[1] == "" {
+				return filepath.Join(h.Root, parts[2]), nil
+			}
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == controller {
+				return filepath.Join(h.Root, controller, parts[2]), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("process %d is in no %s cgroup (%s hierarchy)", pid, controller, h.Mode)
+}
+
+// Unlimited is what Limits reports for a limit that is not set.
+const Unlimited = -1
+
+// Limits are the resource limits of a process's cgroups.
+type Limits struct {
+	// CPUQuota and CPUPeriod are the CFS bandwidth limit in microseconds; CPUQuota is
+	// Unlimited when there is none.
+	CPUQuota  int64
+	CPUPeriod int64
+	// CPUShares (v1) or CPUWeight (v2) is the relative CPU weight; the other one is 0. runc
+	// writes the weight of the shares asked for, see SharesToWeight.
+	CPUShares uint64
+	CPUWeight uint64
+	// MemoryMax is the memory limit in bytes; Unlimited when there is none (v2 "max"; v1
+	// reports the kernel's page counter maximum).
+	MemoryMax int64
+}
+
+// Limits reads the limits of the cgroups process pid is in.
+func (h Hierarchy) Limits(pid int) (Limits, error) {
+	var l Limits
+	cpuDir, err := h.ProcessDir(pid, "cpu")
+	if err != nil {
+		return l, err
+	}
+	memDir, err := h.ProcessDir(pid, "memory")
+	if err != nil {
+		return l, err
+	}
+	if h.Mode == Unified {
+		// cpu.max: "QUOTA PERIOD", QUOTA "max" when unlimited.
+		f, err := readFields(filepath.Join(cpuDir, "cpu.max"), 2)
+		if err != nil {
+			return l, err
+		}
+		if l.CPUQuota, err = parseMax(f[0]); err != nil {
+			return l, err
+		}
+		if l.CPUPeriod, err = strconv.ParseInt(f[1], 10, 64); err != nil {
+			return l, fmt.Errorf("cpu.max period %q: %w", f[1], err)
+		}
+		if l.CPUWeight, err = readUint(filepath.Join(cpuDir, "cpu.weight")); err != nil {
+			return l, err
+		}
+		f, err = readFields(filepath.Join(memDir, "memory.max"), 1)
+		if err != nil {
+			return l, err
+		}
+		l.MemoryMax, err = parseMax(f[0])
+		return l, err
+	}
+	f, err := readFields(filepath.Join(cpuDir, "cpu.cfs_quota_us"), 1)
+	if err != nil {
+		return l, err
+	}
+	if l.CPUQuota, err = strconv.ParseInt(f[0], 10, 64); err != nil {
+		return l, fmt.Errorf("cpu.cfs_quota_us %q: %w", f[0], err)
+	}
+	if l.CPUQuota < 0 {
+		l.CPUQuota = Unlimited
+	}
+	period, err := readUint(filepath.Join(cpuDir, "cpu.cfs_period_us"))
+	if err != nil {
+		return l, err
+	}
+	l.CPUPeriod = int64(period)
+	if l.CPUShares, err = readUint(filepath.Join(cpuDir, "cpu.shares")); err != nil {
+		return l, err
+	}
+	mem, err := readUint(filepath.Join(memDir, "memory.limit_in_bytes"))
+	if err != nil {
+		return l, err
+	}
+	l.MemoryMax = int64(min(mem, 1<<63-1))
+	return l, nil
+}
+
+// SharesToWeight is runc's conversion of cgroup v1 cpu.shares [2, 262144] to cgroup v2
+// cpu.weight [1, 10000]: what a container asking for shares gets on a v2 host.
+func SharesToWeight(shares uint64) uint64 {
+	if shares == 0 {
+		return 0
+	}
+	return 1 + ((shares-2)*9999)/262142
+}
+
+func readFields(path string, n int) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) < n {
+		return nil, fmt.Errorf("%s: %q has fewer than %d fields", path, b, n)
+	}
+	return f, nil
+}
+
+func readUint(path string) (uint64, error) {
+	f, err := readFields(path, 1)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
+// parseMax reads a v2 limit: a number, or "max" for none.
+func parseMax(s string) (int64, error) {
+	if s == "max" {
+		return Unlimited, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, errors.Join(fmt.Errorf("cgroup limit %q", s), err)
+	}
+	return v, nil
+}

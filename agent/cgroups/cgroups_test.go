@@ -1,0 +1,93 @@
+package cgroups
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// fakeHost lays out a /proc/PID/cgroup and cgroup files under a temporary root.
+func fakeHost(t *testing.T, mode Mode, procCgroup string, files map[string]string) Hierarchy {
+	t.Helper()
+	dir := t.TempDir()
+	h := Hierarchy{Root: filepath.Join(dir, "cgroup"), Proc: filepath.Join(dir, "proc"), Mode: mode}
+	files["../proc/42/cgroup"] = procCgroup
+	for name, content := range files {
+		p := filepath.Join(h.Root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+func TestLimitsUnified(t *testing.T) {
+	const ctr = "/holdfast/abc"
+	h := fakeHost(t, Unified, "0::"+ctr+"\n", map[string]string{
+		ctr + "/cpu.max":    "50000 100000\n",
+		ctr + "/cpu.weight": "10\n",
+		ctr + "/memory.max": "67108864\n",
+	})
+	dir, err := h.ProcessDir(42, "memory")
+	if err != nil || dir != filepath.Join(h.Root, ctr) {
+		t.Fatalf("ProcessDir = %q, %v; want the unified directory", dir, err)
+	}
+	l, err := h.Limits(42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Limits{CPUQuota: 50000, CPUPeriod: 100000, CPUWeight: 10, MemoryMax: 64 << 20}
+	if l != want {
+		t.Errorf("Limits = %+v, want %+v", l, want)
+	}
+
+	// No limits: "max".
+	h = fakeHost(t, Unified, "0::"+ctr+"\n", map[string]string{
+		ctr + "/cpu.max":    "max 100000\n",
+		ctr + "/cpu.weight": "100\n",
+		ctr + "/memory.max": "max\n",
+	})
+	if l, err = h.Limits(42); err != nil || l.CPUQuota != Unlimited || l.MemoryMax != Unlimited {
+		t.Errorf("Limits = %+v, %v; want quota and memory Unlimited", l, err)
+	}
+}
+
+func TestLimitsV1(t *testing.T) {
+	// As on a hybrid host: v1 controllers (cpu and cpuacct co-mounted here), systemd's empty v2
+	// tree on line 0, which holds no limits.
+	h := fakeHost(t, Hybrid, "9:name=systemd:/\n5:cpu,cpuacct:/holdfast/abc\n4:memory:/holdfast/abc\n0::/\n", map[string]string{
+		"cpu/holdfast/abc/cpu.cfs_quota_us":         "-1\n",
+		"cpu/holdfast/abc/cpu.cfs_period_us":        "100000\n",
+		"cpu/holdfast/abc/cpu.shares":               "256\n",
+		"memory/holdfast/abc/memory.limit_in_bytes": "67108864\n",
+	})
+	l, err := h.Limits(42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Limits{CPUQuota: Unlimited, CPUPeriod: 100000, CPUShares: 256, MemoryMax: 64 << 20}
+	if l != want {
+		t.Errorf("Limits = %+v, want %+v", l, want)
+	}
+	if _, err := h.ProcessDir(42, "devices"); err == nil {
+		t.Error("ProcessDir found a devices cgroup the process is not in")
+	}
+}
+
+func TestSharesToWeight(t *testing.T) {
+	for shares, weight := range map[uint64]uint64{2: 1, 1024: 39, 256: 10, 262144: 10000, 0: 0} {
+		if got := SharesToWeight(shares); got != weight {
+			t.Errorf("SharesToWeight(%d) = %d, want %d", shares, got, weight)
+		}
+	}
+}
+
+func TestDetectMode(t *testing.T) {
+	if m := DetectMode(t.TempDir()); m != Legacy {
+		t.Errorf("a plain directory detected as %s", m)
+	}
+	t.Logf("this host: %s", Host().Mode)
+}
