@@ -38,10 +38,6 @@ var unsupportedChecks = []struct {
 		})
 	}},
 
-	{"spec.readinessGates", func(p *v1.Pod) bool { return len(p.Spec.ReadinessGates) > 0 }},
-
-	{"spec.activeDeadlineSeconds", func(p *v1.Pod) bool { return p.Spec.ActiveDeadlineSeconds != nil }},
-
 	{"ports[].hostPort", func(p *v1.Pod) bool {
 		return anyContainer(p, func(c *v1.Container) bool {
 			for _, port := range c.Ports {

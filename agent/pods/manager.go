@@ -126,14 +126,15 @@ func (m *Manager) SetAdmission(a Admitter, store offline.Store) {
 	m.admitter, m.store = a, store
 }
 
-// admittedPods returns the pods admitted and not finished, except the one being judged.
+// admittedPods returns the pods admitted and not finished, except the one being judged: as
+// kubelet's admission, it leaves out pods that Succeeded or Failed.
 func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*v1.Pod
 	for uid, w := range m.workers {
 		w.mu.Lock()
-		if uid != except && w.decision != nil && w.decision.Admitted && !w.removed && !w.orphan {
+		if uid != except && w.decision != nil && w.decision.Admitted && !w.removed && !w.orphan && !w.terminal {
 			out = append(out, w.pod)
 		}
 		w.mu.Unlock()
@@ -193,6 +194,8 @@ func (m *Manager) Remove(uid types.UID, reason string) {
 	}
 	w.mu.Lock()
 	w.removed, w.reason = true, reason
+	w.readded = nil
+	w.cancelRunLocked()
 	w.mu.Unlock()
 	w.poke()
 }
@@ -240,11 +243,24 @@ func (m *Manager) startWorkerLocked(w *worker) {
 		defer m.wg.Done()
 		w.run(ctx)
 		m.mu.Lock()
-		if uid := w.podUID(); w.finished && m.workers[uid] == w {
-			delete(m.workers, uid)
-			m.terminated[uid] = m.now()
+		defer m.mu.Unlock()
+		uid := w.podUID()
+		if !w.finished || m.workers[uid] != w {
+			return
 		}
-		m.mu.Unlock()
+		delete(m.workers, uid)
+		m.terminated[uid] = m.now()
+		w.mu.Lock()
+		again := w.readded
+		w.mu.Unlock()
+		if again != nil {
+			// Its source delivered it again while it terminated: it starts afresh.
+			m.log.Info("pod delivered again by its source while terminating; starting it again", "pod", again.Namespace+"/"+again.Name, "uid", uid)
+			nw := newWorker(m, again)
+			m.workers[uid] = nw
+			m.startWorkerLocked(nw)
+			nw.poke()
+		}
 	}()
 }
 

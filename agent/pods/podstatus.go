@@ -2,6 +2,7 @@ package pods
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,7 +26,19 @@ const (
 	ReasonContainersNotReady      = "ContainersNotReady"
 	ReasonPodCompleted            = "PodCompleted"
 	ReasonContainersNotInitialzed = "ContainersNotInitialized"
+	ReasonReadinessGatesNotReady  = "ReadinessGatesNotReady"
 )
+
+// The pod's reason and message once it ran longer than spec.activeDeadlineSeconds, as kubelet
+// reports them.
+const (
+	ReasonDeadlineExceeded  = "DeadlineExceeded"
+	MessageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
+)
+
+// maxPodTerminationMessages is kubelet's MaxPodTerminationMessageLogLength: the termination
+// messages of all of a pod's containers together, split evenly between them.
+const maxPodTerminationMessages = 12 * 1024
 
 // waitingInfo is why a container is not running yet, as the last sync found out.
 type waitingInfo struct {
@@ -51,6 +64,10 @@ type statusInput struct {
 	// ready and started are the prober's answers for the running containers; nil means no
 	// prober: a running container is started and ready.
 	ready, started map[string]bool
+	// messages are the termination messages of exited containers, by container ID.
+	messages map[string]string
+	// deadlineExceeded: the pod ran longer than spec.activeDeadlineSeconds and is Failed.
+	deadlineExceeded bool
 }
 
 // computeStatus derives the pod's status from observed state alone. Condition transition
@@ -115,6 +132,8 @@ func computeStatus(in statusInput) v1.PodStatus {
 	}
 	st.Phase = podPhase(pod.Spec.RestartPolicy, st.ContainerStatuses, in.terminated)
 	switch {
+	case in.deadlineExceeded:
+		st.Phase, st.Reason, st.Message = v1.PodFailed, ReasonDeadlineExceeded, MessageDeadlineExceeded
 	case initFailed(pod, byName):
 		st.Phase = v1.PodFailed
 	case !isInit && st.Phase != v1.PodFailed && st.Phase != v1.PodSucceeded:
@@ -130,7 +149,7 @@ func computeStatus(in statusInput) v1.PodStatus {
 		condition(old, v1.PodScheduled, true, "", "", in.now),
 		initCond,
 		containersReady(old, allReady, st, in.now),
-		readyCondition(old, allReady, st, in.now),
+		readyCondition(old, pod.Spec.ReadinessGates, allReady, st, in.now),
 	}
 	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
 		st.Conditions[2] = condition(old, v1.ContainersReady, false, ReasonPodCompleted, "", in.now)
@@ -152,11 +171,31 @@ func containersReady(old v1.PodStatus, ok bool, st v1.PodStatus, now time.Time) 
 	return condition(old, v1.ContainersReady, false, ReasonContainersNotReady, notReadyMessage(st), now)
 }
 
-func readyCondition(old v1.PodStatus, ok bool, st v1.PodStatus, now time.Time) v1.PodCondition {
-	if ok {
-		return condition(old, v1.PodReady, true, "", "", now)
+// readyCondition is kubelet's GeneratePodReadyCondition: Ready once the containers are, and
+// every readiness gate's condition (set by other writers, read from the pod's status) is True.
+func readyCondition(old v1.PodStatus, gates []v1.PodReadinessGate, ok bool, st v1.PodStatus, now time.Time) v1.PodCondition {
+	if !ok {
+		return condition(old, v1.PodReady, false, ReasonContainersNotReady, notReadyMessage(st), now)
 	}
-	return condition(old, v1.PodReady, false, ReasonContainersNotReady, notReadyMessage(st), now)
+	var unready []string
+	for _, g := range gates {
+		var gc *v1.PodCondition
+		for i := range old.Conditions {
+			if old.Conditions[i].Type == g.ConditionType {
+				gc = &old.Conditions[i]
+			}
+		}
+		switch {
+		case gc == nil:
+			unready = append(unready, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", string(g.ConditionType)))
+		case gc.Status != v1.ConditionTrue:
+			unready = append(unready, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", string(g.ConditionType), gc.Status))
+		}
+	}
+	if len(unready) > 0 {
+		return condition(old, v1.PodReady, false, ReasonReadinessGatesNotReady, strings.Join(unready, ", "), now)
+	}
+	return condition(old, v1.PodReady, true, "", "", now)
 }
 
 func notInitializedMessage(st v1.PodStatus) string {
@@ -206,6 +245,9 @@ func containerStatus(c *v1.Container, attempts []runtime.Container, in statusInp
 	cs.RestartCount = int32(latest.Attempt)
 	cs.ContainerID = "containerd://" + latest.ID
 	cs.ImageID = latest.ImageRef
+	terminatedState := func(c runtime.Container) *v1.ContainerStateTerminated {
+		return terminatedStateOf(c, in.messages[c.ID], messageBudget(in.pod))
+	}
 	if len(attempts) > 1 {
 		prev := attempts[len(attempts)-2]
 		if prev.State == runtime.StateExited {
@@ -244,11 +286,24 @@ func waitingState(name string, in statusInput) *v1.ContainerStateWaiting {
 	return &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}
 }
 
-func terminatedState(c runtime.Container) *v1.ContainerStateTerminated {
+// terminatedStateOf reports an exited container. Its termination message (read from its
+// terminationMessagePath or its log) follows the runtime's own message as in kubelet, and the
+// whole is cut to the container's share of the pod's budget, as kubelet's status manager does.
+func terminatedStateOf(c runtime.Container, termMessage string, budget int) *v1.ContainerStateTerminated {
+	msg := c.Message
+	if termMessage != "" {
+		if msg != "" {
+			msg += ": "
+		}
+		msg += termMessage
+	}
+	if len(msg) > budget {
+		msg = msg[:budget]
+	}
 	return &v1.ContainerStateTerminated{
 		ExitCode:    c.ExitCode,
 		Reason:      c.Reason,
-		Message:     c.Message,
+		Message:     msg,
 		StartedAt:   metav1.NewTime(c.StartedAt),
 		FinishedAt:  metav1.NewTime(c.FinishedAt),
 		ContainerID: "containerd://" + c.ID,
@@ -305,6 +360,14 @@ func podPhase(policy v1.RestartPolicy, statuses []v1.ContainerStatus, terminated
 		}
 	}
 	return v1.PodPending
+}
+
+// messageBudget is each container's share of maxPodTerminationMessages.
+func messageBudget(pod *v1.Pod) int {
+	if n := len(pod.Spec.Containers) + len(pod.Spec.InitContainers); n > 0 {
+		return maxPodTerminationMessages / n
+	}
+	return maxPodTerminationMessages
 }
 
 func findContainerStatus(list []v1.ContainerStatus, name string) *v1.ContainerStatus {

@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +114,81 @@ func TestComputeStatusStableAndLastState(t *testing.T) {
 	pod.Status.Conditions = append(pod.Status.Conditions, v1.PodCondition{Type: "DisruptionTarget", Status: v1.ConditionTrue, LastTransitionTime: metav1.Now()})
 	if got := computeStatus(in); len(got.Conditions) != 5 {
 		t.Errorf("foreign condition dropped: %+v", got.Conditions)
+	}
+}
+
+// Ready needs every readiness gate's condition True in the pod's status, with kubelet's
+// reason and message naming the gates that are not; ContainersReady does not look at gates.
+func TestComputeStatusReadinessGates(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, "a")
+	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/lb"}, {ConditionType: "example.com/dns"}}
+	in := statusInput{pod: pod, observed: []runtime.Container{ctr(pod, "a", 0, runtime.StateRunning, 0)}, now: time.Unix(2000, 0)}
+	ready := func(st v1.PodStatus) v1.PodCondition {
+		for _, c := range st.Conditions {
+			if c.Type == v1.PodReady {
+				return c
+			}
+		}
+		t.Fatalf("no Ready condition in %+v", st.Conditions)
+		return v1.PodCondition{}
+	}
+	st := computeStatus(in)
+	want := `corresponding condition of pod readiness gate "example.com/lb" does not exist., corresponding condition of pod readiness gate "example.com/dns" does not exist.`
+	if c := ready(st); c.Status != v1.ConditionFalse || c.Reason != ReasonReadinessGatesNotReady || c.Message != want {
+		t.Errorf("no gate condition: Ready %+v", c)
+	}
+	if !hasTrue(st, v1.ContainersReady) {
+		t.Errorf("ContainersReady must not wait for readiness gates: %+v", st.Conditions)
+	}
+	pod.Status.Conditions = []v1.PodCondition{{Type: "example.com/lb", Status: v1.ConditionTrue}, {Type: "example.com/dns", Status: v1.ConditionFalse}}
+	if c := ready(computeStatus(in)); c.Status != v1.ConditionFalse || c.Message != `the status of pod readiness gate "example.com/dns" is not "True", but False` {
+		t.Errorf("one gate False: Ready %+v", c)
+	}
+	pod.Status.Conditions[1].Status = v1.ConditionTrue
+	st = computeStatus(in)
+	if c := ready(st); c.Status != v1.ConditionTrue {
+		t.Errorf("every gate True: Ready %+v", c)
+	}
+	if len(st.Conditions) != 6 {
+		t.Errorf("the gates' conditions must be kept as their writers set them: %+v", st.Conditions)
+	}
+}
+
+// A pod past its activeDeadlineSeconds is Failed with kubelet's reason and message.
+func TestComputeStatusDeadlineExceeded(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, "a")
+	st := computeStatus(statusInput{pod: pod, observed: []runtime.Container{ctr(pod, "a", 0, runtime.StateExited, 137)},
+		deadlineExceeded: true, now: time.Unix(2000, 0)})
+	if st.Phase != v1.PodFailed || st.Reason != "DeadlineExceeded" || st.Message != "Pod was active on the node longer than the specified deadline" {
+		t.Errorf("status %s %q %q", st.Phase, st.Reason, st.Message)
+	}
+	if hasTrue(st, v1.PodReady) {
+		t.Error("a failed pod is not Ready")
+	}
+}
+
+// Termination messages land in state.terminated and lastState.terminated, each cut to its
+// container's share of kubelet's 12 KiB per pod.
+func TestComputeStatusTerminationMessages(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, "a", "b", "c", "d")
+	var obs []runtime.Container
+	msgs := map[string]string{}
+	for _, name := range []string{"a", "b", "c", "d"} {
+		old := ctr(pod, name, 0, runtime.StateExited, 1)
+		old.ID = name + "-0"
+		cur := ctr(pod, name, 1, runtime.StateExited, 2)
+		cur.ID = name + "-1"
+		obs = append(obs, old, cur)
+		msgs[old.ID] = "first " + name
+		msgs[cur.ID] = strings.Repeat(name, 4096)
+	}
+	st := computeStatus(statusInput{pod: pod, observed: obs, messages: msgs, now: time.Unix(2000, 0)})
+	for _, cs := range st.ContainerStatuses {
+		if got := cs.LastTerminationState.Terminated.Message; got != "first "+cs.Name {
+			t.Errorf("%s lastState message %q", cs.Name, got)
+		}
+		if got := cs.State.Terminated.Message; got != strings.Repeat(cs.Name, 3072) {
+			t.Errorf("%s message of %d bytes, want its 3072-byte share", cs.Name, len(got))
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,24 +32,36 @@ type worker struct {
 	m      *Manager
 	signal chan struct{} // buffered(1): a pending "sync again", coalesced
 
-	mu      sync.Mutex // protects pod, removed, reason, terminating
+	mu      sync.Mutex // protects pod, removed, reason, terminating, cancelRun, readded, decision, terminal
 	pod     *v1.Pod
 	removed bool   // authoritative removal: terminate the pod
 	reason  string // why it was removed, for the event
 	// terminating is the termination in progress, nil when none is.
 	terminating *termination
-	orphan      bool // containers found at start that no source claims: no status to report
+	// cancelRun cancels the sync in progress of a pod not being terminated (nil when none
+	// runs): a deletion does not wait for what it is blocked on.
+	cancelRun context.CancelFunc
+	// readded is the pod its source delivered again after removing it (a static manifest
+	// removed and put back, same UID): once this termination is over, it runs again.
+	readded *v1.Pod
+	orphan  bool // containers found at start that no source claims: no status to report
 	// decision is the admission outcome, nil until the first sync decides it.
 	decision *admission.Result
+	// terminal: the pod finished (Succeeded or Failed); it no longer counts in admission.
+	terminal bool
 
 	// Owned by the worker's goroutine.
-	waiting   map[string]waitingInfo
-	startTime time.Time
-	finished  bool
+	waiting          map[string]waitingInfo
+	messages         map[string]string // termination messages of exited containers, by ID
+	lastPodIPs       []string          // the pod's addresses as last reported
+	startTime        time.Time
+	deadlineExceeded bool // ran past spec.activeDeadlineSeconds
+	released         bool // a finished pod's network and volumes are gone
+	finished         bool
 }
 
 func newWorker(m *Manager, pod *v1.Pod) *worker {
-	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}}
+	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}, messages: map[string]string{}}
 }
 
 func (w *worker) poke() {
@@ -78,12 +92,31 @@ type termination struct {
 // termination in progress (kubectl delete --grace-period on a terminating pod) cancels that
 // termination, and the next sync terminates again with the shorter one: as with kubelet's
 // pod workers, a grace period can only decrease.
+//
+// A source delivering again a pod it removed (same UID: a static manifest put back while its
+// pod terminates) is remembered; the manager starts it again once the termination is over,
+// as kubelet restarts such a pod.
 func (w *worker) setPod(pod *v1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.removed && !w.orphan && pod.DeletionTimestamp == nil {
+		w.readded = pod
+		return
+	}
 	w.pod = pod
 	if t := w.terminating; t != nil && pod.DeletionTimestamp != nil && gracePeriod(pod) < t.grace {
 		t.cancel()
+	}
+	if pod.DeletionTimestamp != nil {
+		w.cancelRunLocked()
+	}
+}
+
+// cancelRunLocked cancels the sync in progress, if one runs, because the pod is deleted.
+func (w *worker) cancelRunLocked() {
+	if w.cancelRun != nil {
+		w.cancelRun()
+		w.cancelRun = nil
 	}
 }
 
@@ -115,7 +148,9 @@ func (w *worker) run(ctx context.Context) {
 }
 
 // sync brings the pod one step closer to its spec and reports its status. It returns when
-// the next sync is due at the latest.
+// the next sync is due at the latest. Its phases: observe the runtime; terminate a deleted
+// pod; otherwise admit once, then either report a finished pod (its network and volumes
+// released) or prepare network and volumes, plan, apply and report.
 func (w *worker) sync(ctx context.Context) time.Duration {
 	pod, removed, reason := w.snapshot()
 	log := w.m.log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
@@ -125,53 +160,142 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 		return time.Second
 	}
 	if removed || pod.DeletionTimestamp != nil {
-		if reason == "" {
-			reason = "pod deleted in the API"
-		}
-		termCtx, cancel := context.WithCancel(ctx)
+		return w.syncTermination(ctx, log, observed, reason)
+	}
+	// A deletion arriving now cancels this sync, whatever it waits for (an image pull, a
+	// postStart hook), as kubelet's pod workers do: the termination comes next.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.mu.Lock()
+	w.cancelRun = cancel
+	deleted := w.removed || w.pod.DeletionTimestamp != nil
+	w.mu.Unlock()
+	defer func() {
 		w.mu.Lock()
-		pod = w.pod // the latest: a shorter grace period that came since the snapshot counts
-		w.terminating = &termination{grace: gracePeriod(pod), cancel: cancel}
+		w.cancelRun = nil
 		w.mu.Unlock()
-		err := w.terminate(termCtx, pod, observed, reason)
-		shortened := termCtx.Err() != nil && ctx.Err() == nil
-		cancel()
-		w.mu.Lock()
-		w.terminating = nil
-		w.mu.Unlock()
-		if err != nil && shortened {
-			log.Info("grace period shortened; terminating again", "grace", gracePeriod(w.latestPod()))
-			return 0
-		}
-		if err != nil {
-			log.Warn("terminate pod", "err", err)
-			return time.Second
-		}
-		w.finished = true
+	}()
+	if deleted {
 		return 0
 	}
+	next := w.syncRunning(runCtx, log, pod, observed)
+	if runCtx.Err() != nil && ctx.Err() == nil {
+		log.Info("sync cancelled: the pod is being deleted")
+		return 0
+	}
+	return next
+}
+
+// syncTermination stops and removes the pod's containers, network and volumes. A deletion
+// with a shorter grace period cuts a termination in progress short (see setPod).
+func (w *worker) syncTermination(ctx context.Context, log *slog.Logger, observed []runtime.Container, reason string) time.Duration {
+	if reason == "" {
+		reason = "pod deleted in the API"
+	}
+	termCtx, cancel := context.WithCancel(ctx)
+	w.mu.Lock()
+	pod := w.pod // the latest: a shorter grace period that came since the snapshot counts
+	w.terminating = &termination{grace: gracePeriod(pod), cancel: cancel}
+	w.mu.Unlock()
+	err := w.terminate(termCtx, pod, observed, reason)
+	shortened := termCtx.Err() != nil && ctx.Err() == nil
+	cancel()
+	w.mu.Lock()
+	w.terminating = nil
+	w.mu.Unlock()
+	if err != nil && shortened {
+		log.Info("grace period shortened; terminating again", "grace", gracePeriod(w.latestPod()))
+		return 0
+	}
+	if err != nil {
+		log.Warn("terminate pod", "err", err)
+		return time.Second
+	}
+	w.finished = true
+	return 0
+}
+
+// syncRunning runs an admitted pod that is not being deleted.
+func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod, observed []runtime.Container) time.Duration {
 	if w.startTime.IsZero() {
 		w.startTime = w.m.now()
 	}
-	w.mu.Lock()
-	decided := w.decision != nil
-	w.mu.Unlock()
-	if !decided {
-		r := w.m.admit(ctx, pod, observed)
-		w.mu.Lock()
-		w.decision = &r
-		w.mu.Unlock()
-		if !r.Admitted {
-			log.Info("pod rejected by admission", "reason", r.Reason, "message", r.Message)
-			w.m.event(pod, v1.EventTypeWarning, r.Reason, "%s", r.Message)
-		}
-	}
-	if !w.decision.Admitted {
-		st := admission.Rejected(*w.decision)
+	if r := w.admitOnce(ctx, log, pod, observed); !r.Admitted {
+		st := admission.Rejected(r)
 		st.QOSClass = pod.Status.QOSClass
 		w.m.status.SetPodStatus(pod, st)
 		return time.Minute
 	}
+	w.recordExits(ctx, log, observed)
+	next := resyncPeriod
+	if d, ok := w.activeDeadline(pod); ok {
+		if d > 0 {
+			next = min(next, d)
+		} else if !w.deadlineExceeded {
+			w.deadlineExceeded = true
+			log.Info("pod active longer than its activeDeadlineSeconds; stopping it", "activeDeadlineSeconds", *pod.Spec.ActiveDeadlineSeconds)
+			w.m.event(pod, v1.EventTypeNormal, ReasonDeadlineExceeded, "%s", MessageDeadlineExceeded)
+		}
+	}
+	w.readTerminationMessages(pod, observed)
+	if w.isTerminal() || w.deadlineExceeded || podFinished(pod, observed) {
+		return w.syncFinished(ctx, log, pod, observed)
+	}
+
+	podIPs, hostIPs, vols, ok, prepNext := w.prepare(ctx, log, pod)
+	next = min(next, prepNext)
+	p := computePlan(pod, observed, w.m.backoff)
+	p.kill = append(p.kill, w.probeKills(pod, observed, p.kill)...)
+	if ok {
+		next = min(next, w.apply(ctx, log, pod, observed, p, podIPs, hostIPs, vols))
+	}
+	for name, d := range p.backOff {
+		w.m.event(pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s", name)
+		next = min(next, max(d/4, 100*time.Millisecond))
+	}
+	if ctx.Err() != nil {
+		return 0 // cancelled by a deletion: what was observed is out of date
+	}
+	if len(p.start)+len(p.kill)+len(p.remove) > 0 {
+		var err error
+		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
+			log.Warn("observe pod containers", "err", err)
+			return time.Second
+		}
+		w.readTerminationMessages(pod, observed)
+	}
+	w.lastPodIPs = podIPs
+	ready, started := w.updateProber(pod, observed, podIPs, hostIPs)
+	st := computeStatus(statusInput{
+		pod: pod, observed: observed, waiting: w.waiting, backOff: p.backOff,
+		podIPs: podIPs, hostIPs: hostIPs, startTime: w.startTime, now: w.m.now(),
+		ready: ready, started: started, messages: w.messages,
+	})
+	w.m.status.SetPodStatus(pod, st)
+	return next
+}
+
+// admitOnce runs admission the first time the pod is synced and returns its decision.
+func (w *worker) admitOnce(ctx context.Context, log *slog.Logger, pod *v1.Pod, observed []runtime.Container) admission.Result {
+	w.mu.Lock()
+	decision := w.decision
+	w.mu.Unlock()
+	if decision != nil {
+		return *decision
+	}
+	r := w.m.admit(ctx, pod, observed)
+	w.mu.Lock()
+	w.decision = &r
+	w.mu.Unlock()
+	if !r.Admitted {
+		log.Info("pod rejected by admission", "reason", r.Reason, "message", r.Message)
+		w.m.event(pod, v1.EventTypeWarning, r.Reason, "%s", r.Message)
+	}
+	return r
+}
+
+// recordExits writes the exits the runtime reports on the containers themselves.
+func (w *worker) recordExits(ctx context.Context, log *slog.Logger, observed []runtime.Container) {
 	for _, c := range observed {
 		if c.State == runtime.StateExited && !c.Recorded {
 			if err := w.m.rt.RecordExit(ctx, c.ID); err != nil {
@@ -179,106 +303,199 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 			}
 		}
 	}
+}
 
-	next := resyncPeriod
-	var podIPs []string
-	netErr := error(nil)
-	if !pod.Spec.HostNetwork {
-		pn, err := w.m.net.Setup(ctx, string(pod.UID), pod.Namespace, pod.Name)
-		if err != nil {
-			netErr = err
-			w.m.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
-			next = 5 * time.Second
-		} else {
-			podIPs = pn.IPs
+// readTerminationMessages reads the termination message of each container attempt once, when
+// it is first seen exited; the messages of attempts no longer observed are forgotten.
+func (w *worker) readTerminationMessages(pod *v1.Pod, observed []runtime.Container) {
+	seen := make(map[string]bool, len(observed))
+	for _, c := range observed {
+		seen[c.ID] = true
+		if _, ok := w.messages[c.ID]; ok || c.State != runtime.StateExited {
+			continue
+		}
+		if spec := findContainer(pod, c.Name); spec != nil {
+			w.messages[c.ID] = terminationMessage(w.m.podDir(pod.UID), spec, c)
 		}
 	}
-	hostIPs := w.m.hostIPs()
-
-	// Volumes before any container starts; Setup records FailedMount itself. Until every
-	// volume is ready nothing is started or killed and the containers stay ContainerCreating,
-	// as in kubelet.
-	var vols *volumes.PodVolumes
-	var volErr error
-	if netErr == nil {
-		if vols, volErr = w.m.cfg.Volumes.Setup(ctx, pod); volErr != nil {
-			log.Warn("set up pod volumes", "err", volErr)
-			next = min(next, 5*time.Second)
+	for id := range w.messages {
+		if !seen[id] {
+			delete(w.messages, id)
 		}
 	}
+}
 
-	p := computePlan(pod, observed, w.m.backoff)
-	p.kill = append(p.kill, w.probeKills(pod, observed, p.kill)...)
-	if netErr == nil && volErr == nil {
-		for _, k := range p.kill {
-			if k.event != "" {
-				w.m.event(pod, v1.EventTypeNormal, "Killing", "%s", k.event)
-			} else {
-				w.m.event(pod, v1.EventTypeNormal, "Killing", "Stopping container %s: %s", k.name, k.reason)
-			}
-			grace := gracePeriod(pod)
-			if k.grace != nil {
-				grace = *k.grace
-			}
-			var pid uint32
-			for _, c := range observed {
-				if c.ID == k.id {
-					pid = c.Pid
-				}
-			}
-			if err := w.stopWithPreStop(ctx, pod, k.name, k.id, pid, grace); err != nil {
-				log.Warn("stop container", "container", k.name, "err", err)
-			}
-		}
-		prev := groupByName(observed)
-		for _, s := range p.start {
-			if s.attempt > 0 {
-				if attempts := prev[s.container.Name]; len(attempts) > 0 {
-					last := attempts[len(attempts)-1]
-					w.m.backoff.next(backoffKey(pod, s.container.Name), last.StartedAt, last.FinishedAt)
-				}
-			}
-			if err := w.startContainer(ctx, pod, s, podIPs, hostIPs, vols); err != nil {
-				log.Warn("start container", "container", s.container.Name, "attempt", s.attempt, "err", err)
-				next = min(next, 5*time.Second)
-			}
-		}
-		for _, id := range p.remove {
-			if err := w.m.rt.RemoveContainer(ctx, id); err != nil {
-				log.Warn("remove old container attempt", "id", id, "err", err)
-				continue
-			}
-			for _, c := range observed {
-				if c.ID == id && c.LogPath != "" {
-					if err := logs.RemoveContainerLogs(c.LogPath); err != nil {
-						log.Warn("remove logs of old container attempt", "id", id, "err", err)
-					}
-				}
-			}
-		}
-	} else if netErr != nil {
-		for _, c := range allContainers(pod) {
-			w.waiting[c.Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + netErr.Error()}
-		}
+// activeDeadline returns how long the pod may still run under spec.activeDeadlineSeconds,
+// counted from its startTime as kubelet counts it (<= 0: past it); ok is false without one.
+func (w *worker) activeDeadline(pod *v1.Pod) (left time.Duration, ok bool) {
+	if pod.Spec.ActiveDeadlineSeconds == nil {
+		return 0, false
 	}
-	for name, d := range p.backOff {
-		w.m.event(pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s", name)
-		next = min(next, max(d/4, 100*time.Millisecond))
+	start := w.startTime
+	if pod.Status.StartTime != nil {
+		start = pod.Status.StartTime.Time
 	}
+	if pod.Status.Reason == ReasonDeadlineExceeded {
+		return 0, true // reported before an agent restart: stays so
+	}
+	return start.Add(time.Duration(*pod.Spec.ActiveDeadlineSeconds) * time.Second).Sub(w.m.now()), true
+}
 
-	if len(p.start)+len(p.kill)+len(p.remove) > 0 {
+// podFinished reports whether the pod's containers are done for good under its restart
+// policy: Succeeded or Failed from what the runtime shows alone.
+func podFinished(pod *v1.Pod, observed []runtime.Container) bool {
+	if len(observed) == 0 {
+		return false
+	}
+	st := computeStatus(statusInput{pod: pod, observed: observed})
+	return st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed
+}
+
+// isTerminal reports whether the pod finished (Succeeded or Failed) on this node.
+func (w *worker) isTerminal() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.terminal
+}
+
+// syncFinished handles a pod whose run is over (its containers are done under its restart
+// policy, or it ran past its activeDeadlineSeconds): containers still running (sidecars, or
+// every container past the deadline) are stopped, and what only a running pod needs goes,
+// as with kubelet: its network (CNI DEL releases its address), its volumes and their token
+// renewals, its probes; it no longer counts in admission. The exited containers stay, so
+// its status (phase, exit codes, messages) is still reported, until the pod is deleted.
+func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod, observed []runtime.Container) time.Duration {
+	w.mu.Lock()
+	w.terminal = true
+	w.mu.Unlock()
+	if !w.released {
+		why := "pod finished"
+		if w.deadlineExceeded {
+			why = MessageDeadlineExceeded
+		}
+		if w.m.prober != nil {
+			w.m.prober.RemovePod(pod.UID)
+		}
+		if err := w.stopRunning(ctx, pod, observed, why); err != nil {
+			log.Warn("stop the containers of a finished pod", "err", err)
+			return time.Second
+		}
+		if err := w.releaseResources(ctx, pod); err != nil {
+			log.Warn("release the network and volumes of a finished pod", "err", err)
+			return time.Second
+		}
+		w.released = true
+		log.Info("pod finished; its network and volumes are released", "reason", why)
+		var err error
 		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
 			log.Warn("observe pod containers", "err", err)
 			return time.Second
 		}
+		w.recordExits(ctx, log, observed)
+		w.readTerminationMessages(pod, observed)
 	}
-	ready, started := w.updateProber(pod, observed, podIPs, hostIPs)
+	podIPs := w.lastPodIPs
+	if podIPs == nil {
+		for _, ip := range pod.Status.PodIPs {
+			podIPs = append(podIPs, ip.IP)
+		}
+	}
 	st := computeStatus(statusInput{
-		pod: pod, observed: observed, waiting: w.waiting, backOff: p.backOff,
-		podIPs: podIPs, hostIPs: hostIPs, startTime: w.startTime, now: w.m.now(),
-		ready: ready, started: started,
+		pod: pod, observed: observed, waiting: w.waiting, podIPs: podIPs, hostIPs: w.m.hostIPs(),
+		startTime: w.startTime, terminated: true, now: w.m.now(), messages: w.messages,
+		deadlineExceeded: w.deadlineExceeded,
 	})
 	w.m.status.SetPodStatus(pod, st)
+	return resyncPeriod
+}
+
+// prepare sets up the pod's network and volumes before any container starts. ok is false
+// while either is not ready: nothing is then started or killed and the containers stay
+// ContainerCreating (or CreatePodSandboxError), as in kubelet. Volumes.Setup records
+// FailedMount itself.
+func (w *worker) prepare(ctx context.Context, log *slog.Logger, pod *v1.Pod) (podIPs, hostIPs []string, vols *volumes.PodVolumes, ok bool, next time.Duration) {
+	next = resyncPeriod
+	hostIPs = w.m.hostIPs()
+	if !pod.Spec.HostNetwork {
+		pn, err := w.m.net.Setup(ctx, string(pod.UID), pod.Namespace, pod.Name)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.m.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+				for _, c := range allContainers(pod) {
+					w.waiting[c.Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + err.Error()}
+				}
+			}
+			return nil, hostIPs, nil, false, 5 * time.Second
+		}
+		podIPs = pn.IPs
+	}
+	vols, err := w.m.cfg.Volumes.Setup(ctx, pod)
+	if err != nil {
+		log.Warn("set up pod volumes", "err", err)
+		return podIPs, hostIPs, nil, false, 5 * time.Second
+	}
+	return podIPs, hostIPs, vols, true, next
+}
+
+// apply carries out the plan: kills (with preStop hooks), starts (after back-off), and
+// removal of old attempts. It returns when the next sync is due at the latest.
+func (w *worker) apply(ctx context.Context, log *slog.Logger, pod *v1.Pod, observed []runtime.Container, p plan, podIPs, hostIPs []string, vols *volumes.PodVolumes) time.Duration {
+	next := resyncPeriod
+	for _, k := range p.kill {
+		if k.event != "" {
+			w.m.event(pod, v1.EventTypeNormal, "Killing", "%s", k.event)
+		} else {
+			w.m.event(pod, v1.EventTypeNormal, "Killing", "Stopping container %s: %s", k.name, k.reason)
+		}
+		grace := gracePeriod(pod)
+		if k.grace != nil {
+			grace = *k.grace
+		}
+		var pid uint32
+		for _, c := range observed {
+			if c.ID == k.id {
+				pid = c.Pid
+			}
+		}
+		if err := w.stopWithPreStop(ctx, pod, k.name, k.id, pid, grace); err != nil {
+			log.Warn("stop container", "container", k.name, "err", err)
+		}
+	}
+	prev := groupByName(observed)
+	for _, s := range p.start {
+		if ctx.Err() != nil {
+			return 0
+		}
+		if s.attempt > 0 {
+			if attempts := prev[s.container.Name]; len(attempts) > 0 {
+				last := attempts[len(attempts)-1]
+				w.m.backoff.next(backoffKey(pod, s.container.Name), last.StartedAt, last.FinishedAt)
+			}
+		}
+		if err := w.startContainer(ctx, pod, s, podIPs, hostIPs, vols); err != nil {
+			log.Warn("start container", "container", s.container.Name, "attempt", s.attempt, "err", err)
+			next = min(next, 5*time.Second)
+		}
+	}
+	for _, id := range p.remove {
+		if err := w.m.rt.RemoveContainer(ctx, id); err != nil {
+			log.Warn("remove old container attempt", "id", id, "err", err)
+			continue
+		}
+		for _, c := range observed {
+			if c.ID != id {
+				continue
+			}
+			if c.LogPath != "" {
+				if err := logs.RemoveContainerLogs(c.LogPath); err != nil {
+					log.Warn("remove logs of old container attempt", "id", id, "err", err)
+				}
+			}
+			if err := os.Remove(terminationLogPath(w.m.podDir(pod.UID), c.Name, c.Attempt)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				log.Warn("remove termination log of old container attempt", "id", id, "err", err)
+			}
+		}
+	}
 	return next
 }
 
@@ -343,6 +560,9 @@ func probeIP(pod *v1.Pod, podIPs, hostIPs []string) string {
 func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction, podIPs, hostIPs []string, vols *volumes.PodVolumes) error {
 	c := s.container
 	fail := func(reason string, err error) error {
+		if ctx.Err() != nil {
+			return err // cancelled by a deletion: nothing to tell
+		}
 		w.waiting[c.Name] = waitingInfo{reason: reason, message: err.Error()}
 		w.m.event(pod, v1.EventTypeWarning, "Failed", "Error: %s: %v", reason, err)
 		return err
@@ -374,6 +594,10 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 	w.m.event(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		if err := w.m.runHook(ctx, pod, c, id, 0, c.Lifecycle.PostStart, postStartTimeout); err != nil {
+			if ctx.Err() != nil {
+				// Cancelled by a deletion: the termination that follows stops the container.
+				return fmt.Errorf("postStart hook of %s: %w", c.Name, ctx.Err())
+			}
 			// As kubelet: the container is killed and restarted per its restart policy.
 			w.m.event(pod, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %v", err)
 			if serr := w.m.rt.StopContainer(ctx, id, gracePeriod(pod)); serr != nil {
@@ -416,6 +640,16 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		LogPath:      filepath.Join(w.m.cfg.PodLogDir, podLogDirName(pod), c.Name, fmt.Sprintf("%d.log", attempt)),
 		Mounts:       volumeMounts,
 		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity), securitySpecOpts(pod, c, w.m.cfg.Security)...),
+	}
+	// The termination log, unless a volume is mounted at its path.
+	if !slices.ContainsFunc(volumeMounts, func(v specs.Mount) bool { return v.Destination == c.TerminationMessagePath }) {
+		m, err := terminationLogMount(w.m.podDir(pod.UID), c, attempt)
+		if err != nil {
+			return cfg, err
+		}
+		if m != nil {
+			cfg.Mounts = append(cfg.Mounts, *m)
+		}
 	}
 	if !pod.Spec.HostNetwork {
 		pn := w.m.net.Get(string(pod.UID))
@@ -479,22 +713,7 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	if w.m.prober != nil {
 		w.m.prober.RemovePod(pod.UID) // a pod on its way out is not probed any more
 	}
-	grace := gracePeriod(pod)
-	var wg sync.WaitGroup
-	errs := make([]error, len(observed))
-	for i, c := range observed {
-		if c.State != runtime.StateRunning {
-			continue
-		}
-		w.m.event(pod, v1.EventTypeNormal, "Killing", "Stopping container %s: %s", c.Name, reason)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w.stopWithPreStop(ctx, pod, c.Name, c.ID, c.Pid, grace)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := w.stopRunning(ctx, pod, observed, reason); err != nil {
 		return err
 	}
 	final, err := w.m.rt.ListPod(ctx, string(pod.UID))
@@ -513,11 +732,8 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 			return err
 		}
 	}
-	if err := w.m.net.Teardown(ctx, string(pod.UID), pod.Namespace, pod.Name); err != nil {
-		return err
-	}
 	// Unmounts tmpfs and subPath binds: RemoveAll below must never run through a mount.
-	if err := w.m.cfg.Volumes.Teardown(ctx, pod); err != nil {
+	if err := w.releaseResources(ctx, pod); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(w.m.podDir(pod.UID)); err != nil {
@@ -537,6 +753,37 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 		w.m.status.PodTerminated(pod)
 	}
 	return nil
+}
+
+// stopRunning stops every running container of the pod, all at once, each with the pod's
+// grace period and its preStop hook.
+func (w *worker) stopRunning(ctx context.Context, pod *v1.Pod, observed []runtime.Container, reason string) error {
+	grace := gracePeriod(pod)
+	var wg sync.WaitGroup
+	errs := make([]error, len(observed))
+	for i, c := range observed {
+		if c.State != runtime.StateRunning {
+			continue
+		}
+		w.m.event(pod, v1.EventTypeNormal, "Killing", "Stopping container %s: %s", c.Name, reason)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.stopWithPreStop(ctx, pod, c.Name, c.ID, c.Pid, grace)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// releaseResources tears down what only running containers need: the pod's network (CNI DEL,
+// then its namespace) and its volumes (unmounted, with their refreshes and token renewals).
+// It is idempotent.
+func (w *worker) releaseResources(ctx context.Context, pod *v1.Pod) error {
+	if err := w.m.net.Teardown(ctx, string(pod.UID), pod.Namespace, pod.Name); err != nil {
+		return err
+	}
+	return w.m.cfg.Volumes.Teardown(ctx, pod)
 }
 
 // allContainers lists the init containers then the app containers of a pod.

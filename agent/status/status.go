@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -112,6 +113,10 @@ func (m *Manager) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
 		m.pods[pod.UID] = e
 	}
 	e.pod = pod
+	if e.terminate {
+		// A status after the teardown is a new life of the pod (its source delivered it again).
+		e.terminate, e.dirty = false, true
+	}
 	if ok && apiequality.Semantic.DeepEqual(e.status, st) {
 		return
 	}
@@ -393,6 +398,7 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 		}
 		sent = &cur.Status
 	}
+	st = keepForeignConditions(*sent, st)
 	if apiequality.Semantic.DeepEqual(*sent, st) {
 		return sent, nil
 	}
@@ -425,6 +431,36 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 		return nil, fmt.Errorf("patch status of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return &updated.Status, nil
+}
+
+// ownedConditions are the pod conditions the node agent writes.
+var ownedConditions = map[v1.PodConditionType]bool{
+	v1.PodScheduled: true, v1.PodInitialized: true, v1.ContainersReady: true, v1.PodReady: true,
+}
+
+// keepForeignConditions adds to st the conditions of the apiserver's status that other writers
+// own (readiness gates, DisruptionTarget) and st lacks: a patch computed against the
+// apiserver's status must never delete them, even when the pod the status was computed from
+// had not seen them yet.
+func keepForeignConditions(sent, st v1.PodStatus) v1.PodStatus {
+	var missing []v1.PodCondition
+	for _, c := range sent.Conditions {
+		if ownedConditions[c.Type] {
+			continue
+		}
+		found := false
+		for _, own := range st.Conditions {
+			found = found || own.Type == c.Type
+		}
+		if !found {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return st
+	}
+	st.Conditions = append(slices.Clone(st.Conditions), missing...)
+	return st
 }
 
 // delete removes the API object with grace period 0 once the pod's containers are gone, as
