@@ -59,10 +59,12 @@ policies:
 .PHONY: deps test test-short
 
 # deps installs Debian packages (only if missing), builds kube-apiserver and etcd (only if not
-# cached) and writes the test images (only if changed).
+# cached) and writes the test images (only if changed). The conformance slice's tools (e2e.test,
+# ginkgo, agnhost, nnp, the registry; hack/build-conformance-tools.sh) are cached the same way.
 deps:
 	hack/deps.sh
 	hack/build-tools.sh
+	hack/build-conformance-tools.sh
 	$(GO) run ./hack/mkimage -o $(HOLDFAST_TEST_IMAGES)
 
 test: deps
@@ -129,3 +131,19 @@ bench-kubelet:
 bench: deps bench-kubelet
 	$(GO) test -count=1 -timeout 60m -run '^TestSideBySide$$' -v ./bench/ -args -bench.side-by-side \
 		$(if $(BENCH_OUT),-bench.out=$(abspath $(BENCH_OUT))) $(BENCH_FLAGS)
+
+## Conformance
+
+.PHONY: conformance
+
+# Flags of `make conformance`, passed to TestConformance after -args, e.g.
+#   make conformance CONFORMANCE_FLAGS=-conformance.agents=holdfast
+#   make conformance CONFORMANCE_FLAGS='-conformance.focus=\[sig-node\].Pods'
+# See conformance/conformance_test.go for every flag.
+CONFORMANCE_FLAGS ?=
+
+# conformance runs Kubernetes' node conformance tests (e2e.test) against holdfast, then the
+# upstream kubelet through the same harness, each as the only node of its own cluster, and
+# writes docs/conformance.md (as root; an hour or more per agent on 2 cores).
+conformance: deps bench-kubelet
+	$(GO) test -count=1 -timeout 300m -run '^TestConformance$$' -v ./conformance/ -args -conformance.full $(CONFORMANCE_FLAGS)
