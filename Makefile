@@ -60,7 +60,7 @@ policies:
 
 # deps installs Debian packages (only if missing), builds kube-apiserver and etcd (only if not
 # cached) and writes the test images (only if changed). The conformance slice's tools (e2e.test,
-# ginkgo, agnhost, nnp, the registry; hack/build-conformance-tools.sh) are cached the same way.
+# ginkgo, agnhost, nnp; hack/build-conformance-tools.sh) are cached the same way.
 deps:
 	hack/deps.sh
 	hack/build-tools.sh

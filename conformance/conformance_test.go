@@ -32,7 +32,7 @@ var (
 func requirePrerequisites(t *testing.T, withKubelet bool) {
 	t.Helper()
 	testenv.RequireIntegration(t)
-	paths := []string{testenv.KubeControllerManagerPath(), testenv.KubeSchedulerPath(), e2eTestPath(), ginkgoPath(), agnhostPath(), nnpPath(), registryPath(), busyboxPath}
+	paths := []string{testenv.KubeControllerManagerPath(), testenv.KubeSchedulerPath(), e2eTestPath(), ginkgoPath(), agnhostPath(), nnpPath(), testenv.RegistryPath(), busyboxPath}
 	if withKubelet {
 		paths = append(paths, kubeletPath())
 	}
@@ -55,8 +55,10 @@ func runAgent(t *testing.T, agent string, opts SuiteOptions) string {
 	ctx := context.Background()
 	start := time.Now()
 	c := StartCluster(t, nodeName)
-	host := startRegistry(t)
-	names, err := pushImages(ctx, host)
+	// Plain HTTP, which containerd's resolvers use for loopback hosts without configuration.
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
+	host := reg.Host
+	names, err := pushImages(ctx, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
 // writeDocFrom writes the page from the JUnit reports in out/AGENT/junit_01.xml and the run's
@@ -64,7 +66,7 @@ func docHeader(run string, agents []string) (string, error) {
 	fmt.Fprintf(&b, "- Focus: `%s`.\n", *focus)
 	fmt.Fprintf(&b, "- The cluster: etcd, kube-apiserver, kube-controller-manager and kube-scheduler %s, each with its own identity; a private containerd (%s) and a bridge CNI network; the node is either holdfast (commit %s) or the upstream kubelet %s, alone in its own cluster.\n",
 		KubernetesVersion, command("containerd", "--version"), command("git", "rev-parse", "--short", "HEAD"), KubernetesVersion)
-	fmt.Fprintf(&b, "- Images: built on this machine (agnhost and nnp from the Kubernetes module, busybox from Debian's busybox-static) and pushed to a distribution registry %s on 127.0.0.1; every image in the suite is pulled from it (`KUBE_TEST_REPO_LIST`). Images not built here (e.g. nginx) fail to pull, for both agents.\n", RegistryVersion)
+	fmt.Fprintf(&b, "- Images: built on this machine (agnhost and nnp from the Kubernetes module, busybox from Debian's busybox-static) and pushed to a distribution registry %s on 127.0.0.1; every image in the suite is pulled from it (`KUBE_TEST_REPO_LIST`). Images not built here (e.g. nginx) fail to pull, for both agents.\n", testenv.RegistryVersion)
 	fmt.Fprintf(&b, "- Machine: %s, %s cores, kernel %s, shared with other work while it ran.\n", command("sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"), command("nproc"), command("uname", "-r"))
 	b.WriteString("\nSkipped by the harness (tests needing a part of the cluster that is not the node's):\n\n")
 	if len(Skips) == 0 {

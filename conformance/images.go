@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -20,16 +18,12 @@ import (
 // the images carry (hack/tools/e2e/go.mod).
 const KubernetesVersion = "v1.37.2"
 
-// RegistryVersion is the distribution registry's (hack/tools/registry/go.mod).
-const RegistryVersion = "v3.1.2"
-
 // Paths of the binaries in the cache (hack/build-conformance-tools.sh, hack/build-kubelet.sh).
-func e2eTestPath() string  { return filepath.Join(testenv.BinDir(), "e2e.test-"+KubernetesVersion) }
-func ginkgoPath() string   { return filepath.Join(testenv.BinDir(), "ginkgo-"+KubernetesVersion) }
-func agnhostPath() string  { return filepath.Join(testenv.BinDir(), "agnhost-"+KubernetesVersion) }
-func nnpPath() string      { return filepath.Join(testenv.BinDir(), "nnp-"+KubernetesVersion) }
-func kubeletPath() string  { return filepath.Join(testenv.BinDir(), "kubelet-"+KubernetesVersion) }
-func registryPath() string { return filepath.Join(testenv.BinDir(), "registry-"+RegistryVersion) }
+func e2eTestPath() string { return filepath.Join(testenv.BinDir(), "e2e.test-"+KubernetesVersion) }
+func ginkgoPath() string  { return filepath.Join(testenv.BinDir(), "ginkgo-"+KubernetesVersion) }
+func agnhostPath() string { return filepath.Join(testenv.BinDir(), "agnhost-"+KubernetesVersion) }
+func nnpPath() string     { return filepath.Join(testenv.BinDir(), "nnp-"+KubernetesVersion) }
+func kubeletPath() string { return filepath.Join(testenv.BinDir(), "kubelet-"+KubernetesVersion) }
 
 // busyboxPath is the host's static busybox (Debian package busybox-static).
 const busyboxPath = "/bin/busybox"
@@ -127,18 +121,15 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 	}, nil
 }
 
-// pushImages builds the suite's images and pushes them to the registry at host over plain HTTP.
-func pushImages(ctx context.Context, host string) ([]string, error) {
-	imgs, err := suiteImages(host)
+// pushImages builds the suite's images and pushes them to r.
+func pushImages(ctx context.Context, r *testenv.Registry) ([]string, error) {
+	imgs, err := suiteImages(r.Host)
 	if err != nil {
 		return nil, err
 	}
-	hc := &http.Client{Timeout: 2 * time.Minute}
 	var names []string
 	for _, img := range imgs {
-		if _, err := ociimage.Push(ctx, hc, "http", img); err != nil {
-			return nil, err
-		}
+		r.Push(ctx, img.Name, img)
 		names = append(names, img.Name)
 	}
 	return names, nil

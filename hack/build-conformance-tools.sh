@@ -1,20 +1,18 @@
 #!/bin/bash
-# build-conformance-tools.sh builds what `make conformance` runs besides the control plane
-# (hack/build-tools.sh) and the upstream kubelet (hack/build-kubelet.sh), into the same cache:
+# build-conformance-tools.sh builds what `make conformance` runs besides the control plane and
+# the registry (hack/build-tools.sh) and the upstream kubelet (hack/build-kubelet.sh), into the
+# same cache:
 #
 #   BIN/e2e.test-vX.Y.Z   Kubernetes' end-to-end suite (go test -c k8s.io/kubernetes/test/e2e)
 #   BIN/ginkgo-vX.Y.Z     the ginkgo CLI at the version the suite uses, which runs it in parallel
 #   BIN/agnhost-vX.Y.Z    the suite's test image binary, static, from the same module
 #   BIN/nnp-vX.Y.Z        the nonewprivs image's binary, from the same module
-#   BIN/registry-vA.B.C   the distribution project's registry, the suite's only image source
 #
 # BIN is ${HOLDFAST_TEST_BIN:-${HOLDFAST_CACHE:-/var/cache/holdfast}/bin}. The versions come
-# from hack/tools/e2e/go.mod and hack/tools/registry/go.mod (the images are pushed by the
-# harness itself, internal/ociimage.Push); a binary already in the cache is not
-# rebuilt. Builds one at a time under the cache's .build.lock, at low priority (nice), each
+# from hack/tools/e2e/go.mod; a binary already in the cache is not rebuilt. Builds one at a time under the cache's .build.lock, at low priority (nice), each
 # written under a temporary name first so an interrupted build is never taken as cached.
 # Measured on 2 loaded cores: e2e.test about 20 minutes from a Go build cache that
-# kube-apiserver's build filled; agnhost, nnp, ginkgo and the registry under a minute each.
+# kube-apiserver's build filled; agnhost, nnp and ginkgo under a minute each.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,11 +58,6 @@ kube_ldflags="-s -w \
 	-X $version_pkg.gitTreeState=clean \
 	-X $version_pkg.buildDate=1970-01-01T00:00:00Z"
 
-registry_dir="$repo/hack/tools/registry"
-if [[ -d "$registry_dir" ]]; then
-	build registry "$(module_version "$registry_dir" github.com/distribution/distribution/v3)" "$registry_dir" \
-		go build -trimpath -ldflags "-s -w" .
-fi
 build agnhost "$kube_version" "$e2e_dir" go build -trimpath -ldflags "-s -w" k8s.io/kubernetes/test/images/agnhost
 build nnp "$kube_version" "$e2e_dir" go build -trimpath -ldflags "-s -w" k8s.io/kubernetes/test/images/nonewprivs
 build ginkgo "$kube_version" "$e2e_dir" go build -trimpath -ldflags "-s -w" github.com/onsi/ginkgo/v2/ginkgo
