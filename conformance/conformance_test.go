@@ -153,7 +153,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := writeDocFrom(out, list); err != nil {
+	if err := writeDocFrom(out, list, DocOptions{Path: *docPath, Focus: *focus, Procs: *procs}); err != nil {
 		t.Fatal(err)
 	}
 }

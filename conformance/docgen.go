@@ -12,10 +12,22 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
+// DocOptions say what the run was, for the page's header.
+type DocOptions struct {
+	// Path is the page's file.
+	Path string
+	// Focus and Procs are the suite's.
+	Focus string
+	Procs int
+}
+
 // writeDocFrom writes the page from the JUnit reports in out/AGENT/junit_01.xml and the run's
 // record out/run.txt.
-func writeDocFrom(out string, agents []string) error {
-	focusRE := regexp.MustCompile(Focus)
+func writeDocFrom(out string, agents []string, opts DocOptions) error {
+	focusRE, err := regexp.Compile(opts.Focus)
+	if err != nil {
+		return fmt.Errorf("focus: %w", err)
+	}
 	results := map[string]map[string]Result{}
 	for _, agent := range agents {
 		rs, err := readJUnit(filepath.Join(out, agent, "junit_01.xml"), focusRE)
@@ -25,7 +37,7 @@ func writeDocFrom(out string, agents []string) error {
 		results[agent] = rs
 	}
 	run, _ := os.ReadFile(filepath.Join(out, "run.txt"))
-	header, err := docHeader(string(run), agents)
+	header, err := docHeader(string(run), agents, opts)
 	if err != nil {
 		return err
 	}
@@ -33,7 +45,7 @@ func writeDocFrom(out string, agents []string) error {
 	if err := WriteDoc(&b, DocInput{Header: header, Kubelet: results[Kubelet], Holdfast: results[Holdfast], Causes: Causes}); err != nil {
 		return err
 	}
-	return os.WriteFile(*docPath, b.Bytes(), 0o644)
+	return os.WriteFile(opts.Path, b.Bytes(), 0o644)
 }
 
 func command(name string, args ...string) string {
@@ -44,7 +56,7 @@ func command(name string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func docHeader(run string, agents []string) (string, error) {
+func docHeader(run string, agents []string, opts DocOptions) (string, error) {
 	record := map[string]string{}
 	for _, l := range strings.Split(run, "\n") {
 		if k, v, ok := strings.Cut(l, "="); ok {
@@ -62,8 +74,8 @@ func docHeader(run string, agents []string) (string, error) {
 		fmt.Fprintf(&b, "%s %s", a, record[a])
 	}
 	b.WriteString(".\n")
-	fmt.Fprintf(&b, "- The judge: `e2e.test` of Kubernetes %s (`go test -c k8s.io/kubernetes/test/e2e`, hack/tools/e2e), run by ginkgo with %d processes, `--provider=skeleton`.\n", KubernetesVersion, *procs)
-	fmt.Fprintf(&b, "- Focus: `%s`.\n", *focus)
+	fmt.Fprintf(&b, "- The judge: `e2e.test` of Kubernetes %s (`go test -c k8s.io/kubernetes/test/e2e`, hack/tools/e2e), run by ginkgo with %d processes, `--provider=skeleton`.\n", KubernetesVersion, opts.Procs)
+	fmt.Fprintf(&b, "- Focus: `%s`.\n", opts.Focus)
 	fmt.Fprintf(&b, "- The cluster: etcd, kube-apiserver, kube-controller-manager and kube-scheduler %s, each with its own identity; a private containerd (%s) and a bridge CNI network; the node is either holdfast (commit %s) or the upstream kubelet %s, alone in its own cluster.\n",
 		KubernetesVersion, command("containerd", "--version"), command("git", "rev-parse", "--short", "HEAD"), KubernetesVersion)
 	fmt.Fprintf(&b, "- Images: built on this machine (agnhost and nnp from the Kubernetes module, busybox from Debian's busybox-static) and pushed to a distribution registry %s on 127.0.0.1; every image in the suite is pulled from it (`KUBE_TEST_REPO_LIST`). Images not built here (e.g. nginx) fail to pull, for both agents.\n", testenv.RegistryVersion)
