@@ -59,12 +59,10 @@ policies:
 .PHONY: deps test test-short
 
 # deps installs Debian packages (only if missing), builds kube-apiserver and etcd (only if not
-# cached) and writes the test images (only if changed). The conformance slice's tools (e2e.test,
-# ginkgo, agnhost, nnp; hack/build-conformance-tools.sh) are cached the same way.
+# cached) and writes the test images (only if changed).
 deps:
 	hack/deps.sh
 	hack/build-tools.sh
-	hack/build-conformance-tools.sh
 	$(GO) run ./hack/mkimage -o $(HOLDFAST_TEST_IMAGES)
 
 test: deps
@@ -134,7 +132,7 @@ bench: deps bench-kubelet
 
 ## Conformance
 
-.PHONY: conformance
+.PHONY: conformance conformance-tools
 
 # Flags of `make conformance`, passed to TestConformance after -args, e.g.
 #   make conformance CONFORMANCE_FLAGS=-conformance.agents=holdfast
@@ -145,5 +143,10 @@ CONFORMANCE_FLAGS ?=
 # conformance runs Kubernetes' node conformance tests (e2e.test) against holdfast, then the
 # upstream kubelet through the same harness, each as the only node of its own cluster, and
 # writes docs/conformance.md (as root; an hour or more per agent on 2 cores).
-conformance: deps bench-kubelet
+conformance: deps conformance-tools bench-kubelet
 	$(GO) test -count=1 -timeout 300m -run '^TestConformance$$' -v ./conformance/ -args -conformance.full $(CONFORMANCE_FLAGS)
+
+# conformance-tools builds e2e.test, ginkgo, agnhost and nnp (cached by version; e2e.test takes
+# 30 minutes or more on 2 loaded cores the first time).
+conformance-tools:
+	hack/build-conformance-tools.sh

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -43,7 +42,7 @@ func requirePrerequisites(t *testing.T, withKubelet bool) {
 		}
 	}
 	if len(missing) > 0 {
-		t.Fatalf("conformance prerequisites are missing:\n  - %s\nRun `make deps` (hack/build-tools.sh, hack/build-conformance-tools.sh)%s.",
+		t.Fatalf("conformance prerequisites are missing:\n  - %s\nRun `make deps conformance-tools`%s.",
 			strings.Join(missing, "\n  - "), map[bool]string{true: " and `make bench-kubelet`"}[withKubelet])
 	}
 }
@@ -70,46 +69,6 @@ func runAgent(t *testing.T, agent string, opts SuiteOptions) string {
 		t.Fatal(err)
 	}
 	return junit
-}
-
-// slice is the fixed part of the suite `go test ./...` runs against holdfast: a few node
-// conformance tests holdfast passes, covering pulls from the registry, the pod's view of
-// itself, env and volumes, so that the harness, the images and the cluster cannot rot.
-var slice = []string{
-	`\[sig-node\] Containers should use the image defaults if command and args are blank \[NodeConformance\] \[Conformance\]`,
-	`\[sig-node\] Downward API should provide pod name, namespace and IP address as env vars \[NodeConformance\] \[Conformance\]`,
-	`\[sig-node\] Pods should get a host IP \[NodeConformance\] \[Conformance\]`,
-}
-
-func TestConformanceSlice(t *testing.T) {
-	requirePrerequisites(t, false)
-	dir := t.TempDir()
-	focusRE := strings.Join(slice, "|")
-	junit := runAgent(t, Holdfast, SuiteOptions{Focus: focusRE, Procs: 2, Timeout: 15 * time.Minute, ReportDir: dir})
-	results, err := readJUnit(junit, regexp.MustCompile(focusRE))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(results) != len(slice) {
-		t.Errorf("the report holds %d of the slice's %d tests: %v", len(results), len(slice), results)
-	}
-	for name, r := range results {
-		if r.State != "passed" {
-			t.Errorf("%s: %s: %s", name, r.State, r.Message)
-		}
-	}
-	if t.Failed() {
-		b, _ := os.ReadFile(filepath.Join(dir, "e2e.log"))
-		t.Logf("the suite's output:\n%s", tail(string(b), 200))
-	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
 
 func TestConformance(t *testing.T) {

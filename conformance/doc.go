@@ -13,6 +13,5 @@
 // suite is a real pull.
 //
 // `make conformance` runs the whole selection for both agents and writes docs/conformance.md
-// (TestConformance, gated by -conformance.full); `go test ./conformance/` runs a small fixed
-// slice against holdfast alone (TestConformanceSlice), so the harness cannot rot.
+// (TestConformance, gated by -conformance.full).
 package conformance
