@@ -169,3 +169,24 @@ bench-kubelet:
 bench: deps bench-kubelet
 	$(GO) test -count=1 -timeout 60m -run '^TestSideBySide$$' -v ./bench/ -args -bench.side-by-side \
 		$(if $(BENCH_OUT),-bench.out=$(abspath $(BENCH_OUT))) $(BENCH_FLAGS)
+
+## Conformance
+
+.PHONY: conformance conformance-tools
+
+# Flags of `make conformance`, passed to TestConformance after -args, e.g.
+#   make conformance CONFORMANCE_FLAGS=-conformance.agents=holdfast
+#   make conformance CONFORMANCE_FLAGS='-conformance.focus=\[sig-node\].Pods'
+# See conformance/conformance_test.go for every flag.
+CONFORMANCE_FLAGS ?=
+
+# conformance runs Kubernetes' node conformance tests (e2e.test) against holdfast, then the
+# upstream kubelet through the same harness, each as the only node of its own cluster, and
+# writes docs/conformance.md (as root; an hour or more per agent on 2 cores).
+conformance: deps conformance-tools bench-kubelet
+	$(GO) test -count=1 -timeout 300m -run '^TestConformance$$' -v ./conformance/ -args -conformance.full $(CONFORMANCE_FLAGS)
+
+# conformance-tools builds e2e.test, ginkgo, agnhost and nnp (cached by version; e2e.test takes
+# 30 minutes or more on 2 loaded cores the first time).
+conformance-tools:
+	hack/build-conformance-tools.sh

@@ -367,7 +367,8 @@ func (a *Agent) openPolicies(ctx context.Context) (*policy.Manager, error) {
 func (a *Agent) connectRuntime(ctx context.Context) (*runtime.Runtime, error) {
 	delay := 500 * time.Millisecond
 	for {
-		rt, err := runtime.Connect(ctx, a.cfg.Containerd.Address, a.cfg.Containerd.Namespace, a.log.With("component", "runtime"))
+		rt, err := runtime.Connect(ctx, a.cfg.Containerd.Address, a.cfg.Containerd.Namespace, a.log.With("component", "runtime"),
+			runtime.WithRegistryConfigPath(a.cfg.Containerd.RegistryConfigPath))
 		if err == nil {
 			v, _ := rt.Version(ctx)
 			a.log.Info("connected to container runtime", "address", a.cfg.Containerd.Address, "version", v)

@@ -6,6 +6,7 @@
 #   ${HOLDFAST_TEST_BIN:-${HOLDFAST_CACHE:-/var/cache/holdfast}/bin}/kube-apiserver-vX.Y.Z
 #   ${HOLDFAST_TEST_BIN:-${HOLDFAST_CACHE:-/var/cache/holdfast}/bin}/etcd-vX.Y.Z
 #   (likewise kube-controller-manager-vX.Y.Z and kube-scheduler-vX.Y.Z)
+#   ${HOLDFAST_TEST_BIN:-...}/registry-vX.Y.Z   (the distribution registry, for pull tests)
 #
 # The versions come from hack/tools/*/go.mod, so bumping one there builds a new binary next to
 # the old one instead of reusing it. A binary already in the cache is not rebuilt: the first
@@ -48,6 +49,11 @@ build() {
 etcd_dir="$repo/hack/tools/etcd"
 etcd_version=$(module_version "$etcd_dir" go.etcd.io/etcd/server/v3)
 build etcd "$etcd_version" "$etcd_dir" -ldflags "-s -w"
+
+# The OCI registry the image pull tests pull from (about a minute).
+registry_dir="$repo/hack/tools/registry"
+registry_version=$(module_version "$registry_dir" github.com/distribution/distribution/v3)
+build registry "$registry_version" "$registry_dir" -ldflags "-s -w"
 
 kube_dir="$repo/hack/tools/kube-apiserver"
 kube_version=$(module_version "$kube_dir" k8s.io/kubernetes)

@@ -91,6 +91,13 @@ type ContainerdConfig struct {
 	// Namespace is the containerd namespace holdfast owns; nothing outside it is touched.
 	// Defaults to "holdfast".
 	Namespace string `json:"namespace,omitempty"`
+	// RegistryConfigPath is a directory of registry host configuration in containerd's
+	// certs.d layout: <dir>/<host[:port]>/hosts.toml (server, [host."..."] mirrors with
+	// capabilities, ca, client, skip_verify, header; a server given as http:// is plain
+	// HTTP), or Docker's ca.crt / client.cert / client.key files. A registry with no
+	// directory is reached over HTTPS with the system's CAs. Defaults to
+	// /etc/holdfast/certs.d; a missing directory means no host configuration.
+	RegistryConfigPath string `json:"registryConfigPath,omitempty"`
 }
 
 // CNIConfig says where the CNI network configuration and plugins are.
@@ -216,6 +223,7 @@ func (c *Config) applyDefaults() {
 	}
 	setDefault(&c.Containerd.Address, "/run/containerd/containerd.sock")
 	setDefault(&c.Containerd.Namespace, "holdfast")
+	setDefault(&c.Containerd.RegistryConfigPath, "/etc/holdfast/certs.d")
 	setDefault(&c.CNI.ConfDir, "/etc/cni/net.d")
 	if len(c.CNI.BinDirs) == 0 {
 		c.CNI.BinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}

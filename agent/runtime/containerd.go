@@ -35,16 +35,21 @@ type Runtime struct {
 	client    *client.Client
 	namespace string
 	log       *slog.Logger
+	// registryConfigPath: see WithRegistryConfigPath.
+	registryConfigPath string
 }
 
 // Connect dials containerd at address and checks that it answers. The namespace is the one
 // holdfast owns: it never lists or touches containers outside it.
-func Connect(ctx context.Context, address, namespace string, log *slog.Logger) (*Runtime, error) {
+func Connect(ctx context.Context, address, namespace string, log *slog.Logger, opts ...Option) (*Runtime, error) {
 	c, err := client.New(address, client.WithDefaultNamespace(namespace), client.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("connect to containerd at %s: %w", address, err)
 	}
 	r := &Runtime{client: c, namespace: namespace, log: log}
+	for _, o := range opts {
+		o(r)
+	}
 	if _, err := r.Version(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -92,7 +97,7 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	case err != nil && policy == v1.PullNever:
 		return nil, fmt.Errorf("%w: container image %q is not present with pull policy of Never", ErrImageNeverPull, ref)
 	}
-	img, err = r.client.Pull(ctx, name, client.WithPullUnpack)
+	img, err = r.client.Pull(ctx, name, client.WithPullUnpack, client.WithResolver(r.resolver(ctx, nil)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: pull %q: %v", ErrImagePull, ref, err)
 	}

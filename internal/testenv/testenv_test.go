@@ -38,6 +38,7 @@ func TestVersionsMatchToolModules(t *testing.T) {
 	}{
 		{"../../hack/tools/kube-apiserver/go.mod", "k8s.io/kubernetes", KubeAPIServerVersion},
 		{"../../hack/tools/etcd/go.mod", "go.etcd.io/etcd/server/v3", EtcdVersion},
+		{"../../hack/tools/registry/go.mod", "github.com/distribution/distribution/v3", RegistryVersion},
 	} {
 		data, err := os.ReadFile(tt.goMod)
 		if err != nil {

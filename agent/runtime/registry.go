@@ -1,0 +1,42 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+)
+
+// Option configures a Runtime at Connect.
+type Option func(*Runtime)
+
+// WithRegistryConfigPath makes pulls read registry host configuration from dir, laid out as
+// containerd's own (config_path of its CRI plugin, `ctr --hosts-dir`):
+// <dir>/<host[:port]>/hosts.toml, or Docker's certs.d files. It is read by containerd's own
+// package at every pull, so an operator's edit needs no restart and the format is exactly the
+// one containerd users already write. A missing dir, or a registry without a directory,
+// means the defaults: HTTPS with the system's CAs (plain HTTP tried for localhost:port).
+func WithRegistryConfigPath(dir string) Option {
+	return func(r *Runtime) { r.registryConfigPath = dir }
+}
+
+// Credentials answers the username and password (or "" and an identity token) for a
+// registry host, as a docker config.json gives them; ok is false when it knows none.
+type Credentials func(host string) (username, secret string, ok bool)
+
+// resolver returns the resolver one pull uses: the host configuration of
+// registryConfigPath, with creds for the registries that ask for authentication.
+func (r *Runtime) resolver(ctx context.Context, creds Credentials) remotes.Resolver {
+	opts := config.HostOptions{}
+	if r.registryConfigPath != "" {
+		opts.HostDir = config.HostDirFromRoot(r.registryConfigPath)
+	}
+	if creds != nil {
+		opts.Credentials = func(host string) (string, string, error) {
+			u, s, _ := creds(host)
+			return u, s, nil
+		}
+	}
+	return docker.NewResolver(docker.ResolverOptions{Hosts: config.ConfigureHosts(ctx, opts)})
+}

@@ -1,0 +1,118 @@
+package conformance
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+)
+
+var (
+	full        = flag.Bool("conformance.full", false, "run TestConformance: the whole selection, for each agent of -conformance.agents, and write -conformance.doc (make conformance)")
+	agents      = flag.String("conformance.agents", Holdfast+","+Kubelet, "the agents TestConformance judges, in order")
+	outDir      = flag.String("conformance.out", "", "where the JUnit reports and the suite's output go (default _output/conformance/DATE in the repository)")
+	docPath     = flag.String("conformance.doc", "../docs/conformance.md", "the page TestConformance writes")
+	procs       = flag.Int("conformance.procs", 3, "ginkgo processes running tests in parallel (the tests mostly wait for containers)")
+	focus       = flag.String("conformance.focus", Focus, "the tests TestConformance runs (ginkgo --focus)")
+	timeout     = flag.Duration("conformance.timeout", 100*time.Minute, "bound of each agent's suite")
+	reportOnly  = flag.Bool("conformance.report-only", false, "with -conformance.full: only write the page from the JUnit reports already in -conformance.out")
+	runTogether = flag.Bool("conformance.parallel-agents", false, "run the agents' suites at the same time, each in its own cluster (faster, noisier)")
+)
+
+// requirePrerequisites fails t (skips under -short) unless everything the harness runs is
+// in the cache: make deps builds it.
+func requirePrerequisites(t *testing.T, withKubelet bool) {
+	t.Helper()
+	testenv.RequireIntegration(t)
+	paths := []string{testenv.KubeControllerManagerPath(), testenv.KubeSchedulerPath(), e2eTestPath(), ginkgoPath(), agnhostPath(), nnpPath(), testenv.RegistryPath(), busyboxPath}
+	if withKubelet {
+		paths = append(paths, kubeletPath())
+	}
+	var missing []string
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o111 == 0 {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("conformance prerequisites are missing:\n  - %s\nRun `make deps conformance-tools`%s.",
+			strings.Join(missing, "\n  - "), map[bool]string{true: " and `make bench-kubelet`"}[withKubelet])
+	}
+}
+
+// runAgent builds the cluster around agent as its only node, fills the registry and runs the
+// suite; it returns the JUnit report's path.
+func runAgent(t *testing.T, agent string, opts SuiteOptions) string {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	c := StartCluster(t, nodeName)
+	// Plain HTTP, which containerd's resolvers use for loopback hosts without configuration.
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
+	host := reg.Host
+	names, err := pushImages(ctx, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pushed to %s: %s", host, strings.Join(names, ", "))
+	startNode(t, agent, c)
+	t.Logf("cluster with %s as its node ready in %s", agent, time.Since(start).Round(time.Second))
+	junit, err := runSuite(ctx, t, c, host, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return junit
+}
+
+func TestConformance(t *testing.T) {
+	if !*full {
+		t.Skip("the whole suite takes an hour per agent: run it with -conformance.full (make conformance)")
+	}
+	list := strings.Split(*agents, ",")
+	out := *outDir
+	if out == "" {
+		out = filepath.Join("..", "_output", "conformance", time.Now().UTC().Format("2006-01-02"))
+	}
+	out, err := filepath.Abs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !*reportOnly {
+		requirePrerequisites(t, strings.Contains(*agents, Kubelet))
+		started := time.Now().UTC()
+		var mu sync.Mutex // the agents' subtests may run in parallel
+		durations := map[string]time.Duration{}
+		t.Run("agents", func(t *testing.T) {
+			for _, agent := range list {
+				t.Run(agent, func(t *testing.T) {
+					if *runTogether {
+						t.Parallel()
+					}
+					start := time.Now()
+					runAgent(t, agent, SuiteOptions{Focus: *focus, Skip: skipRegexp(), Procs: *procs, Timeout: *timeout, ReportDir: filepath.Join(out, agent)})
+					mu.Lock()
+					durations[agent] = time.Since(start).Round(time.Second)
+					mu.Unlock()
+				})
+			}
+		})
+		var b strings.Builder
+		fmt.Fprintf(&b, "started=%s\n", started.Format(time.RFC3339))
+		for _, agent := range list {
+			fmt.Fprintf(&b, "%s=%s\n", agent, durations[agent])
+		}
+		if err := os.WriteFile(filepath.Join(out, "run.txt"), []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeDocFrom(out, list, DocOptions{Path: *docPath, Focus: *focus, Procs: *procs}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,104 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Focus selects the node's tests: every [NodeConformance] test and the [sig-node]
+// [Conformance] tests, as issue #10 defines the judge.
+const Focus = `\[NodeConformance\]|\[sig-node\].*\[Conformance\]`
+
+// Skip is a test the harness does not run, with the reason: only tests that need a part of
+// the cluster that is not the node's.
+type Skip struct {
+	// Pattern is a regular expression matched against the full test name (ginkgo --skip).
+	Pattern string
+	// Reason is why the test is not the node's to pass.
+	Reason string
+}
+
+// Skips are the only tests the selection leaves out. The reasons are quoted in
+// docs/conformance.md.
+var Skips = []Skip{}
+
+// skipRegexp joins the skip patterns for ginkgo's --skip.
+func skipRegexp() string {
+	var parts []string
+	for _, s := range Skips {
+		parts = append(parts, s.Pattern)
+	}
+	return strings.Join(parts, "|")
+}
+
+// SuiteOptions says what runSuite runs.
+type SuiteOptions struct {
+	// Focus and Skip are ginkgo's regular expressions.
+	Focus, Skip string
+	// Procs is how many ginkgo processes run specs in parallel.
+	Procs int
+	// Timeout bounds the whole suite (ginkgo --timeout).
+	Timeout time.Duration
+	// ReportDir receives junit_01.xml and the suite's output (e2e.log).
+	ReportDir string
+}
+
+// runSuite runs e2e.test against the cluster with ginkgo, pointing the suite's images at the
+// registry at host. It returns the JUnit report's path; a suite with failed tests is no error
+// here (the report says which), a suite that did not run is.
+func runSuite(ctx context.Context, t testing.TB, c *Cluster, host string, opts SuiteOptions) (string, error) {
+	t.Helper()
+	if err := os.MkdirAll(opts.ReportDir, 0o755); err != nil {
+		return "", err
+	}
+	repoList := filepath.Join(opts.ReportDir, "repo-list.yaml")
+	if err := writeRepoList(repoList, host); err != nil {
+		return "", err
+	}
+	args := []string{
+		"--procs=" + strconv.Itoa(opts.Procs),
+		"--timeout=" + opts.Timeout.String(),
+		"--no-color",
+		"--focus=" + opts.Focus,
+	}
+	if opts.Skip != "" {
+		args = append(args, "--skip="+opts.Skip)
+	}
+	args = append(args, e2eTestPath(), "--",
+		"--kubeconfig="+c.AdminKubeconfig,
+		"--provider=skeleton",
+		"--report-dir="+opts.ReportDir,
+		"--dump-logs-on-failure=false",
+		// Every test namespace is deleted as on any cluster (the controller-manager does it);
+		// not waiting for it saves minutes on two cores.
+		"--delete-namespace-on-failure=true",
+		"--allowed-not-ready-nodes=0",
+		"--node-schedulable-timeout=2m",
+	)
+	logPath := filepath.Join(opts.ReportDir, "e2e.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return "", err
+	}
+	defer logFile.Close()
+	cmd := exec.CommandContext(ctx, ginkgoPath(), args...)
+	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+repoList)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.WaitDelay = time.Minute
+	t.Logf("running %s %s (output in %s)", ginkgoPath(), strings.Join(args, " "), logPath)
+	start := time.Now()
+	runErr := cmd.Run()
+	t.Logf("the suite ran for %s: %v", time.Since(start).Round(time.Second), runErr)
+	junit := filepath.Join(opts.ReportDir, "junit_01.xml")
+	if _, err := os.Stat(junit); err != nil {
+		return "", fmt.Errorf("the suite wrote no JUnit report (%v); see %s", runErr, logPath)
+	}
+	return junit, nil
+}
