@@ -28,7 +28,7 @@ type PayloadOptions struct {
 
 // BuildPayload writes the payload disk the VM installs holdfast from and returns its path:
 // an ext4 image (no loop device needed: mkfs.ext4 -d) laid out as a firmware bundle, with
-// this checkout's binaries (static, amd64), firmware/ and the test images as preloaded images,
+// this checkout's binaries (amd64, built as `make build` builds them), firmware/ and the test images as preloaded images,
 // and the site's kubeconfig and configuration. hack/vm/payload-install.sh installs it; the
 // guest's holdfast-payload.service runs that once per payload.
 func BuildPayload(t testing.TB, opts PayloadOptions) string {
@@ -94,13 +94,16 @@ func GuestKubeconfig(t testing.TB, path string) []byte {
 	return out
 }
 
-// goBuild builds static linux/amd64 binaries of pkgs into outDir.
+// goBuild builds linux/amd64 binaries of pkgs into outDir with `make build`'s flags, so the
+// build cache of a `make build` serves it (a static or stripped build shares nothing with it,
+// and took over half an hour on a busy 2-core machine). The guest is Debian 12 like the host:
+// the same glibc.
 func goBuild(t testing.TB, root, outDir string, pkgs ...string) {
 	t.Helper()
-	args := append([]string{"build", "-trimpath", "-ldflags=-s -w", "-o", outDir + "/"}, pkgs...)
+	args := append([]string{"build", "-trimpath", "-o", outDir + "/"}, pkgs...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=amd64")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
