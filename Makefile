@@ -78,6 +78,8 @@ deps:
 
 test: deps
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	if hack/vm/can-boot.sh; then $(MAKE) gateway-test GATEWAY_RUN='Scenario1|Scenario2'; \
+	else echo "gateway VM scenarios not run: no usable /dev/kvm (HOLDFAST_GATEWAY_VM=1 runs them under software emulation)"; fi
 
 # test-short runs the unit tests only: integration tests skip themselves under -short.
 test-short:
@@ -190,3 +192,26 @@ conformance: deps conformance-tools bench-kubelet
 # 30 minutes or more on 2 loaded cores the first time).
 conformance-tools:
 	hack/build-conformance-tools.sh
+
+## Gateway VM
+
+.PHONY: gateway-image gateway-test
+
+# Which scenarios `make gateway-test` runs (a go test -run pattern) and flags passed after
+# -args, e.g. make gateway-test GATEWAY_RUN=Scenario6 GATEWAY_FLAGS=-gateway.flap=1m
+GATEWAY_RUN ?= .
+GATEWAY_FLAGS ?=
+# Where the measured figures go (one line each), for docs/benchmarks.md.
+GATEWAY_FIGURES ?= _output/gateway/figures.tsv
+
+# gateway-image builds the Debian 12 VM image with debootstrap (cached in $(CACHE)/vm by a
+# hash of its inputs; the first build takes several minutes).
+gateway-image:
+	hack/vm/build-image.sh
+
+# gateway-test boots the VM (KVM when usable, software emulation otherwise) with this
+# checkout's holdfast installed as on a gateway, and runs every scenario of gatewaytest/.
+gateway-test: deps gateway-image
+	mkdir -p $(dir $(GATEWAY_FIGURES))
+	$(GO) test -count=1 -timeout 180m -v -run '$(GATEWAY_RUN)' ./gatewaytest/ -args -gateway.vm \
+		-gateway.figures=$(abspath $(GATEWAY_FIGURES)) $(GATEWAY_FLAGS)
