@@ -135,6 +135,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		BackOffMax:      cfg.Pods.BackOffMax.Duration,
 		HostIPs:         hostIPs,
 		Volumes:         volMgr,
+
+		ImagePullBackOffBase:    cfg.Pods.ImagePullBackOffBase.Duration,
+		ImagePullBackOffMax:     cfg.Pods.ImagePullBackOffMax.Duration,
+		RegistryCredentialsFile: cfg.Containerd.RegistryCredentialsFile,
+
 		MemoryCapacity: func() int64 {
 			capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
 			if err != nil {

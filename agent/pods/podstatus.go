@@ -18,6 +18,7 @@ const (
 	ReasonCrashLoopBackOff        = "CrashLoopBackOff"
 	ReasonErrImageNeverPull       = "ErrImageNeverPull"
 	ReasonErrImagePull            = "ErrImagePull"
+	ReasonImagePullBackOff        = "ImagePullBackOff"
 	ReasonCreateContainerError    = "CreateContainerError"
 	ReasonCreateContainerConfig   = "CreateContainerConfigError"
 	ReasonRunContainerError       = "RunContainerError"
@@ -26,6 +27,10 @@ const (
 	ReasonPodCompleted            = "PodCompleted"
 	ReasonContainersNotInitialzed = "ContainersNotInitialized"
 )
+
+// ReasonPullFailedUsingCachedImage is holdfast's own event reason (kubelet has none): with
+// imagePullPolicy Always the registry could not be reached and the image present was used.
+const ReasonPullFailedUsingCachedImage = "PullFailedUsingCachedImage"
 
 // waitingInfo is why a container is not running yet, as the last sync found out.
 type waitingInfo struct {
