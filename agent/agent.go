@@ -151,6 +151,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		HostIPs:         hostIPs,
 		Volumes:         volMgr,
 		Security:        nodeSecurity(cfg),
+
+		ImagePullBackOffBase:    cfg.Pods.ImagePullBackOffBase.Duration,
+		ImagePullBackOffMax:     cfg.Pods.ImagePullBackOffMax.Duration,
+		RegistryCredentialsFile: cfg.Containerd.RegistryCredentialsFile,
+
 		MemoryCapacity: func() int64 {
 			capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
 			if err != nil {

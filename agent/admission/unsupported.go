@@ -53,8 +53,6 @@ var unsupportedChecks = []struct {
 		return p.Spec.DNSConfig != nil || p.Spec.DNSPolicy == v1.DNSNone
 	}},
 
-	{"spec.imagePullSecrets", func(p *v1.Pod) bool { return len(p.Spec.ImagePullSecrets) > 0 }},
-
 	{"volumeMounts[].mountPropagation (other than None)", func(p *v1.Pod) bool {
 		return anyContainer(p, func(c *v1.Container) bool {
 			for _, m := range c.VolumeMounts {

@@ -21,7 +21,6 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		}},
 		{"hostPort", func(p *v1.Pod) { p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}} }},
 		{"dnsPolicy: None", func(p *v1.Pod) { p.Spec.DNSPolicy = v1.DNSNone }},
-		{"spec.imagePullSecrets", func(p *v1.Pod) { p.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "regcred"}} }},
 		{"mountPropagation", func(p *v1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "v", MountPath: "/v", MountPropagation: ptr.To(v1.MountPropagationHostToContainer)}}
 		}},

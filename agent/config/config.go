@@ -98,6 +98,12 @@ type ContainerdConfig struct {
 	// directory is reached over HTTPS with the system's CAs. Defaults to
 	// /etc/holdfast/certs.d; a missing directory means no host configuration.
 	RegistryConfigPath string `json:"registryConfigPath,omitempty"`
+	// RegistryCredentialsFile is a docker config.json ({"auths": {"HOST[:PORT]": {"auth":
+	// ...}}}) with the node's own registry credentials, tried after a pod's
+	// imagePullSecrets, like the config.json kubelet reads. Read at each pull that needs
+	// credentials. Empty (the default) means none. Credential provider plugins are not
+	// supported.
+	RegistryCredentialsFile string `json:"registryCredentialsFile,omitempty"`
 }
 
 // CNIConfig says where the CNI network configuration and plugins are.
@@ -138,6 +144,10 @@ type PodsConfig struct {
 	// Default to 10s and 300s, as kubelet.
 	BackOffBase Duration `json:"backOffBase,omitempty"`
 	BackOffMax  Duration `json:"backOffMax,omitempty"`
+	// ImagePullBackOffBase and ImagePullBackOffMax bound the back-off between failed pulls
+	// of one image by one pod (ImagePullBackOff). Default to 10s and 300s, as kubelet.
+	ImagePullBackOffBase Duration `json:"imagePullBackOffBase,omitempty"`
+	ImagePullBackOffMax  Duration `json:"imagePullBackOffMax,omitempty"`
 	// VolumeResyncPeriod is how often configMap, secret, downwardAPI and projected volumes are
 	// re-projected (ConfigMap and Secret changes also arrive at once through watches) and
 	// service account tokens checked for renewal. Defaults to 30s.
@@ -237,6 +247,8 @@ func (c *Config) applyDefaults() {
 	setDefaultDuration(&c.Pods.RelistThreshold, 3*time.Minute)
 	setDefaultDuration(&c.Pods.BackOffBase, 10*time.Second)
 	setDefaultDuration(&c.Pods.BackOffMax, 300*time.Second)
+	setDefaultDuration(&c.Pods.ImagePullBackOffBase, 10*time.Second)
+	setDefaultDuration(&c.Pods.ImagePullBackOffMax, 300*time.Second)
 	setDefault(&c.ContainerLogMaxSize, "10Mi")
 	if c.ContainerLogMaxFiles == 0 {
 		c.ContainerLogMaxFiles = 5

@@ -62,3 +62,40 @@ func (b *backoff) forget(podUID string) {
 		}
 	}
 }
+
+// failed records a failed attempt of key (an image pull) and returns the delay before the
+// next one: base at the first failure, doubling to max. A key idle for longer than 2*max
+// starts over at base, as kubelet's image back-off (flowcontrol.Backoff) does.
+func (b *backoff) failed(key string) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	e, ok := b.entries[key]
+	if !ok || now.Sub(e.lastUpdate) > 2*b.max {
+		e = &backoffEntry{delay: b.base}
+		b.entries[key] = e
+	} else {
+		e.delay = min(2*e.delay, b.max)
+	}
+	e.lastUpdate = now
+	return e.delay
+}
+
+// waiting reports whether key failed less than its current delay ago, and how long is left.
+func (b *backoff) waiting(key string) (bool, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.entries[key]
+	if !ok {
+		return false, 0
+	}
+	left := e.delay - b.now().Sub(e.lastUpdate)
+	return left > 0, left
+}
+
+// reset forgets key after a success.
+func (b *backoff) reset(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.entries, key)
+}

@@ -48,6 +48,12 @@ type Config struct {
 	RelistThreshold time.Duration
 	BackOffBase     time.Duration
 	BackOffMax      time.Duration
+	// ImagePullBackOffBase and ImagePullBackOffMax bound the back-off between failed pulls
+	// of one image by one pod (kubelet's 10s and 300s when zero).
+	ImagePullBackOffBase, ImagePullBackOffMax time.Duration
+	// RegistryCredentialsFile is the node's docker config.json, tried after the pod's
+	// imagePullSecrets; empty: none.
+	RegistryCredentialsFile string
 	// HostIPs returns the node's addresses, reported as hostIP(s) and used by host-network pods.
 	HostIPs func() []string
 	// MemoryCapacity is the node's memory in bytes, for the OOM score of burstable pods.
@@ -76,6 +82,8 @@ type Manager struct {
 	prober   *prober.Manager // nil: no probes; a running container is started and ready
 	hooks    prober.Handler  // runs lifecycle hooks; nil: hooks fail with a clear error
 
+	pullBackoff *backoff // failed pulls, keyed by pod UID + "/" + image
+
 	mu           sync.Mutex // protects workers, ctx, sourcesReady, lastRelist
 	workers      map[types.UID]*worker
 	ctx          context.Context // set while Run runs; workers start under it
@@ -95,12 +103,19 @@ func NewManager(cfg Config, rt *runtime.Runtime, net *network.Manager, status St
 	if cfg.HostIPs == nil {
 		cfg.HostIPs = func() []string { return nil }
 	}
+	if cfg.ImagePullBackOffBase <= 0 {
+		cfg.ImagePullBackOffBase = 10 * time.Second
+	}
+	if cfg.ImagePullBackOffMax <= 0 {
+		cfg.ImagePullBackOffMax = 300 * time.Second
+	}
 	if cfg.RelistThreshold <= 0 {
 		cfg.RelistThreshold = DefaultRelistThreshold
 	}
 	return &Manager{
 		cfg: cfg, rt: rt, net: net, status: status, recorder: recorder, log: log,
 		backoff:      newBackoff(cfg.BackOffBase, cfg.BackOffMax, cfg.Now),
+		pullBackoff:  newBackoff(cfg.ImagePullBackOffBase, cfg.ImagePullBackOffMax, cfg.Now),
 		relistCh:     make(chan struct{}, 1),
 		workers:      map[types.UID]*worker{},
 		terminated:   map[types.UID]time.Time{},

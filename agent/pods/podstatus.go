@@ -19,6 +19,7 @@ const (
 	ReasonCrashLoopBackOff        = "CrashLoopBackOff"
 	ReasonErrImageNeverPull       = "ErrImageNeverPull"
 	ReasonErrImagePull            = "ErrImagePull"
+	ReasonImagePullBackOff        = "ImagePullBackOff"
 	ReasonCreateContainerError    = "CreateContainerError"
 	ReasonCreateContainerConfig   = "CreateContainerConfigError"
 	ReasonRunContainerError       = "RunContainerError"
@@ -39,6 +40,10 @@ const (
 // maxPodTerminationMessages is kubelet's MaxPodTerminationMessageLogLength: the termination
 // messages of all of a pod's containers together, split evenly between them.
 const maxPodTerminationMessages = 12 * 1024
+
+// ReasonPullFailedUsingCachedImage is holdfast's own event reason (kubelet has none): with
+// imagePullPolicy Always the registry could not be reached and the image present was used.
+const ReasonPullFailedUsingCachedImage = "PullFailedUsingCachedImage"
 
 // waitingInfo is why a container is not running yet, as the last sync found out.
 type waitingInfo struct {

@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/credentials"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -472,7 +473,9 @@ func (w *worker) apply(ctx context.Context, log *slog.Logger, pod *v1.Pod, obser
 				w.m.backoff.next(backoffKey(pod, s.container.Name), last.StartedAt, last.FinishedAt)
 			}
 		}
-		if err := w.startContainer(ctx, pod, s, podIPs, hostIPs, vols); err != nil {
+		if err := w.startContainer(ctx, pod, s, podIPs, hostIPs, vols); errors.Is(err, errImagePullBackOff) || errors.Is(err, runtime.ErrImagePull) {
+			next = min(next, w.pullRetryIn(pod, s.container))
+		} else if err != nil {
 			log.Warn("start container", "container", s.container.Name, "attempt", s.attempt, "err", err)
 			next = min(next, 5*time.Second)
 		}
@@ -567,13 +570,10 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 		w.m.event(pod, v1.EventTypeWarning, "Failed", "Error: %s: %v", reason, err)
 		return err
 	}
-	if _, err := w.m.rt.EnsureImage(ctx, c.Image, c.ImagePullPolicy); err != nil {
-		switch {
-		case errors.Is(err, runtime.ErrImageNeverPull):
-			return fail(ReasonErrImageNeverPull, err)
-		default:
-			return fail(ReasonErrImagePull, err)
-		}
+	if err := w.ensureImage(ctx, pod, c); errors.Is(err, runtime.ErrImageNeverPull) {
+		return fail(ReasonErrImageNeverPull, err)
+	} else if err != nil {
+		return err
 	}
 	cfg, err := w.containerConfig(ctx, pod, c, s.attempt, podIPs, hostIPs, vols)
 	if err != nil {
@@ -607,6 +607,103 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 		}
 	}
 	return nil
+}
+
+// errImagePullBackOff: the container's image failed to pull recently; no pull is tried
+// until its back-off has passed.
+var errImagePullBackOff = errors.New("image pull backing off")
+
+// ensureImage makes the container's image available as kubelet's image manager does: a pull
+// that fails is reported as ErrImagePull and not tried again for a back-off (10s doubling to
+// 5m per pod and image: a gateway on a metered uplink does not hammer its registry), during
+// which the container waits in ImagePullBackOff. With policy Always and the registry out of
+// reach, an image already present is used, with a Warning event saying so.
+func (w *worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container) error {
+	key := string(pod.UID) + "/" + c.Image
+	if wait, _ := w.m.pullBackoff.waiting(key); wait {
+		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
+		// Events once per back-off period, not at every sync: they cost uplink too.
+		if w.waiting[c.Name].reason != ReasonImagePullBackOff {
+			w.m.event(pod, v1.EventTypeNormal, "BackOff", "%s", msg)
+			w.m.event(pod, v1.EventTypeWarning, "Failed", "Error: %s", ReasonImagePullBackOff)
+		}
+		w.waiting[c.Name] = waitingInfo{reason: ReasonImagePullBackOff, message: msg}
+		return errImagePullBackOff
+	}
+	res, err := w.m.rt.EnsureImage(ctx, c.Image, c.ImagePullPolicy, w.pullCredentials(ctx, pod))
+	switch {
+	case errors.Is(err, runtime.ErrImageNeverPull):
+		return err
+	case err != nil && ctx.Err() != nil:
+		// The sync was cancelled (the pod is being deleted): not the registry's failure.
+		return err
+	case err != nil:
+		w.m.pullBackoff.failed(key)
+		w.waiting[c.Name] = waitingInfo{reason: ReasonErrImagePull, message: err.Error()}
+		w.m.event(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
+		w.m.event(pod, v1.EventTypeWarning, "Failed", "Error: %s", ReasonErrImagePull)
+		return err
+	}
+	w.m.pullBackoff.reset(key)
+	switch {
+	case res.Stale != nil:
+		w.m.event(pod, v1.EventTypeWarning, ReasonPullFailedUsingCachedImage,
+			"Registry unreachable pulling image %q (imagePullPolicy Always): using the image already present on the node (%s): %v",
+			c.Image, res.Image.Target().Digest, res.Stale)
+	case res.Pulled:
+		w.m.event(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q", c.Image)
+	}
+	return nil
+}
+
+// pullRetryIn is when to sync again after a failed or backed-off pull: soon after a failure,
+// so that ImagePullBackOff shows as kubelet shows it, then when the back-off has passed.
+func (w *worker) pullRetryIn(pod *v1.Pod, c *v1.Container) time.Duration {
+	if w.waiting[c.Name].reason == ReasonErrImagePull {
+		return time.Second
+	}
+	if wait, left := w.m.pullBackoff.waiting(string(pod.UID) + "/" + c.Image); wait {
+		return max(left, 100*time.Millisecond)
+	}
+	return 100 * time.Millisecond
+}
+
+// pullCredentials returns the credentials a pull of pod's images tries: its imagePullSecrets
+// (read with the node's identity, which the Node authorizer allows for pods bound to the node)
+// in order, then the node's RegistryCredentialsFile. They are read only when a registry asks
+// for authentication, so a pod whose image is present never needs its pull secret, offline
+// or not.
+func (w *worker) pullCredentials(ctx context.Context, pod *v1.Pod) runtime.Credentials {
+	var (
+		once sync.Once
+		kr   credentials.Keyring
+	)
+	load := func() {
+		var missing []string
+		for _, ref := range pod.Spec.ImagePullSecrets {
+			s, err := w.m.cfg.Volumes.Secret(ctx, pod, ref.Name)
+			if err == nil {
+				err = kr.AddSecret(s)
+			}
+			if err != nil {
+				w.m.log.Warn("image pull secret", "pod", pod.Namespace+"/"+pod.Name, "secret", ref.Name, "err", err)
+				missing = append(missing, ref.Name)
+			}
+		}
+		if len(missing) > 0 {
+			w.m.event(pod, v1.EventTypeWarning, "FailedToRetrieveImagePullSecret",
+				"Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", strings.Join(missing, ", "))
+		}
+		if f := w.m.cfg.RegistryCredentialsFile; f != "" {
+			if err := kr.AddFile(f); err != nil {
+				w.m.log.Warn("node registry credentials", "err", err)
+			}
+		}
+	}
+	return func(host string) (string, string, bool) {
+		once.Do(load)
+		return kr.Lookup(host)
+	}
 }
 
 func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, attempt int, podIPs, hostIPs []string, vols *volumes.PodVolumes) (runtime.ContainerConfig, error) {
@@ -748,6 +845,7 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 		}
 	}
 	w.m.backoff.forget(string(pod.UID))
+	w.m.pullBackoff.forget(string(pod.UID))
 	log.Info("pod stopped", "reason", reason, "containers", len(final))
 	if !w.orphan {
 		w.m.status.PodTerminated(pod)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"syscall"
 	"time"
@@ -83,25 +84,51 @@ func trimV(s string) string {
 	return s
 }
 
-// EnsureImage makes the image available per the pull policy and returns its resolved
-// reference (name@digest). Errors wrap ErrImageNeverPull or ErrImagePull.
-func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (client.Image, error) {
+// ImageResult says how EnsureImage made an image available.
+type ImageResult struct {
+	Image client.Image
+	// Pulled: fetched from the registry by this call (not already present).
+	Pulled bool
+	// Stale is set when the pull policy asked for a pull (Always), the registry could not be
+	// reached, and the image already present was used instead: a gateway offline keeps its
+	// workloads. It says why the pull failed.
+	Stale error
+}
+
+// EnsureImage makes the image available per the pull policy, pulling with creds (nil: none)
+// through the registry host configuration. Errors wrap ErrImageNeverPull or ErrImagePull.
+//
+// Unlike kubelet, Always does not fail when the registry is out of reach and the image is
+// present: the present image is used and ImageResult.Stale says so. A registry that answers
+// (unknown tag, refused credentials) still fails the pull, as with kubelet.
+func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy, creds Credentials) (ImageResult, error) {
 	ctx = r.ctx(ctx)
 	name := NormalizeImageRef(ref)
-	img, err := r.client.GetImage(ctx, name)
+	present, err := r.client.GetImage(ctx, name)
 	switch {
 	case err == nil && policy != v1.PullAlways:
-		return img, r.unpack(ctx, img)
+		return ImageResult{Image: present}, r.unpack(ctx, present)
 	case err != nil && !errdefs.IsNotFound(err):
-		return nil, fmt.Errorf("%w: look up image %q: %v", ErrImagePull, ref, err)
+		return ImageResult{}, fmt.Errorf("%w: look up image %q: %v", ErrImagePull, ref, err)
 	case err != nil && policy == v1.PullNever:
-		return nil, fmt.Errorf("%w: container image %q is not present with pull policy of Never", ErrImageNeverPull, ref)
+		return ImageResult{}, fmt.Errorf("%w: container image %q is not present with pull policy of Never", ErrImageNeverPull, ref)
 	}
-	img, err = r.client.Pull(ctx, name, client.WithPullUnpack, client.WithResolver(r.resolver(ctx, nil)))
-	if err != nil {
-		return nil, fmt.Errorf("%w: pull %q: %v", ErrImagePull, ref, err)
+	img, pullErr := r.client.Pull(ctx, name, client.WithPullUnpack, client.WithResolver(r.resolver(ctx, creds)))
+	if pullErr == nil {
+		return ImageResult{Image: img, Pulled: present == nil || present.Target().Digest != img.Target().Digest}, nil
 	}
-	return img, nil
+	if present != nil && registryUnreachable(pullErr) {
+		return ImageResult{Image: present, Stale: pullErr}, r.unpack(ctx, present)
+	}
+	return ImageResult{}, fmt.Errorf("%w: %w", ErrImagePull, pullErr)
+}
+
+// registryUnreachable tells a registry out of reach (no route, refused, DNS, timeout) from one
+// that answered: only the first lets a present image stand in for a pull.
+func registryUnreachable(err error) bool {
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	return errors.As(err, &opErr) || errors.As(err, &dnsErr) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // unpack makes sure the image's layers are in the snapshotter; an imported image may not be.
