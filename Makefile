@@ -13,7 +13,7 @@ GO ?= go
 # Where built binaries and images are kept between runs, outside the repository.
 CACHE ?= /var/cache/holdfast
 # Flags of the full test run; override for a quicker loop, e.g. make test TEST_FLAGS=-count=1 PKGS=./agent/...
-TEST_FLAGS ?= -race -count=1 -timeout 30m
+TEST_FLAGS ?= -race -count=1 -timeout 40m
 PKGS ?= ./...
 # GOOS/GOARCH[/GOARM] that `make check` cross-builds: the gateways holdfast runs on.
 CROSS_TARGETS ?= linux/amd64 linux/arm64 linux/arm/7
