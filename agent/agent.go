@@ -34,6 +34,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/policy"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/services"
 	"github.com/holdfast-dev/holdfast/agent/sources"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
@@ -103,7 +104,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "holdfast", Host: cfg.NodeName})
 
-	hostIPs := func() []string { return node.HostIPs(cfg.NodeIP) }
+	hostIPs := node.NewAddressKeeper(cfg.NodeIP, cfg.StateDir).IPs
 	netMgr := network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir)
 	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{})
 	if err != nil {
@@ -126,6 +127,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Allocatable:  func() v1.ResourceList { return allocatable },
 		Cache:        store,
 	})
+	svcCache := services.NewCache(client, cfg.StateDir, a.log.With("component", "services"))
 	podMgr := pods.NewManager(pods.Config{
 		StateDir:        cfg.StateDir,
 		PodLogDir:       cfg.PodLogDir,
@@ -135,6 +137,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		BackOffMax:      cfg.Pods.BackOffMax.Duration,
 		HostIPs:         hostIPs,
 		Volumes:         volMgr,
+		NodeName:        cfg.NodeName,
+		DNS:             network.DNSSettings{ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain},
+		Services:        svcCache,
 		MemoryCapacity: func() int64 {
 			capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
 			if err != nil {
@@ -213,6 +218,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			NodeName:        cfg.NodeName,
 			AgentVersion:    a.version,
 			NodeIP:          cfg.NodeIP,
+			HostIPs:         hostIPs,
 			Labels:          cfg.NodeLabels,
 			MaxPods:         cfg.MaxPods,
 			StorageDir:      cfg.StateDir,
@@ -243,6 +249,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return podMgr.Run(ctx) })
 	g.Go(func() error { return collector.Run(ctx) })
 	g.Go(func() error { return volMgr.Run(ctx) })
+	g.Go(func() error { return svcCache.Run(ctx) })
 	g.Go(func() error { return probeMgr.Run(ctx) })
 	g.Go(func() error { return statusMgr.Run(ctx) })
 	if cfg.HealthzAddress != "" {
@@ -261,7 +268,7 @@ func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
 		a.log.Error("state database was unusable: moved aside and started empty; rebuilding from containerd, manifests and the apiserver",
 			"path", r.Path, "kind", r.Recovered.Kind, "movedTo", r.Recovered.MovedTo, "err", r.Recovered.Err)
 		return []v1.NodeCondition{{
-			Type:    "HoldfastStateRecovered",
+			Type:    node.ConditionStateRecovered,
 			Status:  v1.ConditionTrue,
 			Reason:  "StateDatabase" + string(r.Recovered.Kind),
 			Message: fmt.Sprintf("state database %s was unusable (%v); kept at %s; running containers were kept and the cache is being rebuilt", r.Path, r.Recovered.Err, r.Recovered.MovedTo),

@@ -72,21 +72,6 @@ var unsupportedChecks = []struct {
 
 	{"spec.activeDeadlineSeconds", func(p *v1.Pod) bool { return p.Spec.ActiveDeadlineSeconds != nil }},
 
-	{"ports[].hostPort", func(p *v1.Pod) bool {
-		return anyContainer(p, func(c *v1.Container) bool {
-			for _, port := range c.Ports {
-				if port.HostPort != 0 {
-					return true
-				}
-			}
-			return false
-		})
-	}},
-
-	{"spec.dnsConfig and dnsPolicy: None", func(p *v1.Pod) bool {
-		return p.Spec.DNSConfig != nil || p.Spec.DNSPolicy == v1.DNSNone
-	}},
-
 	{"spec.imagePullSecrets", func(p *v1.Pod) bool { return len(p.Spec.ImagePullSecrets) > 0 }},
 
 	{"volumeMounts[].mountPropagation (other than None)", func(p *v1.Pod) bool {

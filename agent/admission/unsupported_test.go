@@ -34,8 +34,6 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		}},
 		{"spec.readinessGates", func(p *v1.Pod) { p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/ready"}} }},
 		{"spec.activeDeadlineSeconds", func(p *v1.Pod) { p.Spec.ActiveDeadlineSeconds = ptr.To[int64](30) }},
-		{"hostPort", func(p *v1.Pod) { p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}} }},
-		{"dnsPolicy: None", func(p *v1.Pod) { p.Spec.DNSPolicy = v1.DNSNone }},
 		{"spec.imagePullSecrets", func(p *v1.Pod) { p.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "regcred"}} }},
 		{"mountPropagation", func(p *v1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "v", MountPath: "/v", MountPropagation: ptr.To(v1.MountPropagationHostToContainer)}}
@@ -64,6 +62,8 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 	p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: ptr.To(v1.DefaultProcMount)}
 	p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "v", MountPath: "/v", MountPropagation: ptr.To(v1.MountPropagationNone)}}
 	p.Spec.RuntimeClassName = ptr.To("")
+	p.Spec.DNSConfig = &v1.PodDNSConfig{Nameservers: []string{"192.0.2.53"}}
+	p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
 	if r := Check(p, node, nil); !r.Admitted {
 		t.Fatalf("a pod with only defaults was rejected: %+v", r)
 	}

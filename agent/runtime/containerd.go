@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -159,7 +160,14 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 	if cfg.NetNSPath != "" {
 		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: cfg.NetNSPath}))
 	} else {
-		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostHostsFile, oci.WithHostResolvconf)
+		// The host's files, unless the pod brings its own (its dnsPolicy's resolv.conf).
+		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace))
+		if !slices.ContainsFunc(cfg.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/hosts" }) {
+			opts = append(opts, oci.WithHostHostsFile)
+		}
+		if !slices.ContainsFunc(cfg.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/resolv.conf" }) {
+			opts = append(opts, oci.WithHostResolvconf)
+		}
 	}
 	opts = append(opts, cfg.SpecOpts...)
 

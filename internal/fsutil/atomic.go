@@ -15,6 +15,12 @@ func WriteJSONAtomic(path string, v any) error {
 	if err != nil {
 		return err
 	}
+	return WriteFileAtomic(path, b, 0o600)
+}
+
+// WriteFileAtomic writes b to path with permissions perm as WriteJSONAtomic does: a power cut
+// leaves either the old file or the new one, never a half-written one.
+func WriteFileAtomic(path string, b []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
@@ -24,6 +30,10 @@ func WriteJSONAtomic(path string, v any) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(f.Name())
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", path, err)
