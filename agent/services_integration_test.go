@@ -107,11 +107,11 @@ func TestServiceLinkEnv(t *testing.T) {
 	}
 	var env map[string]string
 	testenv.Eventually(t, 90*time.Second, "the offline static pod's env", func() error {
-		p, err := e.localPod("offline-env")
+		p, err := e.localPod("offline-env-" + node) // a static pod's name ends with its node's
 		if err != nil {
 			return err
 		}
-		env, err = containerEnvFromLog(filepath.Join(e.agent.Config.PodLogDir, "default_offline-env_"+string(p.UID), "c", "0.log"))
+		env, err = containerEnvFromLog(filepath.Join(e.agent.Config.PodLogDir, "default_offline-env-"+node+"_"+string(p.UID), "c", "0.log"))
 		if err != nil || env["END"] != "1" {
 			return fmt.Errorf("%v (phase %s)", err, p.Status.Phase)
 		}
