@@ -36,6 +36,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/policy"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/services"
 	"github.com/holdfast-dev/holdfast/agent/sources"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/agent/systemd"
@@ -116,7 +117,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "holdfast", Host: cfg.NodeName})
 
-	hostIPs := func() []string { return node.HostIPs(cfg.NodeIP) }
+	hostIPs := node.NewAddressKeeper(cfg.NodeIP, cfg.StateDir).IPs
 	netMgr := network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir)
 	stateKey := a.loadStateKey()
 	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{Key: stateKey})
@@ -141,6 +142,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Cache:          store,
 		PersistSecrets: stateKey != nil,
 	})
+	svcCache := services.NewCache(client, cfg.StateDir, a.log.With("component", "services"))
 	podMgr := pods.NewManager(pods.Config{
 		StateDir:        cfg.StateDir,
 		PodLogDir:       cfg.PodLogDir,
@@ -156,6 +158,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		ImagePullBackOffMax:     cfg.Pods.ImagePullBackOffMax.Duration,
 		RegistryCredentialsFile: cfg.Containerd.RegistryCredentialsFile,
 
+		NodeName: cfg.NodeName,
+		DNS:      network.DNSSettings{ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain},
+		Services: svcCache,
 		MemoryCapacity: func() int64 {
 			capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
 			if err != nil {
@@ -241,6 +246,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			NodeName:        cfg.NodeName,
 			AgentVersion:    a.version,
 			NodeIP:          cfg.NodeIP,
+			HostIPs:         hostIPs,
 			Labels:          cfg.NodeLabels,
 			MaxPods:         cfg.MaxPods,
 			StorageDir:      cfg.StateDir,
@@ -273,6 +279,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return podMgr.Run(ctx) })
 	g.Go(func() error { return collector.Run(ctx) })
 	g.Go(func() error { return volMgr.Run(ctx) })
+	g.Go(func() error { return svcCache.Run(ctx) })
 	g.Go(func() error { return probeMgr.Run(ctx) })
 	g.Go(func() error { return statusMgr.Run(ctx) })
 	if cfg.HealthzAddress != "" {
@@ -330,7 +337,7 @@ func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
 		a.log.Error("state database was unusable: moved aside and started empty; rebuilding from containerd, manifests and the apiserver",
 			"path", r.Path, "kind", r.Recovered.Kind, "movedTo", r.Recovered.MovedTo, "err", r.Recovered.Err)
 		return []v1.NodeCondition{{
-			Type:    "HoldfastStateRecovered",
+			Type:    node.ConditionStateRecovered,
 			Status:  v1.ConditionTrue,
 			Reason:  "StateDatabase" + string(r.Recovered.Kind),
 			Message: fmt.Sprintf("state database %s was unusable (%v); kept at %s; running containers were kept and the cache is being rebuilt", r.Path, r.Recovered.Err, r.Recovered.MovedTo),

@@ -60,7 +60,10 @@ func Check(pod *v1.Pod, node Node, admitted []*v1.Pod) Result {
 	if r := checkAffinity(pod, node); !r.Admitted {
 		return r
 	}
-	return checkResources(pod, node, admitted)
+	if r := checkResources(pod, node, admitted); !r.Admitted {
+		return r
+	}
+	return checkHostPorts(pod, admitted)
 }
 
 func checkAffinity(pod *v1.Pod, node Node) Result {

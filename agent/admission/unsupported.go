@@ -38,21 +38,6 @@ var unsupportedChecks = []struct {
 		})
 	}},
 
-	{"ports[].hostPort", func(p *v1.Pod) bool {
-		return anyContainer(p, func(c *v1.Container) bool {
-			for _, port := range c.Ports {
-				if port.HostPort != 0 {
-					return true
-				}
-			}
-			return false
-		})
-	}},
-
-	{"spec.dnsConfig and dnsPolicy: None", func(p *v1.Pod) bool {
-		return p.Spec.DNSConfig != nil || p.Spec.DNSPolicy == v1.DNSNone
-	}},
-
 	{"volumeMounts[].mountPropagation (other than None)", func(p *v1.Pod) bool {
 		return anyContainer(p, func(c *v1.Container) bool {
 			for _, m := range c.VolumeMounts {

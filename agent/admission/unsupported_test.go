@@ -19,8 +19,6 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		{"procMount", func(p *v1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: ptr.To(v1.UnmaskedProcMount)}
 		}},
-		{"hostPort", func(p *v1.Pod) { p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}} }},
-		{"dnsPolicy: None", func(p *v1.Pod) { p.Spec.DNSPolicy = v1.DNSNone }},
 		{"mountPropagation", func(p *v1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "v", MountPath: "/v", MountPropagation: ptr.To(v1.MountPropagationHostToContainer)}}
 		}},
@@ -48,6 +46,8 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 	p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: ptr.To(v1.DefaultProcMount)}
 	p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "v", MountPath: "/v", MountPropagation: ptr.To(v1.MountPropagationNone)}}
 	p.Spec.RuntimeClassName = ptr.To("")
+	p.Spec.DNSConfig = &v1.PodDNSConfig{Nameservers: []string{"192.0.2.53"}}
+	p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
 	if r := Check(p, node, nil); !r.Admitted {
 		t.Fatalf("a pod with only defaults was rejected: %+v", r)
 	}

@@ -5,11 +5,14 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/component-helpers/node/util/sysctl"
 	"sigs.k8s.io/yaml"
 )
@@ -55,6 +58,13 @@ type Config struct {
 	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
 	// NodeIP overrides the InternalIP address detected from the default route.
 	NodeIP string `json:"nodeIP,omitempty"`
+	// ClusterDNS are the cluster DNS servers (IP addresses) ClusterFirst pods resolve with,
+	// the kubelet's clusterDNS. None (the default) makes ClusterFirst pods use the host's
+	// resolver configuration, with a MissingClusterDNS event, as the kubelet does.
+	ClusterDNS []string `json:"clusterDNS,omitempty"`
+	// ClusterDomain is the cluster's DNS domain, for pods' search paths and subdomain FQDNs.
+	// Defaults to cluster.local.
+	ClusterDomain string `json:"clusterDomain,omitempty"`
 	// MaxPods is the pods capacity reported for the node. Defaults to 110.
 	MaxPods int `json:"maxPods,omitempty"`
 	// ContainerLogMaxSize is the size past which a container's log file is rotated, a
@@ -231,6 +241,7 @@ func (c *Config) applyDefaults() {
 	if c.MaxPods == 0 {
 		c.MaxPods = 110
 	}
+	setDefault(&c.ClusterDomain, "cluster.local")
 	setDefault(&c.Containerd.Address, "/run/containerd/containerd.sock")
 	setDefault(&c.Containerd.Namespace, "holdfast")
 	setDefault(&c.Containerd.RegistryConfigPath, "/etc/holdfast/certs.d")
@@ -309,6 +320,14 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPods < 0 {
 		errs = append(errs, fmt.Errorf("maxPods %d is negative", c.MaxPods))
+	}
+	for _, ip := range c.ClusterDNS {
+		if net.ParseIP(ip) == nil {
+			errs = append(errs, fmt.Errorf("clusterDNS %q is not an IP address", ip))
+		}
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("clusterDomain %q: %s", c.ClusterDomain, strings.Join(msgs, "; ")))
 	}
 	for name, d := range map[string]Duration{
 		"nodeStatus.leaseDuration":      c.NodeStatus.LeaseDuration,

@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	gocni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
@@ -19,10 +23,27 @@ import (
 var ErrNetworkNotReady = errors.New("network plugin not ready: no CNI configuration")
 
 // PodNetwork is what a pod's network setup produced, kept on disk so an agent restart can
-// report podIPs without touching the network again.
+// report podIPs without touching the network again, and what CNI DEL needs, written before
+// ADD, so that DEL runs exactly as ADD ran whatever happened since: an agent restart, a
+// change of the CNI configuration, a reboot that took the namespace away.
 type PodNetwork struct {
 	NetNSPath string   `json:"netnsPath"`
 	IPs       []string `json:"ips"`
+	// Complete is set once ADD succeeded; a record without it is an ADD that did not finish.
+	Complete bool `json:"complete,omitempty"`
+	// ContainerID, Args and PortMappings are the CNI runtime configuration ADD ran with.
+	ContainerID  string              `json:"containerID,omitempty"`
+	Args         map[string]string   `json:"args,omitempty"`
+	PortMappings []gocni.PortMapping `json:"portMappings,omitempty"`
+	// Attachments are the networks ADD attached, in order.
+	Attachments []Attachment `json:"attachments,omitempty"`
+}
+
+// Attachment is one network a pod was attached to: its configuration list as ADD read it and
+// the interface it got.
+type Attachment struct {
+	ConfList json.RawMessage `json:"confList"`
+	IfName   string          `json:"ifName"`
 }
 
 // Manager sets up and tears down pod networks.
@@ -32,8 +53,9 @@ type Manager struct {
 	netnsDir string
 	stateDir string
 
-	mu  sync.Mutex // protects cni: reloaded when the conf dir changes
-	cni gocni.CNI
+	mu         sync.Mutex // protects cni and loadedConf: reloaded when the conf dir changes
+	cni        gocni.CNI
+	loadedConf string // fingerprint of the conf dir cni was loaded from
 }
 
 // NewManager prepares a manager; the CNI configuration is read lazily (and re-read while it
@@ -42,12 +64,19 @@ func NewManager(confDir string, binDirs []string, netnsDir, stateDir string) *Ma
 	return &Manager{confDir: confDir, binDirs: binDirs, netnsDir: netnsDir, stateDir: filepath.Join(stateDir, "network")}
 }
 
+// load returns the CNI configuration, read again whenever the conf dir changed since it was
+// last read (a file added, removed or rewritten), as the kubelet and containerd watch it: a
+// gateway whose network configuration is replaced gets new pods on the new network without a
+// restart. Pods set up before keep theirs, and are torn down with the configuration they were
+// set up with (see PodNetwork).
 func (m *Manager) load() (gocni.CNI, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cni != nil {
+	fp := confDirFingerprint(m.confDir)
+	if m.cni != nil && fp == m.loadedConf {
 		return m.cni, nil
 	}
+	m.cni, m.loadedConf = nil, ""
 	c, err := gocni.New(gocni.WithPluginConfDir(m.confDir), gocni.WithPluginDir(m.binDirs), gocni.WithMinNetworkCount(2))
 	if err != nil {
 		return nil, fmt.Errorf("init CNI: %w", err)
@@ -55,8 +84,28 @@ func (m *Manager) load() (gocni.CNI, error) {
 	if err := c.Load(gocni.WithLoNetwork, gocni.WithDefaultConf); err != nil {
 		return nil, fmt.Errorf("%w in %s: %v", ErrNetworkNotReady, m.confDir, err)
 	}
-	m.cni = c
+	m.cni, m.loadedConf = c, fp
 	return c, nil
+}
+
+// confDirFingerprint names the conf dir's files with their sizes and modification times; it
+// changes when a configuration is added, removed or rewritten. Reading a directory of a few
+// files costs less than a watch with its goroutine, and load runs only on pod setup and the
+// node's readiness check.
+func confDirFingerprint(dir string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	var b []byte
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || info.IsDir() {
+			continue
+		}
+		b = fmt.Appendf(b, "%s:%d:%d;", e.Name(), info.Size(), info.ModTime().UnixNano())
+	}
+	return string(b)
 }
 
 // Ready reports whether a CNI configuration is loaded (for the node's Ready condition).
@@ -80,7 +129,20 @@ func (m *Manager) Get(podUID string) *PodNetwork {
 		return nil
 	}
 	var pn PodNetwork
-	if json.Unmarshal(b, &pn) != nil || !isNetNS(pn.NetNSPath) {
+	if json.Unmarshal(b, &pn) != nil || !isNetNS(pn.NetNSPath) || !pn.Complete && pn.Attachments != nil {
+		return nil
+	}
+	return &pn
+}
+
+// record reads a pod's network record, complete or not; nil without one.
+func (m *Manager) record(podUID string) *PodNetwork {
+	b, err := os.ReadFile(m.recordPath(podUID))
+	if err != nil {
+		return nil
+	}
+	var pn PodNetwork
+	if json.Unmarshal(b, &pn) != nil {
 		return nil
 	}
 	return &pn
@@ -88,8 +150,9 @@ func (m *Manager) Get(podUID string) *PodNetwork {
 
 // Setup gives the pod a network namespace with CNI networking and returns it. It is
 // idempotent: a pod already set up gets its recorded network back. A half-done setup (a
-// namespace without a record, after a crash) is torn down and redone.
-func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string) (*PodNetwork, error) {
+// namespace without a complete record, after a crash) is torn down and redone; so is a setup
+// whose namespace is gone (a reboot).
+func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string, ports []gocni.PortMapping) (*PodNetwork, error) {
 	if pn := m.Get(podUID); pn != nil {
 		return pn, nil
 	}
@@ -98,22 +161,38 @@ func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string) (*P
 		return nil, err
 	}
 	path := m.netnsPath(podUID)
-	if _, err := os.Stat(m.recordPath(podUID)); err == nil || isNetNS(path) {
+	if old := m.record(podUID); old != nil || isNetNS(path) {
 		// Left by an earlier setup that did not finish, or by a boot before a reboot (the
 		// namespace is gone, IPAM still remembers): CNI DEL first so IPAM releases what it
 		// allocated to this pod.
-		_ = c.Remove(ctx, podUID, path, podLabels(podUID, namespace, name))
+		// Best effort, as before a first setup: a DEL that fails must not keep the pod from
+		// running.
+		_ = m.del(ctx, c, podUID, namespace, name, old)
 	}
 	if err := createNetNS(path); err != nil {
 		return nil, err
 	}
-	res, err := c.Setup(ctx, podUID, path, podLabels(podUID, namespace, name))
+	pn := &PodNetwork{NetNSPath: path, ContainerID: podUID, Args: podArgs(podUID, namespace, name), PortMappings: ports}
+	for _, n := range c.GetConfig().Networks {
+		pn.Attachments = append(pn.Attachments, Attachment{ConfList: json.RawMessage(n.Config.Source), IfName: n.IFName})
+	}
+	// Intent first: should the agent die during ADD, the next setup or teardown knows what to
+	// DEL.
+	if err := fsutil.WriteJSONAtomic(m.recordPath(podUID), pn); err != nil {
+		return nil, err
+	}
+	opts := []gocni.NamespaceOpts{gocni.WithLabels(pn.Args)}
+	if len(ports) > 0 {
+		opts = append(opts, gocni.WithCapabilityPortMap(ports))
+	}
+	res, err := c.Setup(ctx, podUID, path, opts...)
 	if err != nil {
-		_ = c.Remove(ctx, podUID, path, podLabels(podUID, namespace, name))
+		if derr := m.del(ctx, c, podUID, namespace, name, pn); derr != nil {
+			err = fmt.Errorf("%w (and CNI DEL after it: %v)", err, derr)
+		}
 		_ = removeNetNS(path)
 		return nil, fmt.Errorf("CNI setup of pod %s/%s: %w", namespace, name, err)
 	}
-	pn := &PodNetwork{NetNSPath: path}
 	for ifname, cfg := range res.Interfaces {
 		if ifname == "lo" {
 			continue
@@ -122,22 +201,69 @@ func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string) (*P
 			pn.IPs = append(pn.IPs, ipc.IP.String())
 		}
 	}
+	pn.Complete = true
 	if err := fsutil.WriteJSONAtomic(m.recordPath(podUID), pn); err != nil {
 		return nil, err
 	}
 	return pn, nil
 }
 
+// del runs CNI DEL for a pod: from its record when it has one (the configuration, interfaces
+// and arguments ADD used), else with the current configuration. A namespace that is gone (a
+// reboot) is passed as the empty path, which the CNI spec allows for DEL: IPAM still releases
+// the addresses and portmap its rules.
+func (m *Manager) del(ctx context.Context, c gocni.CNI, podUID, namespace, name string, rec *PodNetwork) error {
+	path := m.netnsPath(podUID)
+	if rec != nil && rec.NetNSPath != "" {
+		path = rec.NetNSPath
+	}
+	if !isNetNS(path) {
+		path = ""
+	}
+	if rec == nil || len(rec.Attachments) == 0 {
+		// A record written before holdfast kept what DEL needs.
+		if c == nil {
+			var err error
+			if c, err = m.load(); err != nil {
+				return err
+			}
+		}
+		opts := []gocni.NamespaceOpts{gocni.WithLabels(podArgs(podUID, namespace, name))}
+		if rec != nil && len(rec.PortMappings) > 0 {
+			opts = append(opts, gocni.WithCapabilityPortMap(rec.PortMappings))
+		}
+		return c.Remove(ctx, podUID, path, opts...)
+	}
+	cni := libcni.NewCNIConfig(m.binDirs, nil)
+	var errs []error
+	for i := len(rec.Attachments) - 1; i >= 0; i-- { // in the reverse order of ADD
+		a := rec.Attachments[i]
+		list, err := libcni.ConfListFromBytes(a.ConfList)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("recorded network %d: %w", i, err))
+			continue
+		}
+		rt := &libcni.RuntimeConf{ContainerID: rec.ContainerID, NetNS: path, IfName: a.IfName, CapabilityArgs: map[string]any{}}
+		for k, v := range rec.Args {
+			rt.Args = append(rt.Args, [2]string{k, v})
+		}
+		if len(rec.PortMappings) > 0 {
+			rt.CapabilityArgs["portMappings"] = rec.PortMappings
+		}
+		if err := cni.DelNetworkList(ctx, list, rt); err != nil {
+			errs = append(errs, fmt.Errorf("DEL %s on %s: %w", list.Name, a.IfName, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Teardown runs CNI DEL and removes the namespace and the record. Tearing down a pod with
-// no network is not an error.
+// no network is not an error. DEL runs whenever there is a record, with the namespace or
+// without it (after a reboot): otherwise IPAM would keep the pod's addresses for ever.
 func (m *Manager) Teardown(ctx context.Context, podUID, namespace, name string) error {
 	path := m.netnsPath(podUID)
-	if isNetNS(path) {
-		c, err := m.load()
-		if err != nil {
-			return fmt.Errorf("tear down network of pod %s/%s: %w", namespace, name, err)
-		}
-		if err := c.Remove(ctx, podUID, path, podLabels(podUID, namespace, name)); err != nil {
+	if rec := m.record(podUID); rec != nil || isNetNS(path) {
+		if err := m.del(ctx, nil, podUID, namespace, name, rec); err != nil {
 			return fmt.Errorf("CNI teardown of pod %s/%s: %w", namespace, name, err)
 		}
 	}
@@ -166,12 +292,50 @@ func (m *Manager) Known() []string {
 	return uids
 }
 
-func podLabels(uid, namespace, name string) gocni.NamespaceOpts {
-	return gocni.WithLabels(map[string]string{
+// podArgs are the CNI_ARGS of a pod, as containerd's CRI plugin passes them.
+func podArgs(uid, namespace, name string) map[string]string {
+	return map[string]string{
 		"K8S_POD_NAMESPACE":          namespace,
 		"K8S_POD_NAME":               name,
 		"K8S_POD_INFRA_CONTAINER_ID": uid,
 		"K8S_POD_UID":                uid,
 		"IgnoreUnknown":              "1",
-	})
+	}
+}
+
+// PortMappings are the hostPorts of a pod with its own network, as the kubelet hands them to
+// the runtime (the regular containers' ports, a name used twice in a container counted once)
+// and containerd's CRI plugin passes them to CNI's portmap plugin: ports without a hostPort
+// left out, protocols in lower case.
+func PortMappings(pod *v1.Pod) []gocni.PortMapping {
+	var out []gocni.PortMapping
+	for _, c := range pod.Spec.Containers {
+		names := map[string]bool{}
+		for _, p := range c.Ports {
+			family := "any"
+			if p.HostIP != "" {
+				family = "v4"
+				if ip := net.ParseIP(p.HostIP); ip != nil && ip.To4() == nil {
+					family = "v6"
+				}
+			}
+			name := p.Name
+			if name == "" {
+				name = fmt.Sprintf("%s-%s-%s:%d:%d", family, p.Protocol, p.HostIP, p.ContainerPort, p.HostPort)
+			}
+			if names[name] {
+				continue
+			}
+			names[name] = true
+			if p.HostPort <= 0 {
+				continue
+			}
+			proto := strings.ToLower(string(p.Protocol))
+			if proto == "" {
+				proto = "tcp"
+			}
+			out = append(out, gocni.PortMapping{HostPort: p.HostPort, ContainerPort: p.ContainerPort, Protocol: proto, HostIP: p.HostIP})
+		}
+	}
+	return out
 }

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
 // machineInfo is what the node reports about the machine it runs on.
@@ -111,49 +115,123 @@ func readTrim(path string) string {
 }
 
 // HostIPs returns the node's addresses: the configured one, or the address of the interface
-// holding the default route, or the first global unicast address found.
+// holding the default route, or the first global unicast address found. It remembers nothing;
+// the agent uses an AddressKeeper, which keeps the last address of the default route.
 func HostIPs(configured string) []string {
-	if configured != "" {
-		return []string{configured}
+	return []string{chooseHostIP(configured, defaultRouteIP(), "", firstGlobalIPv4)}
+}
+
+// chooseHostIP picks the node's address: the configured one; else the address of the default
+// route's interface; else the last address the default route had (last), so that the node's
+// and its pods' hostIP do not jump to another interface exactly when the uplink drops (its
+// default route goes with it); else the first global unicast address; else loopback.
+func chooseHostIP(configured, defaultRoute, last string, anyGlobal func() string) string {
+	switch {
+	case configured != "":
+		return configured
+	case defaultRoute != "":
+		return defaultRoute
+	case last != "":
+		return last
 	}
-	if ip := defaultRouteIP(); ip != "" {
-		return []string{ip}
+	if ip := anyGlobal(); ip != "" {
+		return ip
 	}
+	return "127.0.0.1"
+}
+
+// AddressKeeper reports the node's address (HostIPs) and keeps the last address the default
+// route had, in memory and in a file of the state directory, so that neither an uplink that
+// drops nor an agent restarted while it is down changes the address the node reports.
+type AddressKeeper struct {
+	configured string
+	path       string
+	route      func() string // the default route's address; "" when there is none
+
+	mu   sync.Mutex // protects last
+	last string
+}
+
+// NewAddressKeeper reads the last known address from stateDir.
+func NewAddressKeeper(configured, stateDir string) *AddressKeeper {
+	k := &AddressKeeper{configured: configured, path: filepath.Join(stateDir, "node-address"), route: defaultRouteIP}
+	if b, err := os.ReadFile(k.path); err == nil && net.ParseIP(strings.TrimSpace(string(b))) != nil {
+		k.last = strings.TrimSpace(string(b))
+	}
+	return k
+}
+
+// IPs returns the node's addresses (one, IPv4) and remembers the default route's.
+func (k *AddressKeeper) IPs() []string {
+	route := ""
+	if k.configured == "" {
+		route = k.route()
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if route != "" && route != k.last {
+		// Written only when it changes: flash wears out.
+		if err := fsutil.WriteFileAtomic(k.path, []byte(route+"\n"), 0o644); err == nil {
+			k.last = route
+		}
+	}
+	return []string{chooseHostIP(k.configured, route, k.last, firstGlobalIPv4)}
+}
+
+func firstGlobalIPv4() string {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
-		return nil
+		return ""
 	}
 	for _, a := range addrs {
 		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsGlobalUnicast() && ipn.IP.To4() != nil {
-			return []string{ipn.IP.String()}
+			return ipn.IP.String()
 		}
 	}
-	return []string{"127.0.0.1"}
+	return ""
 }
 
-// defaultRouteIP finds the source address the kernel would use towards the default route,
-// without sending anything (a UDP "connect" only selects a route).
+// defaultRouteIP returns the first IPv4 address of the interface holding the IPv4 default
+// route, "" when there is no default route.
 func defaultRouteIP() string {
 	b, err := os.ReadFile("/proc/net/route")
 	if err != nil {
 		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n")[1:] {
+	name := defaultRouteInterface(string(b))
+	if name == "" {
+		return ""
+	}
+	iface, err := net.InterfaceByName(name)
+	if err != nil {
+		return ""
+	}
+	addrs, err := iface.Addrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	return ""
+}
+
+// defaultRouteInterface finds the interface of the default route in /proc/net/route's table
+// (destination 00000000, mask 00000000, the route up).
+func defaultRouteInterface(table string) string {
+	lines := strings.Split(table, "\n")
+	if len(lines) < 2 {
+		return ""
+	}
+	for _, line := range lines[1:] {
 		f := strings.Fields(line)
-		if len(f) > 2 && f[1] == "00000000" {
-			iface, err := net.InterfaceByName(f[0])
-			if err != nil {
-				return ""
-			}
-			addrs, err := iface.Addrs()
-			if err != nil {
-				return ""
-			}
-			for _, a := range addrs {
-				if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
-					return ipn.IP.String()
-				}
-			}
+		if len(f) < 8 || f[1] != "00000000" || f[7] != "00000000" {
+			continue
+		}
+		if flags, err := strconv.ParseUint(f[3], 16, 32); err == nil && flags&unix.RTF_UP != 0 {
+			return f[0]
 		}
 	}
 	return ""

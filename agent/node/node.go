@@ -23,6 +23,10 @@ import (
 	"k8s.io/utils/clock"
 )
 
+// ConditionStateRecovered is holdfast's node condition saying its state database had to be
+// moved aside and rebuilt.
+const ConditionStateRecovered v1.NodeConditionType = "HoldfastStateRecovered"
+
 // LeaseNamespace is where node Leases live.
 const LeaseNamespace = "kube-node-lease"
 
@@ -45,9 +49,11 @@ const (
 
 // Config describes the node.
 type Config struct {
-	NodeName        string
-	AgentVersion    string // reported as kubeletVersion
-	NodeIP          string
+	NodeName     string
+	AgentVersion string // reported as kubeletVersion
+	NodeIP       string
+	// HostIPs returns the node's addresses; nil: HostIPs(NodeIP).
+	HostIPs         func() []string
 	Labels          map[string]string
 	MaxPods         int
 	StorageDir      string // filesystem reported as ephemeral-storage
@@ -229,6 +235,18 @@ func (c *Controller) register(ctx context.Context) (*v1.Node, error) {
 	return existing, nil
 }
 
+// ownedConditions are the condition types holdfast writes: the kubelet's four and its own.
+func (c *Controller) ownedConditions() map[v1.NodeConditionType]bool {
+	owned := map[v1.NodeConditionType]bool{
+		v1.NodeReady: true, v1.NodeMemoryPressure: true, v1.NodeDiskPressure: true, v1.NodePIDPressure: true,
+		ConditionStateRecovered: true,
+	}
+	for _, ec := range c.cfg.ExtraConditions {
+		owned[ec.Type] = true
+	}
+	return owned
+}
+
 // syncStatus computes the node status and writes it when it changed or ReportFrequency
 // has passed since the last write.
 func (c *Controller) syncStatus(ctx context.Context) {
@@ -248,8 +266,11 @@ func (c *Controller) syncStatus(ctx context.Context) {
 		if !changed && !due {
 			return nil
 		}
-		node.Status = st
-		if _, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		patch, err := statusPatch(node, st, c.ownedConditions())
+		if err != nil {
+			return err
+		}
+		if _, err := c.client.CoreV1().Nodes().PatchStatus(ctx, c.cfg.NodeName, patch); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -322,7 +343,11 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 		},
 		Images: old.Images,
 	}
-	for _, ip := range HostIPs(c.cfg.NodeIP) {
+	hostIPs := c.cfg.HostIPs
+	if hostIPs == nil {
+		hostIPs = func() []string { return HostIPs(c.cfg.NodeIP) }
+	}
+	for _, ip := range hostIPs() {
 		st.Addresses = append(st.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip})
 	}
 	st.Addresses = append(st.Addresses, v1.NodeAddress{Type: v1.NodeHostName, Address: c.cfg.NodeName})

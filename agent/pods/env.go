@@ -3,6 +3,8 @@ package pods
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -44,6 +46,9 @@ type envInput struct {
 	source EnvSource
 	// warn records a Warning event on the pod; may be nil.
 	warn func(reason, message string)
+	// services are the pod's service link variables (KUBERNETES_SERVICE_HOST, ...): a $(VAR)
+	// may name them, and they are added after the container's own, which win.
+	services map[string]string
 }
 
 // resolveEnv resolves a container's environment as kubelet does: envFrom sources first (in
@@ -62,6 +67,13 @@ func resolveEnv(ctx context.Context, in envInput) ([]string, map[string]string, 
 			return nil, nil, err
 		}
 	}
+	// Literal values expand the variables defined before them, then the service variables
+	// (the kubelet's MappingFuncFor(tmpEnv, serviceEnv)).
+	lookup := maps.Clone(in.services)
+	if lookup == nil {
+		lookup = map[string]string{}
+	}
+	maps.Copy(lookup, env.vars)
 	for _, e := range c.Env {
 		val := e.Value
 		if e.ValueFrom != nil && e.Value == "" {
@@ -74,9 +86,15 @@ func resolveEnv(ctx context.Context, in envInput) ([]string, map[string]string, 
 			}
 			val = v
 		} else {
-			val = expansion.Expand(val, env.vars)
+			val = expansion.Expand(val, lookup)
 		}
 		env.set(e.Name, val)
+		lookup[e.Name] = val
+	}
+	for _, name := range slices.Sorted(maps.Keys(in.services)) {
+		if _, defined := env.vars[name]; !defined {
+			env.set(name, in.services[name])
+		}
 	}
 	return env.list(), env.vars, nil
 }

@@ -248,3 +248,22 @@ func TestResolveEnvStaticPod(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestResolveEnvServiceLinks: service variables come after the container's own, never replace
+// them, and a literal value may name them, as with the kubelet.
+func TestResolveEnvServiceLinks(t *testing.T) {
+	pod := &v1.Pod{}
+	c := &v1.Container{Name: "c", Env: []v1.EnvVar{
+		{Name: "API", Value: "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
+		{Name: "DB_SERVICE_HOST", Value: "db.local"},
+	}}
+	services := map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "DB_SERVICE_HOST": "10.96.0.9"}
+	got, _, err := resolveEnv(context.Background(), envInput{pod: pod, container: c, services: services})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"API=https://10.96.0.1:443", "DB_SERVICE_HOST=db.local", "KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443"}
+	if !slices.Equal(got, want) {
+		t.Errorf("env:\n got %v\nwant %v", got, want)
+	}
+}

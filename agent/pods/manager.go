@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,13 @@ type Admitter interface {
 	Admit(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod) admission.Result
 }
 
+// ServiceSource gives a pod's service link environment variables; *services.Cache implements
+// it. An error (services never read yet) leaves the container waiting with
+// CreateContainerConfigError.
+type ServiceSource interface {
+	EnvVars(pod *v1.Pod, static bool) (map[string]string, error)
+}
+
 // Config tunes the manager.
 type Config struct {
 	StateDir     string
@@ -64,7 +72,22 @@ type Config struct {
 	Volumes *volumes.Manager
 	// Security is what the node contributes to its containers' confinement.
 	Security NodeSecurity
+	// NodeName names the Node that node-level events (MissingClusterDNS) are recorded on.
+	NodeName string
+	// DNS is the node's DNS configuration pods' resolv.conf is composed from.
+	DNS network.DNSSettings
+	// Services gives containers their service link variables; nil: none (standalone).
+	Services ServiceSource
+	// HostResolvConf, SystemdResolvConf and HostsFile are the host's files; they default to
+	// /etc/resolv.conf, /run/systemd/resolve/resolv.conf and /etc/hosts (tests change them).
+	HostResolvConf, SystemdResolvConf, HostsFile string
 }
+
+func (c Config) hostResolvConf() string { return cmp.Or(c.HostResolvConf, network.HostResolvConf) }
+func (c Config) systemdResolvConf() string {
+	return cmp.Or(c.SystemdResolvConf, network.SystemdResolvConf)
+}
+func (c Config) hostsFile() string { return cmp.Or(c.HostsFile, "/etc/hosts") }
 
 // Manager dispatches desired pods to their workers and watches the runtime for changes.
 type Manager struct {
@@ -127,6 +150,14 @@ func (m *Manager) now() time.Time    { return m.cfg.Now() }
 func (m *Manager) hostIPs() []string { return m.cfg.HostIPs() }
 func (m *Manager) podDir(uid types.UID) string {
 	return filepath.Join(m.cfg.StateDir, "pods", string(uid))
+}
+
+// nodeEvent records an event on the Node.
+func (m *Manager) nodeEvent(eventType, reason, message string) {
+	if m.recorder != nil && m.cfg.NodeName != "" {
+		ref := &v1.ObjectReference{Kind: "Node", Name: m.cfg.NodeName, UID: types.UID(m.cfg.NodeName)}
+		m.recorder.Event(ref, eventType, reason, message)
+	}
 }
 
 func (m *Manager) event(pod *v1.Pod, eventType, reason, format string, args ...any) {

@@ -19,10 +19,13 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/credentials"
 	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
 	"github.com/holdfast-dev/holdfast/internal/expansion"
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
 // resyncPeriod bounds how long a pod goes without a sync even when nothing signals it.
@@ -418,7 +421,7 @@ func (w *worker) prepare(ctx context.Context, log *slog.Logger, pod *v1.Pod) (po
 	next = resyncPeriod
 	hostIPs = w.m.hostIPs()
 	if !pod.Spec.HostNetwork {
-		pn, err := w.m.net.Setup(ctx, string(pod.UID), pod.Namespace, pod.Name)
+		pn, err := w.m.net.Setup(ctx, string(pod.UID), pod.Namespace, pod.Name, network.PortMappings(pod))
 		if err != nil {
 			if ctx.Err() == nil {
 				w.m.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
@@ -707,9 +710,17 @@ func (w *worker) pullCredentials(ctx context.Context, pod *v1.Pod) runtime.Crede
 }
 
 func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, attempt int, podIPs, hostIPs []string, vols *volumes.PodVolumes) (runtime.ContainerConfig, error) {
+	var services map[string]string
+	if w.m.cfg.Services != nil {
+		var err error
+		if services, err = w.m.cfg.Services.EnvVars(pod, manifest.IsStatic(pod)); err != nil {
+			return runtime.ContainerConfig{}, &errConfig{err.Error()}
+		}
+	}
 	env, vars, err := resolveEnv(ctx, envInput{
 		pod: pod, container: c, podIPs: podIPs, hostIPs: hostIPs, source: w.m.cfg.Volumes,
-		warn: func(reason, message string) { w.m.event(pod, v1.EventTypeWarning, reason, "%s", message) },
+		warn:     func(reason, message string) { w.m.event(pod, v1.EventTypeWarning, reason, "%s", message) },
+		services: services,
 	})
 	if err != nil {
 		return runtime.ContainerConfig{}, err
@@ -720,6 +731,14 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	volumeMounts, err := vols.Mounts(c, vars)
 	if err != nil {
 		return runtime.ContainerConfig{}, &errConfig{err.Error()}
+	}
+	shortName, domain, err := network.PodHostnameAndDomain(pod, w.m.cfg.DNS.ClusterDomain)
+	if err != nil {
+		return runtime.ContainerConfig{}, err
+	}
+	hostname, err := network.KernelHostname(pod, shortName, domain)
+	if err != nil {
+		return runtime.ContainerConfig{}, err
 	}
 	cfg := runtime.ContainerConfig{
 		PodUID:       string(pod.UID),
@@ -733,7 +752,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Args:         expansion.ExpandAll(c.Args, vars),
 		Env:          env,
 		WorkingDir:   c.WorkingDir,
-		Hostname:     podHostname(pod),
+		Hostname:     hostname,
 		LogPath:      filepath.Join(w.m.cfg.PodLogDir, podLogDirName(pod), c.Name, fmt.Sprintf("%d.log", attempt)),
 		Mounts:       volumeMounts,
 		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity), securitySpecOpts(pod, c, w.m.cfg.Security)...),
@@ -754,52 +773,72 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 			return cfg, errors.New("pod network vanished before the container was created")
 		}
 		cfg.NetNSPath = pn.NetNSPath
-		mounts, err := w.podEtcFiles(pod, podIPs)
-		if err != nil {
-			return cfg, err
-		}
-		// After the volumes, so that /etc/hosts lands on top of a volume mounted at /etc;
-		// skipped where the pod mounts its own, as kubelet does.
-		for _, m := range mounts {
-			if !slices.ContainsFunc(volumeMounts, func(v specs.Mount) bool { return v.Destination == m.Destination }) {
-				cfg.Mounts = append(cfg.Mounts, m)
-			}
+	}
+	mounts, err := w.podEtcFiles(pod, podIPs, shortName, domain)
+	if err != nil {
+		return cfg, err
+	}
+	// After the volumes, so that /etc/hosts lands on top of a volume mounted at /etc;
+	// skipped where the pod mounts its own, as kubelet does.
+	for _, m := range mounts {
+		if !slices.ContainsFunc(volumeMounts, func(v specs.Mount) bool { return v.Destination == m.Destination }) {
+			cfg.Mounts = append(cfg.Mounts, m)
 		}
 	}
 	return cfg, nil
 }
 
 // podEtcFiles writes the pod's /etc/hosts and /etc/resolv.conf (shared by its containers)
-// and returns the mounts for them.
-func (w *worker) podEtcFiles(pod *v1.Pod, podIPs []string) ([]specs.Mount, error) {
+// and returns the mounts for them. resolv.conf is composed once per pod, as a sandbox's is
+// (its events are recorded then); /etc/hosts at every container start, as the kubelet does. A
+// host-network pod gets a copy of the host's /etc/hosts, as containerd's CRI plugin gives it.
+func (w *worker) podEtcFiles(pod *v1.Pod, podIPs []string, hostname, domain string) ([]specs.Mount, error) {
 	dir := w.m.podDir(pod.UID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create pod dir: %w", err)
 	}
-	var hosts strings.Builder
-	hosts.WriteString("# Kubernetes-managed hosts file (holdfast).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-	for _, ip := range podIPs {
-		fmt.Fprintf(&hosts, "%s\t%s\n", ip, podHostname(pod))
-	}
-	for _, ha := range pod.Spec.HostAliases {
-		fmt.Fprintf(&hosts, "%s\t%s\n", ha.IP, strings.Join(ha.Hostnames, "\t"))
+	hosts := network.HostsFile(podIPs, hostname, domain, pod.Spec.HostAliases)
+	if pod.Spec.HostNetwork {
+		var err error
+		if hosts, err = os.ReadFile(w.m.cfg.hostsFile()); err != nil && !os.IsNotExist(err) {
+			return nil, fmt.Errorf("read the host's hosts file: %w", err)
+		}
 	}
 	hostsPath := filepath.Join(dir, "etc-hosts")
-	if err := os.WriteFile(hostsPath, []byte(hosts.String()), 0o644); err != nil {
+	if err := os.WriteFile(hostsPath, hosts, 0o644); err != nil {
 		return nil, fmt.Errorf("write pod hosts file: %w", err)
 	}
-	resolv, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		resolv = nil // a gateway without DNS still runs its pods
-	}
 	resolvPath := filepath.Join(dir, "resolv.conf")
-	if err := os.WriteFile(resolvPath, resolv, 0o644); err != nil {
-		return nil, fmt.Errorf("write pod resolv.conf: %w", err)
+	if _, err := os.Stat(resolvPath); os.IsNotExist(err) {
+		if err := w.writeResolvConf(pod, resolvPath); err != nil {
+			return nil, err
+		}
 	}
 	return []specs.Mount{
 		{Destination: "/etc/hosts", Type: "bind", Source: hostsPath, Options: []string{"rbind", "rw"}},
 		{Destination: "/etc/resolv.conf", Type: "bind", Source: resolvPath, Options: []string{"rbind", "ro"}},
 	}, nil
+}
+
+// writeResolvConf composes the pod's resolv.conf from its dnsPolicy and dnsConfig and records
+// the kubelet's events about it.
+func (w *worker) writeResolvConf(pod *v1.Pod, path string) error {
+	host, err := network.ReadHostResolvConf(w.m.cfg.hostResolvConf(), w.m.cfg.systemdResolvConf())
+	if err != nil {
+		return err
+	}
+	rc, events := network.PodDNS(pod, w.m.cfg.DNS, host)
+	for _, e := range events {
+		if e.OnNode {
+			w.m.nodeEvent(v1.EventTypeWarning, e.Reason, e.Message)
+		} else {
+			w.m.event(pod, v1.EventTypeWarning, e.Reason, "%s", e.Message)
+		}
+	}
+	if err := fsutil.WriteFileAtomic(path, rc.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write pod resolv.conf: %w", err)
+	}
+	return nil
 }
 
 // terminate stops every container of the pod (all at once, each with the grace period),
@@ -904,17 +943,6 @@ func gracePeriod(pod *v1.Pod) time.Duration {
 		return time.Duration(*g) * time.Second
 	}
 	return v1.DefaultTerminationGracePeriodSeconds * time.Second
-}
-
-func podHostname(pod *v1.Pod) string {
-	h := pod.Name
-	if pod.Spec.Hostname != "" {
-		h = pod.Spec.Hostname
-	}
-	if len(h) > 63 {
-		h = strings.TrimRight(h[:63], "-.")
-	}
-	return h
 }
 
 // podLogDirName is kubelet's NAMESPACE_NAME_UID.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -192,9 +193,15 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 			oci.WithHostname(cfg.Hostname))
 	} else {
 		// The host's network comes with the host's UTS namespace, hence its hostname, as with
-		// kubelet: no hostname of its own.
-		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostNamespace(specs.UTSNamespace),
-			oci.WithHostHostsFile, oci.WithHostResolvconf)
+		// kubelet: no hostname of its own. The host's files too, unless the pod brings its own
+		// (its dnsPolicy's resolv.conf).
+		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostNamespace(specs.UTSNamespace))
+		if !slices.ContainsFunc(cfg.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/hosts" }) {
+			opts = append(opts, oci.WithHostHostsFile)
+		}
+		if !slices.ContainsFunc(cfg.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/resolv.conf" }) {
+			opts = append(opts, oci.WithHostResolvconf)
+		}
 	}
 	opts = append(opts, cfg.SpecOpts...)
 
