@@ -387,8 +387,12 @@ func ptrTrue() *bool { t := true; return &t }
 func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st v1.PodStatus) (*v1.PodStatus, error) {
 	if sent == nil {
 		// First write since start: patch from what the apiserver has, not from nothing.
+		// Only NotFound means the pod is gone. A Forbidden is not final here: right after an
+		// apiserver restart the Node authorizer refuses the node until its graph has caught up,
+		// and a status dropped then would never be sent (nothing changes in a steady pod). A pod
+		// deleted for good leaves this manager through PodTerminated instead.
 		cur, err := m.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if absent(err) {
+		if apierrors.IsNotFound(err) {
 			return nil, nil
 		} else if err != nil {
 			return nil, fmt.Errorf("read status of %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -424,8 +428,8 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 		return nil, err
 	}
 	updated, err := m.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if absent(err) || apierrors.IsConflict(err) {
-		return nil, nil // gone or replaced: nothing to report any more
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil, nil // gone or replaced: nothing to report any more (Forbidden: see above)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("patch status of %s/%s: %w", pod.Namespace, pod.Name, err)

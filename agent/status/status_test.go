@@ -1,9 +1,18 @@
 package status
 
 import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // A status computed from a pod that had not seen a condition another writer set (a readiness
@@ -20,5 +29,34 @@ func TestKeepForeignConditions(t *testing.T) {
 	}
 	if len(st.Conditions) != 1 {
 		t.Error("the computed status was modified in place")
+	}
+}
+
+// Right after an apiserver restart the Node authorizer refuses a node until its graph has
+// caught up. A status write refused then must be tried again, not dropped as if the pod were
+// gone: a steady pod computes no new status that would send it later.
+func TestForbiddenStatusWriteIsRetried(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
+	client := fake.NewSimpleClientset(pod.DeepCopy())
+	forbidden := 2
+	client.PrependReactor("*", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if forbidden > 0 {
+			forbidden--
+			return true, nil, apierrors.NewForbidden(v1.Resource("pods"), pod.Name, errors.New("no relationship found between node and this object"))
+		}
+		return false, nil, nil
+	})
+	m := NewManager(client, nil, "gw", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.88.0.7"})
+	ctx := context.Background()
+	for range 3 {
+		m.syncAll(ctx)
+	}
+	got, err := client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != v1.PodRunning || got.Status.PodIP != "10.88.0.7" {
+		t.Fatalf("status in the API after the authorizer relented: %+v", got.Status)
 	}
 }
