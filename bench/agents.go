@@ -145,20 +145,6 @@ podLogsDir: {{.Dir}}/pods
 volumePluginDir: {{.Dir}}/volume-plugins
 `
 
-// kubeletSysctls are the kernel settings the kubelet insists on at startup. It would write
-// them to the host's /proc/sys (kernel.panic_on_oops=1 on a shared machine is not a benchmark's
-// business, and the kubelet cannot be told to leave them alone), so it runs in a mount
-// namespace of its own where these files are bind mounts of files holding the values it
-// expects. Nothing else differs: same network namespace, same cgroups, same containerd.
-var kubeletSysctls = map[string]string{
-	"vm/overcommit_memory":      "1",
-	"vm/panic_on_oom":           "0",
-	"kernel/panic":              "10",
-	"kernel/panic_on_oops":      "1",
-	"kernel/keys/root_maxkeys":  "1000000",
-	"kernel/keys/root_maxbytes": "25000000",
-}
-
 // newKubelet prepares the upstream kubelet at bin for node NodeName(Kubelet), talking to cd's
 // CRI plugin, with the node's kubeconfig.
 func newKubelet(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *testenv.Containerd) *agentProc {
@@ -178,35 +164,13 @@ func newKubelet(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *tes
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sysDir := filepath.Join(dir, "sysctl")
-	if err := os.MkdirAll(sysDir, 0o755); err != nil {
+	// The kubelet runs in a mount namespace of its own, so that it never writes the shared
+	// host's /proc/sys (testenv.KubeletMountScript). Nothing else differs: same network
+	// namespace, same cgroups, same containerd.
+	script, err := testenv.KubeletMountScript(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var binds []string
-	keys := make([]string, 0, len(kubeletSysctls))
-	for k := range kubeletSysctls {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		f := filepath.Join(sysDir, strings.ReplaceAll(k, "/", "."))
-		if err := os.WriteFile(f, []byte(kubeletSysctls[k]+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		binds = append(binds, fmt.Sprintf("mount --bind %s /proc/sys/%s", f, k))
-	}
-	// Paths the kubelet uses whatever its --root-dir: the device plugin socket directory
-	// under /var/lib/kubelet and the container log symlinks in /var/log/containers. Inside
-	// its mount namespace they are this run's directories; the host keeps (or gets) the
-	// empty directories only.
-	for _, p := range []string{"/var/lib/kubelet", "/var/log/containers"} {
-		private := filepath.Join(dir, "host", strings.ReplaceAll(strings.TrimPrefix(p, "/"), "/", "-"))
-		if err := os.MkdirAll(private, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		binds = append(binds, fmt.Sprintf("mkdir -p %s && mount --bind %s %s", p, private, p))
-	}
-	script := strings.Join(binds, " && ") + ` && exec "$0" "$@"`
 	argv := []string{
 		"unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c", script,
 		bin,

@@ -112,17 +112,6 @@ podLogsDir: {{.Dir}}/pods
 volumePluginDir: {{.Dir}}/volume-plugins
 `
 
-// kubeletSysctls: as in bench, the kernel settings the kubelet insists on are bind mounts of
-// files in a mount namespace of its own, so it never writes the shared host's /proc/sys.
-var kubeletSysctls = map[string]string{
-	"vm/overcommit_memory":      "1",
-	"vm/panic_on_oom":           "0",
-	"kernel/panic":              "10",
-	"kernel/panic_on_oops":      "1",
-	"kernel/keys/root_maxkeys":  "1000000",
-	"kernel/keys/root_maxbytes": "25000000",
-}
-
 func startKubelet(t testing.TB, dir string, c *Cluster, cd *testenv.Containerd) {
 	t.Helper()
 	ports := make([]string, 2)
@@ -140,29 +129,10 @@ func startKubelet(t testing.TB, dir string, c *Cluster, cd *testenv.Containerd) 
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sysDir := filepath.Join(dir, "sysctl")
-	if err := os.MkdirAll(sysDir, 0o755); err != nil {
+	// A mount namespace of its own, so that it never writes the shared host's /proc/sys.
+	script, err := testenv.KubeletMountScript(dir)
+	if err != nil {
 		t.Fatal(err)
-	}
-	var binds []string
-	keys := make([]string, 0, len(kubeletSysctls))
-	for k := range kubeletSysctls {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		f := filepath.Join(sysDir, strings.ReplaceAll(k, "/", "."))
-		if err := os.WriteFile(f, []byte(kubeletSysctls[k]+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		binds = append(binds, fmt.Sprintf("mount --bind %s /proc/sys/%s", f, k))
-	}
-	for _, p := range []string{"/var/lib/kubelet", "/var/log/containers"} {
-		private := filepath.Join(dir, "host", strings.ReplaceAll(strings.TrimPrefix(p, "/"), "/", "-"))
-		if err := os.MkdirAll(private, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		binds = append(binds, fmt.Sprintf("mkdir -p %s && mount --bind %s %s", p, private, p))
 	}
 	// The kubelet mounts pod volumes (tmpfs for secrets and tokens) under its root directory
 	// in its own mount namespace, and containerd, in the host's, must see them: the root
@@ -183,7 +153,6 @@ func startKubelet(t testing.TB, dir string, c *Cluster, cd *testenv.Containerd) 
 	if err := unix.Mount("", rootDir, "", unix.MS_SHARED, ""); err != nil {
 		t.Fatalf("make %s shared: %v", rootDir, err)
 	}
-	script := strings.Join(binds, " && ") + ` && exec "$0" "$@"`
 	p := testenv.NewProcess(Kubelet, filepath.Join(dir, "kubelet.log"),
 		"unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", script,
 		kubeletPath(),
