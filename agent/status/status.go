@@ -255,6 +255,12 @@ func (m *Manager) syncAll(ctx context.Context) {
 			}
 		default:
 			sent, err = m.patch(ctx, j.pod, j.sent, j.st)
+			if j.term && apierrors.IsForbidden(err) {
+				// A pod that has terminated here and that the Node authorizer no longer lets
+				// the node read is gone from the API (deleted while the node was offline):
+				// nothing is left to report. Only a live pod's status is retried on 403.
+				sent, err = nil, nil
+			}
 			if err == nil && m.store != nil && j.seq > 0 {
 				if aerr := m.store.AckStatuses(j.uid, j.seq); aerr != nil {
 					m.log.Warn("ack delivered status", "pod", j.pod.Namespace+"/"+j.pod.Name, "err", aerr)
@@ -390,7 +396,7 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 		// Only NotFound means the pod is gone. A Forbidden is not final here: right after an
 		// apiserver restart the Node authorizer refuses the node until its graph has caught up,
 		// and a status dropped then would never be sent (nothing changes in a steady pod). A pod
-		// deleted for good leaves this manager through PodTerminated instead.
+		// deleted for good leaves this manager through PodTerminated instead (see syncAll).
 		cur, err := m.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, nil
