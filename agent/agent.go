@@ -169,6 +169,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return capacity.Memory().Value()
 		}(),
 	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
+	svcCache.OnKnown(podMgr.ResyncAll)
 
 	adm := &admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods,
 		sysctls: allowedSysctls(cfg), appArmor: apparmor.HostSupports()}

@@ -61,4 +61,4 @@ kube_ldflags="-s -w \
 build agnhost "$kube_version" "$e2e_dir" go build -trimpath -ldflags "-s -w" k8s.io/kubernetes/test/images/agnhost
 build nnp "$kube_version" "$e2e_dir" go build -trimpath -ldflags "-s -w" k8s.io/kubernetes/test/images/nonewprivs
 build ginkgo "$kube_version" "$e2e_dir" go build -trimpath -ldflags "-s -w" github.com/onsi/ginkgo/v2/ginkgo
-build e2e.test "$kube_version" "$e2e_dir" go test -c -trimpath -ldflags "$kube_ldflags" k8s.io/kubernetes/test/e2e
+build e2e.test "$kube_version" "$e2e_dir" go test -c -vet=off -trimpath -ldflags "$kube_ldflags" k8s.io/kubernetes/test/e2e

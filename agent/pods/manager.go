@@ -203,6 +203,20 @@ func (m *Manager) Resync(uid types.UID) {
 	}
 }
 
+// ResyncAll asks every worker for a sync now: something all pods may wait on (the cluster's
+// services) became available.
+func (m *Manager) ResyncAll() {
+	m.mu.Lock()
+	ws := make([]*worker, 0, len(m.workers))
+	for _, w := range m.workers {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	for _, w := range ws {
+		w.poke()
+	}
+}
+
 // SetSourcesReady installs the check that says every source has delivered its complete set
 // of pods. Until it holds, containers of unknown pods are left alone.
 func (m *Manager) SetSourcesReady(ready func() bool) {
@@ -462,7 +476,7 @@ func (m *Manager) followEvents(ctx context.Context) {
 	}
 }
 
-// PodStates returns a short view of every pod a worker handles, for the local /pods endpoint.
+// PodUIDs returns the UID of every pod a worker handles, for the local /pods endpoint.
 func (m *Manager) PodUIDs() []types.UID {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -39,7 +39,15 @@ type Cache struct {
 	// known: services were read at least once, from the apiserver or the saved file.
 	known bool
 	dirty bool // changed since last saved
+
+	// onKnown runs once when services are first read from the apiserver: pods that waited
+	// with ErrNotSynced are synced again at once rather than on their next resync, which
+	// may come after a short activeDeadlineSeconds or a startup probe's budget.
+	onKnown func()
 }
+
+// OnKnown sets what runs once the apiserver's services were first read. Set it before Run.
+func (c *Cache) OnKnown(f func()) { c.onKnown = f }
 
 // NewCache returns a cache that starts with the services saved under stateDir, if any. A nil
 // client is a standalone agent: no services, no variables, as with a kubelet without apiserver.
@@ -120,9 +128,13 @@ func (c *Cache) Run(ctx context.Context) error {
 			c.services[s.Namespace+"/"+s.Name] = slim(s)
 		}
 	}
+	wasKnown := c.known
 	c.known, c.dirty = true, true
 	c.mu.Unlock()
 	c.save()
+	if !wasKnown && c.onKnown != nil {
+		c.onKnown()
+	}
 	ticker := time.NewTicker(saveInterval)
 	defer ticker.Stop()
 	for {
