@@ -69,11 +69,13 @@ policies:
 
 .PHONY: deps test test-short
 
-# deps installs Debian packages (only if missing), builds kube-apiserver and etcd (only if not
-# cached) and writes the test images (only if changed).
+# deps installs Debian packages (only if missing), builds the control plane, the registry and
+# the conformance slice's tools (e2e.test, ginkgo, agnhost, nnp; only if not cached) and writes
+# the test images (only if changed).
 deps:
 	hack/deps.sh
 	hack/build-tools.sh
+	hack/build-conformance-tools.sh
 	$(GO) run ./hack/mkimage -o $(HOLDFAST_TEST_IMAGES)
 
 test: deps
@@ -188,8 +190,8 @@ CONFORMANCE_FLAGS ?=
 conformance: deps conformance-tools bench-kubelet
 	$(GO) test -count=1 -timeout 300m -run '^TestConformance$$' -v ./conformance/ -args -conformance.full $(CONFORMANCE_FLAGS)
 
-# conformance-tools builds e2e.test, ginkgo, agnhost and nnp (cached by version; e2e.test takes
-# 30 minutes or more on 2 loaded cores the first time).
+# conformance-tools builds e2e.test, ginkgo, agnhost and nnp (cached by version; about 4
+# minutes on 2 cores the first time, once kube-apiserver's build has filled Go's cache).
 conformance-tools:
 	hack/build-conformance-tools.sh
 

@@ -3,20 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -115,71 +109,14 @@ func newHoldfast(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *te
 	}
 }
 
-// kubeletConfig is the KubeletConfiguration the harness runs the kubelet with: what
-// ENVIRONMENT.md lists for these machines (cgroup v1, cgroupfs, no QoS cgroups, no node
-// allocatable enforcement, swap tolerated), its servers on loopback ports, no iptables
-// chains (they would change the shared host's firewall; holdfast makes none either), and
-// everything else at the kubelet's defaults, as holdfast's heartbeats are.
-const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-failCgroupV1: false
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-failSwapOn: false
-containerRuntimeEndpoint: unix://{{.Socket}}
-address: 127.0.0.1
-port: {{.Port}}
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: {{.HealthzPort}}
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: false
-authorization:
-  mode: AlwaysAllow
-makeIPTablesUtilChains: false
-podLogsDir: {{.Dir}}/pods
-volumePluginDir: {{.Dir}}/volume-plugins
-`
-
 // newKubelet prepares the upstream kubelet at bin for node NodeName(Kubelet), talking to cd's
-// CRI plugin, with the node's kubeconfig.
+// CRI plugin, with the node's kubeconfig, its node API on loopback (testenv.KubeletCommand).
 func newKubelet(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *testenv.Containerd) *agentProc {
 	t.Helper()
 	node := NodeName(Kubelet)
-	ports := make([]string, 2)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports[i] = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	}
-	conf := strings.NewReplacer("{{.Socket}}", cd.Address, "{{.Port}}", ports[0], "{{.HealthzPort}}", ports[1], "{{.Dir}}", dir).Replace(kubeletConfig)
-	confPath := filepath.Join(dir, "kubelet-config.yaml")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The kubelet runs in a mount namespace of its own, so that it never writes the shared
-	// host's /proc/sys (testenv.KubeletMountScript). Nothing else differs: same network
-	// namespace, same cgroups, same containerd.
-	script, err := testenv.KubeletMountScript(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv := []string{
-		"unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c", script,
-		bin,
-		"--config=" + confPath,
-		"--kubeconfig=" + cp.WriteNodeKubeconfig(node),
-		"--root-dir=" + filepath.Join(dir, "root"),
-		"--cert-dir=" + filepath.Join(dir, "pki"),
-		"--hostname-override=" + node,
-	}
+	argv := testenv.KubeletCommand(t, testenv.KubeletOptions{
+		Dir: dir, Bin: bin, Socket: cd.Address, NodeName: node, Kubeconfig: cp.WriteNodeKubeconfig(node),
+	})
 	return &agentProc{kind: Kubelet, bin: bin, node: node, dir: dir, proc: testenv.NewProcess(Kubelet, filepath.Join(dir, "kubelet.log"), argv...)}
 }
 
@@ -227,20 +164,4 @@ func localRunning(pods []status.PodView, names map[string]bool) int {
 		}
 	}
 	return n
-}
-
-// unmountUnder lazily unmounts every mount point under dir, deepest first: a killed holdfast
-// leaves its pods' network namespaces bind-mounted there.
-func unmountUnder(dir string) error {
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		return err
-	}
-	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].Mountpoint) > len(mounts[j].Mountpoint) })
-	for _, m := range mounts {
-		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
-			return fmt.Errorf("unmount %s: %w", m.Mountpoint, err)
-		}
-	}
-	return nil
 }

@@ -188,7 +188,7 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, kind, bin string, opts Opt
 		if err := killLeftovers(context.Background(), cd, ns); err != nil {
 			t.Errorf("kill what %s left running: %v", kind, err)
 		}
-		if err := unmountUnder(dir); err != nil {
+		if err := testenv.UnmountUnder(dir); err != nil {
 			t.Errorf("unmount under %s: %v", dir, err)
 		}
 	})
@@ -523,7 +523,7 @@ func (e *env) offlineBoot(names []string) time.Duration {
 	e.agent.kill(t)
 	e.cd.Stop()
 	netnsDir := filepath.Join(e.agent.dir, "netns")
-	if err := unmountUnder(netnsDir); err != nil {
+	if err := testenv.UnmountUnder(netnsDir); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(netnsDir); err != nil {

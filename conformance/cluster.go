@@ -45,6 +45,9 @@ func StartCluster(t testing.TB, node string) *Cluster {
 			"--client-ca-file=" + authority.CertFile,
 			"--kubelet-client-certificate=" + kubeletClientCert,
 			"--kubelet-client-key=" + kubeletClientKey,
+			// The node is named conformance-node, which no resolver knows: dial its address,
+			// as clusters whose node names are not DNS names are configured.
+			"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		},
 	})
 	c := &Cluster{ControlPlane: cp, CA: authority}

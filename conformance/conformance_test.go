@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -115,4 +116,47 @@ func TestConformance(t *testing.T) {
 	if err := writeDocFrom(out, list, DocOptions{Path: *docPath, Focus: *focus, Procs: *procs}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// slice is the fixed part of the suite `make test` runs against holdfast: a few node
+// conformance tests covering a pull from the registry, the pod's view of itself, env and
+// volumes, so that the harness, the images and the cluster cannot rot between full runs.
+var slice = []string{
+	`\[sig-node\] Containers should use the image defaults if command and args are blank \[NodeConformance\] \[Conformance\]`,
+	`\[sig-node\] Downward API should provide pod name, namespace and IP address as env vars \[NodeConformance\] \[Conformance\]`,
+	`\[sig-node\] Pods should get a host IP \[NodeConformance\] \[Conformance\]`,
+}
+
+// TestConformanceSlice runs the slice against holdfast in a cluster of its own; every test of
+// it must pass.
+func TestConformanceSlice(t *testing.T) {
+	requirePrerequisites(t, false)
+	dir := t.TempDir()
+	focusRE := strings.Join(slice, "|")
+	junit := runAgent(t, Holdfast, SuiteOptions{Focus: focusRE, Procs: 2, Timeout: 15 * time.Minute, ReportDir: dir})
+	results, err := readJUnit(junit, regexp.MustCompile(focusRE))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != len(slice) {
+		t.Errorf("the report holds %d of the slice's %d tests: %v", len(results), len(slice), results)
+	}
+	for name, r := range results {
+		if r.State != "passed" {
+			t.Errorf("%s: %s: %s", name, r.State, r.Message)
+		}
+	}
+	if t.Failed() {
+		b, _ := os.ReadFile(filepath.Join(dir, "e2e.log"))
+		t.Logf("the suite's output:\n%s", tail(string(b), 200))
+	}
+}
+
+// tail returns the last lines of s.
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
 }

@@ -71,7 +71,13 @@ func runSuite(ctx context.Context, t testing.TB, c *Cluster, host string, opts S
 	if opts.Skip != "" {
 		args = append(args, "--skip="+opts.Skip)
 	}
-	args = append(args, e2eTestPath(), "--",
+	// ginkgo runs a compiled suite only when its name ends in .test.
+	suite := filepath.Join(opts.ReportDir, "e2e.test")
+	_ = os.Remove(suite)
+	if err := os.Symlink(e2eTestPath(), suite); err != nil {
+		return "", err
+	}
+	args = append(args, suite, "--",
 		"--kubeconfig="+c.AdminKubeconfig,
 		"--provider=skeleton",
 		"--report-dir="+opts.ReportDir,

@@ -3,6 +3,8 @@
 # containerd + runc, the CNI plugins, a static busybox for the test images, and the tools that
 # build small Wasm test modules. Idempotent; run as root on Debian 12. It touches apt only when
 # a package is missing, so a prepared machine spends no time (and needs no network) here.
+#
+# With arguments it installs those packages instead, the same way (hack/vm/deps.sh).
 set -euo pipefail
 
 packages=(
@@ -16,6 +18,9 @@ packages=(
 	clang                        # C to wasm32 test modules
 	lld                          # wasm-ld for clang
 )
+if (($# > 0)); then
+	packages=("$@")
+fi
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -30,11 +35,11 @@ if ((${#missing[@]} == 0)); then
 fi
 
 if ((EUID != 0)); then
-	echo "deps.sh: missing packages (${missing[*]}); run as root to install them" >&2
+	echo "$0: missing packages (${missing[*]}); run as root to install them" >&2
 	exit 1
 fi
 
-echo "deps.sh: installing ${missing[*]}" >&2
+echo "$0: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

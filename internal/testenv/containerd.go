@@ -458,7 +458,7 @@ func (c *Containerd) killAllTasks(deleteContainers bool) error {
 			case err != nil:
 				errs = append(errs, fmt.Errorf("task of container %s/%s: %w", ns, ctr.ID(), err))
 			default:
-				if _, err := task.Delete(nsCtx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				if err := deleteTask(nsCtx, ctr, task); err != nil {
 					errs = append(errs, fmt.Errorf("kill task of container %s/%s: %w", ns, ctr.ID(), err))
 				}
 			}
@@ -470,6 +470,27 @@ func (c *Containerd) killAllTasks(deleteContainers bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// deleteTask kills and deletes task. Containers of one CRI pod share a shim, which exits with
+// the pod's last task: a task whose shim went away while it was being deleted ("ttrpc:
+// closed") is looked up again, and only an error for a task that still exists counts.
+func deleteTask(ctx context.Context, ctr client.Container, task client.Task) error {
+	_, err := task.Delete(ctx, client.WithProcessKill)
+	if err == nil || errdefs.IsNotFound(err) {
+		return nil
+	}
+	again, lerr := ctr.Task(ctx, nil)
+	if errdefs.IsNotFound(lerr) {
+		return nil
+	}
+	if lerr != nil {
+		return errors.Join(err, lerr)
+	}
+	if _, err := again.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
 }
 
 // killShims SIGKILLs, as a last resort, every containerd shim started for the daemon at
