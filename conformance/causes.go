@@ -8,7 +8,7 @@ import "regexp"
 var Causes = []Cause{
 	{
 		Name:    "node API not served",
-		Pattern: regexp.MustCompile(`(?i):10250|error dialing backend|dial tcp [0-9.]+:0:|unable to upgrade connection|container logs|GetPodLogs|kubelet.*(connection refused|no route)|does not have a host assigned`),
+		Pattern: regexp.MustCompile(`(?i):10250|error dialing backend|dial tcp [0-9.]+:0:|unable to upgrade connection|container logs|GetPodLogs|failed to get logs|kubelet.*(connection refused|no route)|does not have a host assigned|an error on the server \("unknown"\) has prevented the request from succeeding \(get pods`),
 		Work:    "serve the kubelet API (containerLogs, exec, attach, portForward, healthz) on the node's port, authenticated by the cluster's CA, and report it in status.daemonEndpoints",
 	},
 	{

@@ -250,6 +250,11 @@ func containerStatus(c *v1.Container, attempts []runtime.Container, in statusInp
 	cs.RestartCount = int32(latest.Attempt)
 	cs.ContainerID = "containerd://" + latest.ID
 	cs.ImageID = latest.ImageRef
+	// As the kubelet with in-place resize (GA): the resources the container was created with
+	// and those allocated to it. holdfast never resizes a running container, so both are the
+	// spec's; a container that never ran reports neither.
+	cs.Resources = c.Resources.DeepCopy()
+	cs.AllocatedResources = c.Resources.Requests.DeepCopy()
 	terminatedState := func(c runtime.Container) *v1.ContainerStateTerminated {
 		return terminatedStateOf(c, in.messages[c.ID], messageBudget(in.pod))
 	}

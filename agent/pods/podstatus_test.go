@@ -6,6 +6,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -190,5 +192,31 @@ func TestComputeStatusTerminationMessages(t *testing.T) {
 		if got := cs.State.Terminated.Message; got != strings.Repeat(cs.Name, 3072) {
 			t.Errorf("%s message of %d bytes, want its 3072-byte share", cs.Name, len(got))
 		}
+	}
+}
+
+// A container that ran reports its resources and allocated requests as the kubelet does (the
+// conformance suite's resize tests read them); one that never ran reports neither.
+func TestComputeStatusContainerResources(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, "a", "b")
+	want := v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   v1.ResourceList{v1.ResourceMemory: resource.MustParse("128Mi")},
+	}
+	pod.Spec.Containers[0].Resources = want
+	pod.Spec.Containers[1].Resources = want
+	st := computeStatus(statusInput{pod: pod, observed: []runtime.Container{ctr(pod, "a", 0, runtime.StateRunning, 0)},
+		startTime: time.Unix(1000, 0), now: time.Unix(2000, 0)})
+	a, b := st.ContainerStatuses[0], st.ContainerStatuses[1]
+	if a.Resources == nil || !equality.Semantic.DeepEqual(*a.Resources, want) || !equality.Semantic.DeepEqual(a.AllocatedResources, want.Requests) {
+		t.Errorf("running container: resources %+v allocated %+v, want %+v", a.Resources, a.AllocatedResources, want)
+	}
+	if b.Resources != nil || b.AllocatedResources != nil {
+		t.Errorf("container that never ran: resources %+v allocated %+v, want none", b.Resources, b.AllocatedResources)
+	}
+	// A copy: the status never shares maps with the spec it was computed from.
+	a.Resources.Requests[v1.ResourceCPU] = resource.MustParse("1")
+	if q := pod.Spec.Containers[0].Resources.Requests[v1.ResourceCPU]; q.String() != "100m" {
+		t.Errorf("the status aliases the spec: spec cpu now %s", q.String())
 	}
 }
