@@ -27,7 +27,15 @@ type Skip struct {
 
 // Skips are the only tests the selection leaves out. The reasons are quoted in
 // docs/conformance.md.
-var Skips = []Skip{}
+var Skips = []Skip{
+	{
+		Pattern: `Pod InPlace Resize`,
+		Reason: "in-place pod resize (131 tests, 127 of them with pod-level resources): holdfast implements neither " +
+			"(a pod with spec.resources is refused as UnsupportedPodSpec; a resized container is restarted), which is " +
+			"issue-sized work of its own. The kubelet cannot pass them in this harness either (no QoS cgroups on cgroup v1), " +
+			"and each takes it more than 10 minutes to fail, which would triple the run",
+	},
+}
 
 // skipRegexp joins the skip patterns for ginkgo's --skip.
 func skipRegexp() string {
