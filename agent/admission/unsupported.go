@@ -57,6 +57,18 @@ var unsupportedChecks = []struct {
 
 	{"spec.resourceClaims (dynamic resource allocation)", func(p *v1.Pod) bool { return len(p.Spec.ResourceClaims) > 0 }},
 
+	// Per-container restart policies and rules (ContainerRestartRules, beta and on by default):
+	// holdfast restarts a regular container by the pod's restartPolicy only. Sidecars, init
+	// containers with restartPolicy Always, are implemented.
+	{"containers[].restartPolicy and restartPolicyRules (per-container restart rules)", func(p *v1.Pod) bool {
+		for i := range p.Spec.Containers {
+			if c := &p.Spec.Containers[i]; c.RestartPolicy != nil || len(c.RestartPolicyRules) > 0 {
+				return true
+			}
+		}
+		return anyContainer(p, func(c *v1.Container) bool { return len(c.RestartPolicyRules) > 0 })
+	}},
+
 	// Pod-level requests and limits bound the pod's cgroup; holdfast makes one cgroup per
 	// container and none for the pod, so the pod's limit would not hold.
 	{"spec.resources (pod-level resources)", func(p *v1.Pod) bool {
