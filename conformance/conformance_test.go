@@ -25,6 +25,8 @@ var (
 	timeout     = flag.Duration("conformance.timeout", 100*time.Minute, "bound of each agent's suite")
 	reportOnly  = flag.Bool("conformance.report-only", false, "with -conformance.full: only write the page from the JUnit reports already in -conformance.out")
 	runTogether = flag.Bool("conformance.parallel-agents", false, "run the agents' suites at the same time, each in its own cluster (faster, noisier)")
+	slow        = flag.Bool("conformance.slow", false, "also run upstream's [Slow] tests (more than five minutes each)")
+	seed        = flag.Int64("conformance.seed", 0, "ginkgo's --seed for every agent (0: from the clock)")
 )
 
 // requirePrerequisites fails t (skips under -short) unless everything the harness runs is
@@ -88,6 +90,11 @@ func TestConformance(t *testing.T) {
 	if !*reportOnly {
 		requirePrerequisites(t, strings.Contains(*agents, Kubelet))
 		started := time.Now().UTC()
+		runSeed := *seed
+		if runSeed == 0 {
+			runSeed = started.Unix()
+		}
+		runSkips := skips(*slow)
 		var mu sync.Mutex // the agents' subtests may run in parallel
 		durations := map[string]time.Duration{}
 		t.Run("agents", func(t *testing.T) {
@@ -97,7 +104,7 @@ func TestConformance(t *testing.T) {
 						t.Parallel()
 					}
 					start := time.Now()
-					runAgent(t, agent, SuiteOptions{Focus: *focus, Skip: skipRegexp(), Procs: *procs, Timeout: *timeout, ReportDir: filepath.Join(out, agent)})
+					runAgent(t, agent, SuiteOptions{Focus: *focus, Skip: skipRegexp(runSkips), Procs: *procs, Seed: runSeed, Timeout: *timeout, ReportDir: filepath.Join(out, agent)})
 					mu.Lock()
 					durations[agent] = time.Since(start).Round(time.Second)
 					mu.Unlock()
@@ -106,6 +113,8 @@ func TestConformance(t *testing.T) {
 		})
 		var b strings.Builder
 		fmt.Fprintf(&b, "started=%s\n", started.Format(time.RFC3339))
+		fmt.Fprintf(&b, "seed=%d\ntimeout=%s\nslow=%t\n", runSeed, *timeout, *slow)
+		fmt.Fprintf(&b, "commit=%s\n", command("git", "describe", "--always", "--dirty", "--abbrev=7"))
 		for _, agent := range list {
 			fmt.Fprintf(&b, "%s=%s\n", agent, durations[agent])
 		}
@@ -113,7 +122,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := writeDocFrom(out, list, DocOptions{Path: *docPath, Focus: *focus, Procs: *procs}); err != nil {
+	if err := writeDocFrom(out, list, DocOptions{Path: *docPath, Focus: *focus, Procs: *procs, Skips: skips(*slow)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -133,7 +142,7 @@ func TestConformanceSlice(t *testing.T) {
 	requirePrerequisites(t, false)
 	dir := t.TempDir()
 	focusRE := strings.Join(slice, "|")
-	junit := runAgent(t, Holdfast, SuiteOptions{Focus: focusRE, Procs: 2, Timeout: 15 * time.Minute, ReportDir: dir})
+	junit := runAgent(t, Holdfast, SuiteOptions{Focus: focusRE, Procs: 2, Seed: 1, Timeout: 15 * time.Minute, ReportDir: dir})
 	results, err := readJUnit(junit, regexp.MustCompile(focusRE))
 	if err != nil {
 		t.Fatal(err)

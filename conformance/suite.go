@@ -37,10 +37,25 @@ var Skips = []Skip{
 	},
 }
 
+// slowSkip leaves out upstream's [Slow] tests (more than five minutes each), unless
+// -conformance.slow: with them a run of both agents takes hours on two cores.
+var slowSkip = Skip{
+	Pattern: `\[Slow\]`,
+	Reason:  "upstream marks these as taking more than five minutes each; left out unless `-conformance.slow` (16 tests outside the resize tests above)",
+}
+
+// skips returns the skips of this run.
+func skips(slow bool) []Skip {
+	if slow {
+		return Skips
+	}
+	return append(append([]Skip(nil), Skips...), slowSkip)
+}
+
 // skipRegexp joins the skip patterns for ginkgo's --skip.
-func skipRegexp() string {
+func skipRegexp(skips []Skip) string {
 	var parts []string
-	for _, s := range Skips {
+	for _, s := range skips {
 		parts = append(parts, s.Pattern)
 	}
 	return strings.Join(parts, "|")
@@ -52,6 +67,9 @@ type SuiteOptions struct {
 	Focus, Skip string
 	// Procs is how many ginkgo processes run specs in parallel.
 	Procs int
+	// Seed orders the specs (ginkgo --seed): the same for every agent of a run, so that a run
+	// cut short by its timeout has reached the same tests on each.
+	Seed int64
 	// Timeout bounds the whole suite (ginkgo --timeout).
 	Timeout time.Duration
 	// ReportDir receives junit_01.xml and the suite's output (e2e.log).
@@ -72,6 +90,7 @@ func runSuite(ctx context.Context, t testing.TB, c *Cluster, host string, opts S
 	}
 	args := []string{
 		"--procs=" + strconv.Itoa(opts.Procs),
+		"--seed=" + strconv.FormatInt(opts.Seed, 10),
 		"--timeout=" + opts.Timeout.String(),
 		"--no-color",
 		"--focus=" + opts.Focus,
