@@ -170,6 +170,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		DNS:            network.DNSSettings{ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain},
 		Services:       svcCache,
 		MemoryCapacity: capacity.Memory().Value(),
+		NoSwap:         cgroups.Host().SwapController(),
 	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
 
 	imageFS := gc.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath)

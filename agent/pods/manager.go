@@ -66,6 +66,9 @@ type Config struct {
 	HostIPs func() []string
 	// MemoryCapacity is the node's memory in bytes, for the OOM score of burstable pods.
 	MemoryCapacity int64
+	// NoSwap sets memory.swap.max to 0 for every container (kubelet's NoSwap on cgroup v2);
+	// only where the host has the swap controller.
+	NoSwap bool
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
 	// Volumes prepares and tears down pod volumes, and is the EnvSource of env. Required.

@@ -791,7 +791,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Hostname:     hostname,
 		LogPath:      filepath.Join(w.m.cfg.PodLogDir, podLogDirName(pod), c.Name, fmt.Sprintf("%d.log", attempt)),
 		Mounts:       volumeMounts,
-		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity), securitySpecOpts(pod, c, w.m.cfg.Security)...),
+		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity, w.m.cfg.NoSwap), securitySpecOpts(pod, c, w.m.cfg.Security)...),
 	}
 	// The termination log, unless a volume is mounted at its path.
 	if !slices.ContainsFunc(volumeMounts, func(v specs.Mount) bool { return v.Destination == c.TerminationMessagePath }) {
