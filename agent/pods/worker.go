@@ -304,7 +304,8 @@ func (w *worker) evictionOrdered(pod *v1.Pod) *evictionOrder {
 		return w.eviction
 	}
 	if pod.Status.Phase == v1.PodFailed && pod.Status.Reason == ReasonEvicted {
-		return &evictionOrder{message: pod.Status.Message}
+		// Its containers were being stopped when the agent went down: they go at once.
+		return &evictionOrder{grace: time.Second, message: pod.Status.Message}
 	}
 	return nil
 }
