@@ -26,6 +26,12 @@ type admitter struct {
 	appArmor   bool           // the host enforces AppArmor profiles
 	policies   policyAdmitter // nil: no policies configured
 	policyErr  error          // the policy configuration could not be loaded: refuse new pods
+	// pressure refuses pods under node pressure (kubelet's eviction admit handler); nil: none.
+	pressure interface {
+		Admit(pod *v1.Pod) admission.Result
+	}
+	// reserved is what allocatable leaves out of the capacity; nil: nothing.
+	reserved func(capacity v1.ResourceList) v1.ResourceList
 }
 
 // policyAdmitter is the part of the Wasm policy manager admission uses.
@@ -34,9 +40,18 @@ type policyAdmitter interface {
 }
 
 func (a *admitter) Admit(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod) admission.Result {
+	// Under pressure first, as kubelet runs its eviction admit handler first.
+	if a.pressure != nil {
+		if r := a.pressure.Admit(pod); !r.Admitted {
+			return r
+		}
+	}
 	allocatable, err := node.Capacity(a.storageDir, a.maxPods)
 	if err != nil {
 		return admission.Result{Reason: admission.ReasonUnexpectedErr, Message: "measure node resources: " + err.Error()}
+	}
+	if a.reserved != nil {
+		allocatable = node.Allocatable(allocatable, a.reserved(allocatable))
 	}
 	labels := node.Labels(a.nodeName, a.nodeLabels)
 	if r := admission.Check(pod, admission.Node{Labels: labels, Allocatable: allocatable, Sysctls: a.sysctls, AppArmor: a.appArmor}, admitted); !r.Admitted {

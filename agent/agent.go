@@ -26,7 +26,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/identity"
 	"github.com/holdfast-dev/holdfast/agent/logs"
@@ -131,11 +133,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	statusMgr := status.NewManager(client, store, cfg.NodeName, a.log.With("component", "status"))
-	// holdfast reserves nothing: allocatable is the capacity, which does not change while it runs.
-	allocatable, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
+	reserved, err := a.reservations()
+	if err != nil {
+		return err
+	}
+	// Allocatable is the capacity, which does not change while the agent runs, less what is
+	// reserved: what resourceFieldRef without limits reads, as with kubelet.
+	capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
 	if err != nil {
 		a.log.Warn("measure node capacity; resourceFieldRef without limits will read 0", "err", err)
 	}
+	allocatable := node.Allocatable(capacity, reserved(capacity))
 	volMgr := volumes.NewManager(filepath.Join(cfg.StateDir, "pods"), client, recorder, a.log.With("component", "volumes"), volumes.Options{
 		ResyncPeriod:   cfg.Pods.VolumeResyncPeriod.Duration,
 		Allocatable:    func() v1.ResourceList { return allocatable },
@@ -158,21 +166,36 @@ func (a *Agent) Run(ctx context.Context) error {
 		ImagePullBackOffMax:     cfg.Pods.ImagePullBackOffMax.Duration,
 		RegistryCredentialsFile: cfg.Containerd.RegistryCredentialsFile,
 
-		NodeName: cfg.NodeName,
-		DNS:      network.DNSSettings{ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain},
-		Services: svcCache,
-		MemoryCapacity: func() int64 {
-			capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
-			if err != nil {
-				return 0
-			}
-			return capacity.Memory().Value()
-		}(),
+		NodeName:       cfg.NodeName,
+		DNS:            network.DNSSettings{ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain},
+		Services:       svcCache,
+		MemoryCapacity: capacity.Memory().Value(),
+		NoSwap:         cgroups.Host().SwapController(),
 	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
 	svcCache.OnKnown(podMgr.ResyncAll)
 
+	imageFS := gc.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath)
+	collector, err := gc.New(gc.Config{
+		Period:                    cfg.GC.Period.Duration,
+		MaxDeadPerContainer:       cfg.GC.MaxDeadPerContainer,
+		PodLogDir:                 cfg.PodLogDir,
+		ImageHighThresholdPercent: cfg.GC.ImageHighThresholdPercent,
+		ImageLowThresholdPercent:  cfg.GC.ImageLowThresholdPercent,
+		ImageMinAge:               cfg.GC.ImageMinAge.Duration,
+		PinnedImages:              append(append([]string{}, cfg.GC.PinnedImages...), preloaded...),
+	}, rt, gc.NewContainerdImages(rt.Client(), cfg.Containerd.Namespace),
+		imageFS, podMgr, a.log.With("component", "gc"))
+	if err != nil {
+		return fmt.Errorf("garbage collector: %w", err)
+	}
+
+	evictionMgr, err := a.evictionManager(rt, imageFS, podMgr, collector, recorder)
+	if err != nil {
+		return err
+	}
+
 	adm := &admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods,
-		sysctls: allowedSysctls(cfg), appArmor: apparmor.HostSupports()}
+		sysctls: allowedSysctls(cfg), appArmor: apparmor.HostSupports(), pressure: evictionMgr, reserved: reserved}
 	policies, err := a.openPolicies(ctx)
 	if err != nil {
 		// Fail closed for new pods only: running pods were admitted and keep running.
@@ -198,20 +221,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		Log:                  a.log.With("component", "prober"),
 	})
 	podMgr.SetProber(probeMgr, handlers)
-
-	collector, err := gc.New(gc.Config{
-		Period:                    cfg.GC.Period.Duration,
-		MaxDeadPerContainer:       cfg.GC.MaxDeadPerContainer,
-		PodLogDir:                 cfg.PodLogDir,
-		ImageHighThresholdPercent: cfg.GC.ImageHighThresholdPercent,
-		ImageLowThresholdPercent:  cfg.GC.ImageLowThresholdPercent,
-		ImageMinAge:               cfg.GC.ImageMinAge.Duration,
-		PinnedImages:              append(append([]string{}, cfg.GC.PinnedImages...), preloaded...),
-	}, rt, gc.NewContainerdImages(rt.Client(), cfg.Containerd.Namespace),
-		gc.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath), podMgr, a.log.With("component", "gc"))
-	if err != nil {
-		return fmt.Errorf("garbage collector: %w", err)
-	}
 
 	g, ctx := errgroup.WithContext(ctx)
 	if policies != nil {
@@ -257,6 +266,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			ReportFrequency: cfg.NodeStatus.ReportFrequency.Duration,
 			ExtraConditions: stateCondition,
 			Conditions:      idConditions,
+			UnderPressure:   evictionMgr.UnderPressure,
+			Reserved:        reserved,
 		}, client, rt.Version, func() error {
 			if err := podMgr.RelistHealthy(); err != nil {
 				return err
@@ -279,6 +290,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return podMgr.Run(ctx) })
 	g.Go(func() error { return collector.Run(ctx) })
+	g.Go(func() error { return evictionMgr.Run(ctx) })
 	g.Go(func() error { return volMgr.Run(ctx) })
 	g.Go(func() error { return svcCache.Run(ctx) })
 	g.Go(func() error { return probeMgr.Run(ctx) })
@@ -298,6 +310,47 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("holdfast running", "node", cfg.NodeName, "version", a.version, "standalone", cfg.Standalone(),
 		"manifests", cfg.ManifestDir, "containerd", cfg.Containerd.Address)
 	return g.Wait()
+}
+
+// reservations returns what allocatable leaves out of a capacity, as kubelet computes it:
+// systemReserved, kubeReserved and the hard memory.available and nodefs.available thresholds.
+func (a *Agent) reservations() (func(capacity v1.ResourceList) v1.ResourceList, error) {
+	reserved, err := a.cfg.Reserved()
+	if err != nil {
+		return nil, err
+	}
+	thresholds, err := a.cfg.EvictionThresholds()
+	if err != nil {
+		return nil, err
+	}
+	return func(capacity v1.ResourceList) v1.ResourceList {
+		out := reserved.DeepCopy()
+		for name, q := range eviction.HardReservation(thresholds, capacity) {
+			sum := out[name]
+			sum.Add(q)
+			out[name] = sum
+		}
+		return out
+	}, nil
+}
+
+// evictionManager builds the node-pressure eviction manager: the host's signals against the
+// configured thresholds, pods measured from their cgroups and directories, and image and
+// container collection as the node-level reclaim that comes before evicting for disk.
+func (a *Agent) evictionManager(rt *runtime.Runtime, imageFS gc.ImageFilesystem, podMgr *pods.Manager, collector *gc.GC, recorder record.EventRecorder) (*eviction.Manager, error) {
+	thresholds, err := a.cfg.EvictionThresholds()
+	if err != nil {
+		return nil, err
+	}
+	a.log.Info("eviction thresholds", "thresholds", fmt.Sprint(thresholds))
+	return eviction.NewManager(eviction.Config{
+		Thresholds:               thresholds,
+		PressureTransitionPeriod: a.cfg.EvictionPressureTransitionPeriod.Duration,
+		MonitoringInterval:       a.cfg.EvictionMonitoringPeriod.Duration,
+		MaxPodGracePeriod:        time.Duration(a.cfg.EvictionMaxPodGracePeriod) * time.Second,
+	}, eviction.HostObserver{NodeFS: a.cfg.StateDir, ImageFS: imageFS.Root}, podMgr,
+		eviction.HostStats{Runtime: rt, Cgroups: cgroups.Host(), PodsDir: filepath.Join(a.cfg.StateDir, "pods"), PodLogDir: a.cfg.PodLogDir},
+		collector, recorder, a.log.With("component", "eviction")), nil
 }
 
 // statusLine is the agent's one-line state for systemd's STATUS.

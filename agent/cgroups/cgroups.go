@@ -94,6 +94,23 @@ func (h Hierarchy) ProcessDir(pid int, controller string) (string, error) {
 	return "", fmt.Errorf("process %d is in no %s cgroup (%s hierarchy)", pid, controller, h.Mode)
 }
 
+// SwapController says containers can be kept from swapping with memory.swap.max, as kubelet
+// checks it: on cgroup v2 only, where the agent's own cgroup has the file (the root cgroup
+// never has it; an agent in the root cannot tell, and says no).
+func (h Hierarchy) SwapController() bool { return h.swapController(os.Getpid()) }
+
+func (h Hierarchy) swapController(pid int) bool {
+	if h.Mode != Unified {
+		return false
+	}
+	dir, err := h.ProcessDir(pid, "memory")
+	if err != nil || dir == h.Root {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(dir, "memory.swap.max"))
+	return err == nil
+}
+
 // Unlimited is what Limits reports for a limit that is not set.
 const Unlimited = -1
 
@@ -214,4 +231,61 @@ func parseMax(s string) (int64, error) {
 		return 0, errors.Join(fmt.Errorf("cgroup limit %q", s), err)
 	}
 	return v, nil
+}
+
+// Usage is what the cgroups of a process use.
+type Usage struct {
+	// MemoryWorkingSet is the memory in use less the inactive file cache, in bytes: what
+	// kubelet (through cAdvisor) calls the working set, and ranks evictions by.
+	MemoryWorkingSet int64
+	// PIDs is the number of tasks in the pids cgroup; 0 when the controller is not there.
+	PIDs int64
+}
+
+// Usage reads the usage of the cgroups process pid is in.
+func (h Hierarchy) Usage(pid int) (Usage, error) {
+	var u Usage
+	memDir, err := h.ProcessDir(pid, "memory")
+	if err != nil {
+		return u, err
+	}
+	usageFile, inactiveKey := "memory.usage_in_bytes", "total_inactive_file"
+	if h.Mode == Unified {
+		usageFile, inactiveKey = "memory.current", "inactive_file"
+	}
+	used, err := readUint(filepath.Join(memDir, usageFile))
+	if err != nil {
+		return u, err
+	}
+	inactive, err := statValue(filepath.Join(memDir, "memory.stat"), inactiveKey)
+	if err != nil {
+		return u, err
+	}
+	if inactive < used {
+		u.MemoryWorkingSet = int64(used - inactive)
+	}
+	if pidsDir, err := h.ProcessDir(pid, "pids"); err == nil {
+		if n, err := readUint(filepath.Join(pidsDir, "pids.current")); err == nil {
+			u.PIDs = int64(n)
+		}
+	}
+	return u, nil
+}
+
+// statValue reads one key of a "key value" per line file (memory.stat).
+func statValue(path, key string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %s: %w", path, key, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%s has no %s", path, key)
 }

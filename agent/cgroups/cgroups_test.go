@@ -91,3 +91,49 @@ func TestDetectMode(t *testing.T) {
 	}
 	t.Logf("this host: %s", Host().Mode)
 }
+
+// The working set is the usage less the inactive file cache, on both hierarchies.
+func TestUsage(t *testing.T) {
+	const ctr = "/holdfast/abc"
+	h := fakeHost(t, Unified, "0::"+ctr+"\n", map[string]string{
+		ctr + "/memory.current": "300000000\n",
+		ctr + "/memory.stat":    "anon 200000000\nfile 100000000\ninactive_file 80000000\nactive_file 20000000\n",
+		ctr + "/pids.current":   "7\n",
+	})
+	u, err := h.Usage(42)
+	if want := (Usage{MemoryWorkingSet: 220000000, PIDs: 7}); err != nil || u != want {
+		t.Errorf("v2 Usage = %+v, %v; want %+v", u, err, want)
+	}
+	h = fakeHost(t, Legacy, "4:memory:/holdfast/abc\n3:pids:/holdfast/abc\n", map[string]string{
+		"memory/holdfast/abc/memory.usage_in_bytes": "300000000\n",
+		"memory/holdfast/abc/memory.stat":           "cache 100000000\ninactive_file 5\ntotal_inactive_file 80000000\n",
+		"pids/holdfast/abc/pids.current":            "3\n",
+	})
+	u, err = h.Usage(42)
+	if want := (Usage{MemoryWorkingSet: 220000000, PIDs: 3}); err != nil || u != want {
+		t.Errorf("v1 Usage = %+v, %v; want %+v", u, err, want)
+	}
+}
+
+// memory.swap.max can be set where the agent's own v2 cgroup has it; not on v1, not from the
+// root cgroup.
+func TestSwapController(t *testing.T) {
+	h := fakeHost(t, Unified, "0::/system.slice/holdfast.service\n", map[string]string{
+		"system.slice/holdfast.service/memory.swap.max": "max\n",
+	})
+	if !h.swapController(42) {
+		t.Error("v2 with memory.swap.max: want the swap controller")
+	}
+	h = fakeHost(t, Unified, "0::/system.slice/holdfast.service\n", map[string]string{
+		"system.slice/holdfast.service/memory.max": "max\n",
+	})
+	if h.swapController(42) {
+		t.Error("v2 without memory.swap.max (no swap accounting): want none")
+	}
+	if h = fakeHost(t, Unified, "0::/\n", map[string]string{}); h.swapController(42) {
+		t.Error("an agent in the root cgroup cannot tell: want none")
+	}
+	if h = fakeHost(t, Legacy, "4:memory:/holdfast\n", map[string]string{"memory/holdfast/memory.limit_in_bytes": "1\n"}); h.swapController(42) {
+		t.Error("v1: want none")
+	}
+}

@@ -8,13 +8,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/component-helpers/node/util/sysctl"
 	"sigs.k8s.io/yaml"
+
+	"github.com/holdfast-dev/holdfast/agent/eviction"
 )
 
 // Config is the agent's whole configuration. Every field has a default (see Default) so an
@@ -82,6 +86,36 @@ type Config struct {
 	// (kubelet's <root-dir>/seccomp): localhostProfile is a path below it. Defaults to
 	// <stateDir>/seccomp.
 	SeccompProfileRoot string `json:"seccompProfileRoot,omitempty"`
+
+	// EvictionHard are the hard eviction thresholds, kubelet's evictionHard: signal
+	// (memory.available, nodefs.available, nodefs.inodesFree, imagefs.available,
+	// imagefs.inodesFree, pid.available) to a quantity ("100Mi") or a percentage of the
+	// capacity ("10%"). Below one, the node reports the pressure condition and evicts a pod
+	// per evictionMonitoringPeriod. A signal not named keeps its default: kubelet's
+	// memory.available 100Mi, nodefs.available 10%, nodefs.inodesFree 5%, imagefs.available
+	// 15%, imagefs.inodesFree 5%, and holdfast's pid.available 10%; "0%" disables one. The
+	// memory.available and nodefs.available thresholds are kept out of allocatable.
+	EvictionHard map[string]string `json:"evictionHard,omitempty"`
+	// EvictionSoft are soft thresholds (same form), acted on once met for their
+	// EvictionSoftGracePeriod (a duration per signal, required for each). Defaults to none.
+	EvictionSoft            map[string]string `json:"evictionSoft,omitempty"`
+	EvictionSoftGracePeriod map[string]string `json:"evictionSoftGracePeriod,omitempty"`
+	// EvictionMaxPodGracePeriod bounds, in seconds, the grace period of pods evicted for a
+	// soft threshold (kubelet's evictionMaxPodGracePeriod); pods evicted for a hard threshold
+	// get 1s, as with kubelet. Defaults to 0.
+	EvictionMaxPodGracePeriod int32 `json:"evictionMaxPodGracePeriod,omitempty"`
+	// EvictionPressureTransitionPeriod is how long a pressure condition stays True after its
+	// threshold was last met (kubelet's evictionPressureTransitionPeriod). Defaults to 5m.
+	EvictionPressureTransitionPeriod Duration `json:"evictionPressureTransitionPeriod,omitempty"`
+	// EvictionMonitoringPeriod is how often the eviction signals are observed; at most one
+	// pod is evicted each time (kubelet's fixed 10s). Defaults to 10s.
+	EvictionMonitoringPeriod Duration `json:"evictionMonitoringPeriod,omitempty"`
+	// SystemReserved and KubeReserved are kept out of allocatable for the operating system
+	// and for the node agent and runtime (kubelet's systemReserved and kubeReserved): cpu,
+	// memory, ephemeral-storage and pid, as quantities. Allocatable is capacity less both,
+	// less the hard memory.available and nodefs.available thresholds. Default to none.
+	SystemReserved map[string]string `json:"systemReserved,omitempty"`
+	KubeReserved   map[string]string `json:"kubeReserved,omitempty"`
 
 	Containerd ContainerdConfig `json:"containerd,omitempty"`
 	CNI        CNIConfig        `json:"cni,omitempty"`
@@ -276,6 +310,17 @@ func (c *Config) applyDefaults() {
 	}
 	setDefaultDuration(&c.GC.ImageMinAge, 2*time.Minute)
 	setDefaultDuration(&c.Pods.VolumeResyncPeriod, 30*time.Second)
+	// Every signal has its threshold written out, the ones the file names and the defaults.
+	if c.EvictionHard == nil {
+		c.EvictionHard = map[string]string{}
+	}
+	for signal, v := range eviction.DefaultHard {
+		if _, ok := c.EvictionHard[signal]; !ok {
+			c.EvictionHard[signal] = v
+		}
+	}
+	setDefaultDuration(&c.EvictionPressureTransitionPeriod, 5*time.Minute)
+	setDefaultDuration(&c.EvictionMonitoringPeriod, 10*time.Second)
 	setDefault(&c.HealthzAddress, "127.0.0.1:10248")
 	if c.HealthzAddress == "-" {
 		c.HealthzAddress = ""
@@ -330,17 +375,19 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("clusterDomain %q: %s", c.ClusterDomain, strings.Join(msgs, "; ")))
 	}
 	for name, d := range map[string]Duration{
-		"nodeStatus.leaseDuration":      c.NodeStatus.LeaseDuration,
-		"nodeStatus.leaseRenewInterval": c.NodeStatus.LeaseRenewInterval,
-		"nodeStatus.updateFrequency":    c.NodeStatus.UpdateFrequency,
-		"nodeStatus.reportFrequency":    c.NodeStatus.ReportFrequency,
-		"pods.relistPeriod":             c.Pods.RelistPeriod,
-		"pods.relistThreshold":          c.Pods.RelistThreshold,
-		"pods.backOffBase":              c.Pods.BackOffBase,
-		"pods.backOffMax":               c.Pods.BackOffMax,
-		"gc.period":                     c.GC.Period,
-		"gc.imageMinAge":                c.GC.ImageMinAge,
-		"pods.volumeResyncPeriod":       c.Pods.VolumeResyncPeriod,
+		"nodeStatus.leaseDuration":         c.NodeStatus.LeaseDuration,
+		"nodeStatus.leaseRenewInterval":    c.NodeStatus.LeaseRenewInterval,
+		"nodeStatus.updateFrequency":       c.NodeStatus.UpdateFrequency,
+		"nodeStatus.reportFrequency":       c.NodeStatus.ReportFrequency,
+		"pods.relistPeriod":                c.Pods.RelistPeriod,
+		"pods.relistThreshold":             c.Pods.RelistThreshold,
+		"pods.backOffBase":                 c.Pods.BackOffBase,
+		"pods.backOffMax":                  c.Pods.BackOffMax,
+		"gc.period":                        c.GC.Period,
+		"gc.imageMinAge":                   c.GC.ImageMinAge,
+		"pods.volumeResyncPeriod":          c.Pods.VolumeResyncPeriod,
+		"evictionPressureTransitionPeriod": c.EvictionPressureTransitionPeriod,
+		"evictionMonitoringPeriod":         c.EvictionMonitoringPeriod,
 	} {
 		if d.Duration <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, d))
@@ -364,6 +411,15 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("allowedUnsafeSysctls: %q is not a namespaced sysctl (net.*, kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.*)", s))
 		}
 	}
+	if _, err := c.EvictionThresholds(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.EvictionMaxPodGracePeriod < 0 {
+		errs = append(errs, fmt.Errorf("evictionMaxPodGracePeriod %d is negative", c.EvictionMaxPodGracePeriod))
+	}
+	if _, err := c.Reserved(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.ContainerLogMaxFiles < 2 {
 		errs = append(errs, fmt.Errorf("containerLogMaxFiles %d: at least 2 (the live file and one rotated)", c.ContainerLogMaxFiles))
 	}
@@ -383,6 +439,41 @@ func (c *Config) ContainerLogMaxSizeBytes() int64 {
 		return 0
 	}
 	return q.Value()
+}
+
+// EvictionThresholds are the hard and soft eviction thresholds, defaults included.
+func (c *Config) EvictionThresholds() ([]eviction.Threshold, error) {
+	return eviction.ParseThresholds(c.EvictionHard, c.EvictionSoft, c.EvictionSoftGracePeriod)
+}
+
+// reservable are the resources systemReserved and kubeReserved may name.
+var reservable = []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage, "pid"}
+
+// Reserved is systemReserved and kubeReserved added up: what allocatable leaves out besides
+// the hard eviction thresholds.
+func (c *Config) Reserved() (v1.ResourceList, error) {
+	out := v1.ResourceList{}
+	var errs []error
+	for _, r := range []struct {
+		key string
+		m   map[string]string
+	}{{"systemReserved", c.SystemReserved}, {"kubeReserved", c.KubeReserved}} {
+		for name, v := range r.m {
+			if !slices.Contains(reservable, v1.ResourceName(name)) {
+				errs = append(errs, fmt.Errorf("%s: %q is not one of %v", r.key, name, reservable))
+				continue
+			}
+			q, err := resource.ParseQuantity(v)
+			if err != nil || q.Sign() < 0 {
+				errs = append(errs, fmt.Errorf("%s: %s: %q is not a quantity", r.key, name, v))
+				continue
+			}
+			sum := out[v1.ResourceName(name)]
+			sum.Add(q)
+			out[v1.ResourceName(name)] = sum
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // Standalone reports whether the agent runs without an apiserver.

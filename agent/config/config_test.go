@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 func TestLoadDefaults(t *testing.T) {
@@ -41,6 +43,11 @@ func TestLoadFile(t *testing.T) {
 		{"negative pods", "maxPods: -1\n", "negative"},
 		{"relist threshold not above period", "pods:\n  relistThreshold: 1s\n", "must be longer than pods.relistPeriod"},
 		{"unsafe sysctl not namespaced", "allowedUnsafeSysctls: [net.core.somaxconn, vm.swappiness]\n", `"vm.swappiness" is not a namespaced sysctl`},
+		{"unknown eviction signal", "evictionHard:\n  memory.free: 1Gi\n", `unknown signal "memory.free"`},
+		{"eviction threshold not a quantity", "evictionHard:\n  nodefs.available: lots\n", `"lots" is neither a quantity`},
+		{"soft threshold without grace period", "evictionSoft:\n  memory.available: 1Gi\n", "no grace period"},
+		{"reserved resource unknown", "systemReserved:\n  gpu: \"1\"\n", `systemReserved: "gpu" is not one of`},
+		{"reserved not a quantity", "kubeReserved:\n  memory: much\n", `kubeReserved: memory: "much" is not a quantity`},
 		{"unsafe sysctl of the user namespace", "allowedUnsafeSysctls: [user.max_user_namespaces]\n", "not a namespaced sysctl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,5 +98,29 @@ func TestBootstrapKubeconfigDefaultsKubeconfig(t *testing.T) {
 	}
 	if c.Kubeconfig != "/data/hf/kubeconfig" || c.Standalone() {
 		t.Errorf("kubeconfig = %q, standalone %v; want /data/hf/kubeconfig, not standalone", c.Kubeconfig, c.Standalone())
+	}
+}
+
+// systemReserved and kubeReserved add up; the hard thresholds a file does not name keep
+// kubelet's defaults.
+func TestReservedAndThresholds(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	y := "nodeName: gw-1\nsystemReserved: {memory: 100Mi, cpu: 100m}\nkubeReserved: {memory: 156Mi, ephemeral-storage: 1Gi}\nevictionHard:\n  memory.available: 300Mi\n"
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Reserved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, cpu, s := r[v1.ResourceMemory], r[v1.ResourceCPU], r[v1.ResourceEphemeralStorage]; m.Value() != 256<<20 || cpu.MilliValue() != 100 || s.Value() != 1<<30 {
+		t.Errorf("reserved %v, want memory 256Mi, cpu 100m, ephemeral-storage 1Gi", r)
+	}
+	if c.EvictionHard["memory.available"] != "300Mi" || c.EvictionHard["nodefs.available"] != "10%" {
+		t.Errorf("evictionHard %v, want memory.available 300Mi and the default nodefs.available 10%%", c.EvictionHard)
 	}
 }

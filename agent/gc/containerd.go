@@ -104,6 +104,14 @@ func (ci *containerdImages) SetLastUsed(ctx context.Context, name string, t time
 	return err
 }
 
+// ImageFilesystem is the image file system, whose usage image collection and the eviction
+// manager's imagefs signals measure.
+type ImageFilesystem interface {
+	Filesystem
+	// Root is a path on it.
+	Root(ctx context.Context) (string, error)
+}
+
 // imageFS is the file system of containerd's snapshotter root.
 type imageFS struct {
 	client *client.Client
@@ -117,7 +125,7 @@ type imageFS struct {
 // empty, the one holding the root of containerd's default snapshotter (overlayfs on Linux), as
 // containerd reports it. That is where unpacked images take their space; the content store is
 // usually beside it under containerd's root.
-func NewImageFilesystem(c *client.Client, path string) Filesystem {
+func NewImageFilesystem(c *client.Client, path string) ImageFilesystem {
 	return &imageFS{client: c, path: path}
 }
 
@@ -128,6 +136,9 @@ func (fs *imageFS) Usage(ctx context.Context) (capacity, available uint64, err e
 	}
 	return StatFS(path)
 }
+
+// Root is a path on the image file system: the configured one, or the snapshotter's root.
+func (fs *imageFS) Root(ctx context.Context) (string, error) { return fs.root(ctx) }
 
 func (fs *imageFS) root(ctx context.Context) (string, error) {
 	if fs.path != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -154,7 +155,9 @@ type GC struct {
 	mu       sync.Mutex // protects lastUsed
 	lastUsed map[digest.Digest]time.Time
 
-	short bool // the last image collection could not free enough; owned by Run's goroutine
+	// runMu serializes collections: the periodic one and the eviction manager's Reclaim.
+	runMu sync.Mutex
+	short bool // the last image collection could not free enough; guarded by runMu
 }
 
 // New builds a collector; nothing runs until Run. images and fs may be nil: no image
@@ -190,7 +193,17 @@ func (g *GC) Run(ctx context.Context) error {
 }
 
 // RunOnce runs container collection, then image collection.
-func (g *GC) RunOnce(ctx context.Context) error {
+func (g *GC) RunOnce(ctx context.Context) error { return g.collect(ctx, false) }
+
+// Reclaim frees what it can at once, for the eviction manager under disk pressure, before it
+// evicts a pod (kubelet's node-level reclaim): exited containers beyond those kept, then
+// every unused image that is not pinned or younger than imageMinAge, whatever the
+// thresholds.
+func (g *GC) Reclaim(ctx context.Context) error { return g.collect(ctx, true) }
+
+func (g *GC) collect(ctx context.Context, all bool) error {
+	g.runMu.Lock()
+	defer g.runMu.Unlock()
 	cs, err := g.rt.List(ctx)
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
@@ -198,7 +211,7 @@ func (g *GC) RunOnce(ctx context.Context) error {
 	cerr := g.collectContainers(ctx, cs)
 	var ierr error
 	if g.images != nil && g.fs != nil {
-		ierr = g.collectImages(ctx)
+		ierr = g.collectImages(ctx, all)
 	}
 	return errors.Join(cerr, ierr)
 }
@@ -254,7 +267,9 @@ func (g *GC) collectContainers(ctx context.Context, cs []runtime.Container) erro
 	return errors.Join(errs...)
 }
 
-func (g *GC) collectImages(ctx context.Context) error {
+// collectImages frees image space down to the low threshold once the high one is passed;
+// all: every unused image it may remove, whatever the thresholds.
+func (g *GC) collectImages(ctx context.Context, all bool) error {
 	if !g.pods.SourcesReady() {
 		return nil // which images desired pods want is not known yet
 	}
@@ -274,11 +289,14 @@ func (g *GC) collectImages(ctx context.Context) error {
 		return fmt.Errorf("image file system usage: %w", err)
 	}
 	want := BytesToFree(capacity, available, g.cfg.ImageHighThresholdPercent, g.cfg.ImageLowThresholdPercent)
+	if all {
+		want = math.MaxInt64
+	}
 	if want <= 0 {
 		g.short = false
 		return nil
 	}
-	usage := 100 - int(available*100/capacity)
+	usage := 100 - int(available*100/max(capacity, 1))
 	g.log.Debug("image file system above its high threshold; looking for unused images",
 		"usagePercent", usage, "highPercent", g.cfg.ImageHighThresholdPercent, "lowPercent", g.cfg.ImageLowThresholdPercent, "bytesToFree", want)
 
@@ -323,6 +341,10 @@ func (g *GC) collectImages(ctx context.Context) error {
 		g.log.Info("removed unused image", "image", img.Name, "digest", img.Digest, "size", img.Size, "lastUsed", lastUsedAttr(img.LastUsed))
 	}
 	// Said once per episode, not every period of a disk that stays full of images in use.
+	if all {
+		g.log.Info("node-level reclaim of images", "freed", freed)
+		return errors.Join(errs...)
+	}
 	if freed < want && (!g.short || freed > 0) {
 		g.log.Warn("image collection could not free enough: the rest is in use, pinned or too recent",
 			"usagePercent", usage, "highPercent", g.cfg.ImageHighThresholdPercent, "lowPercent", g.cfg.ImageLowThresholdPercent,

@@ -19,17 +19,14 @@ import (
 
 // machineInfo is what the node reports about the machine it runs on.
 type machineInfo struct {
-	cpus             int
-	memoryBytes      int64
-	memAvailable     int64
-	storageBytes     int64
-	storageAvailable int64
-	kernel           string
-	osImage          string
-	machineID        string
-	bootID           string
-	systemUUID       string
-	pids, pidMax     int64
+	cpus         int
+	memoryBytes  int64
+	storageBytes int64
+	kernel       string
+	osImage      string
+	machineID    string
+	bootID       string
+	systemUUID   string
 }
 
 // readMachine measures the machine; storageDir is the filesystem reported as
@@ -40,13 +37,12 @@ func readMachine(storageDir string) (machineInfo, error) {
 	if err != nil {
 		return mi, err
 	}
-	mi.memoryBytes, mi.memAvailable = mem["MemTotal"], mem["MemAvailable"]
+	mi.memoryBytes = mem["MemTotal"]
 	var fs unix.Statfs_t
 	if err := unix.Statfs(storageDir, &fs); err != nil {
 		return mi, fmt.Errorf("statfs %s: %w", storageDir, err)
 	}
 	mi.storageBytes = int64(fs.Blocks) * int64(fs.Bsize)
-	mi.storageAvailable = int64(fs.Bavail) * int64(fs.Bsize)
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err == nil {
 		mi.kernel = unix.ByteSliceToString(uts.Release[:])
@@ -55,14 +51,6 @@ func readMachine(storageDir string) (machineInfo, error) {
 	mi.machineID = readTrim("/etc/machine-id")
 	mi.bootID = readTrim("/proc/sys/kernel/random/boot_id")
 	mi.systemUUID = readTrim("/sys/class/dmi/id/product_uuid")
-	mi.pidMax, _ = strconv.ParseInt(readTrim("/proc/sys/kernel/pid_max"), 10, 64)
-	if entries, err := os.ReadDir("/proc"); err == nil {
-		for _, e := range entries {
-			if _, err := strconv.Atoi(e.Name()); err == nil {
-				mi.pids++
-			}
-		}
-	}
 	return mi, nil
 }
 

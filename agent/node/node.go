@@ -40,13 +40,6 @@ const runtimeVersionTimeout = 10 * time.Second
 // Ready, the period of kubelet's fastStatusUpdateOnce.
 const fastStatusInterval = 100 * time.Millisecond
 
-// Thresholds for the pressure conditions: kubelet's default hard eviction thresholds.
-const (
-	memoryPressureBelow = 100 << 20 // memory.available < 100Mi
-	diskPressureBelow   = 0.10      // nodefs.available < 10%
-	pidPressureAbove    = 0.90      // more than 90% of pid_max in use
-)
-
 // Config describes the node.
 type Config struct {
 	NodeName     string
@@ -67,6 +60,13 @@ type Config struct {
 	// Conditions, if set, is asked for more conditions at every status computation (e.g. the
 	// client certificate's expiry, see agent/identity).
 	Conditions func() []v1.NodeCondition
+	// UnderPressure says whether the node has a pressure condition (MemoryPressure,
+	// DiskPressure, PIDPressure), as the eviction manager decides from its thresholds
+	// (agent/eviction); nil: never.
+	UnderPressure func(v1.NodeConditionType) bool
+	// Reserved returns what allocatable leaves out of a capacity (systemReserved,
+	// kubeReserved, hard eviction thresholds); nil: nothing.
+	Reserved func(capacity v1.ResourceList) v1.ResourceList
 }
 
 // Controller owns the Node object and its Lease.
@@ -201,7 +201,7 @@ func Labels(nodeName string, extra map[string]string) map[string]string {
 }
 
 // Capacity measures the machine: cpu, memory, ephemeral-storage (the filesystem of
-// storageDir) and the pods capacity. Allocatable is the same: holdfast reserves nothing yet.
+// storageDir) and the pods capacity.
 func Capacity(storageDir string, maxPods int) (v1.ResourceList, error) {
 	mi, err := readMachine(storageDir)
 	if err != nil {
@@ -217,6 +217,25 @@ func capacityOf(mi machineInfo, maxPods int) v1.ResourceList {
 		v1.ResourceEphemeralStorage: *resource.NewQuantity(mi.storageBytes, resource.BinarySI),
 		v1.ResourcePods:             *resource.NewQuantity(int64(maxPods), resource.DecimalSI),
 	}
+}
+
+// Allocatable is kubelet's node allocatable: the capacity less what is reserved
+// (systemReserved, kubeReserved, the hard eviction thresholds), never below zero. Resources
+// that are not reserved are the capacity.
+func Allocatable(capacity, reserved v1.ResourceList) v1.ResourceList {
+	out := capacity.DeepCopy()
+	for name, q := range out {
+		r, ok := reserved[name]
+		if !ok {
+			continue
+		}
+		q.Sub(r)
+		if q.Sign() < 0 {
+			q.Set(0)
+		}
+		out[name] = q
+	}
+	return out
 }
 
 func (c *Controller) register(ctx context.Context) (*v1.Node, error) {
@@ -326,9 +345,13 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 	}
 	rv, rverr := c.checkRuntime(ctx)
 	capacity := capacityOf(mi, c.cfg.MaxPods)
+	allocatable := capacity.DeepCopy()
+	if c.cfg.Reserved != nil {
+		allocatable = Allocatable(capacity, c.cfg.Reserved(capacity))
+	}
 	st := v1.NodeStatus{
 		Capacity:    capacity,
-		Allocatable: capacity.DeepCopy(),
+		Allocatable: allocatable,
 		Phase:       "",
 		NodeInfo: v1.NodeSystemInfo{
 			MachineID:               mi.machineID,
@@ -357,9 +380,8 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 	if !ready {
 		readyReason = "KubeletNotReady"
 	}
-	memPressure := mi.memAvailable > 0 && mi.memAvailable < memoryPressureBelow
-	diskPressure := mi.storageBytes > 0 && float64(mi.storageAvailable)/float64(mi.storageBytes) < diskPressureBelow
-	pidPressure := mi.pidMax > 0 && float64(mi.pids)/float64(mi.pidMax) > pidPressureAbove
+	under := func(t v1.NodeConditionType) bool { return c.cfg.UnderPressure != nil && c.cfg.UnderPressure(t) }
+	memPressure, diskPressure, pidPressure := under(v1.NodeMemoryPressure), under(v1.NodeDiskPressure), under(v1.NodePIDPressure)
 	st.Conditions = []v1.NodeCondition{
 		pressure(old, v1.NodeMemoryPressure, memPressure, "KubeletHasInsufficientMemory", "KubeletHasSufficientMemory", "memory available", now),
 		pressure(old, v1.NodeDiskPressure, diskPressure, "KubeletHasDiskPressure", "KubeletHasNoDiskPressure", "disk pressure", now),

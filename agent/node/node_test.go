@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -83,4 +84,31 @@ func TestReadyReportedWithoutWaitingForTheNextUpdate(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Allocatable is the capacity less what is reserved, floored at zero; what is not reserved
+// stays the capacity.
+func TestAllocatable(t *testing.T) {
+	capacity := v1.ResourceList{
+		v1.ResourceCPU:              resource.MustParse("2"),
+		v1.ResourceMemory:           resource.MustParse("4Gi"),
+		v1.ResourceEphemeralStorage: resource.MustParse("10Gi"),
+		v1.ResourcePods:             resource.MustParse("110"),
+	}
+	reserved := v1.ResourceList{
+		v1.ResourceCPU:              resource.MustParse("250m"),
+		v1.ResourceMemory:           resource.MustParse("612Mi"), // systemReserved + kubeReserved + memory.available
+		v1.ResourceEphemeralStorage: resource.MustParse("20Gi"),  // more than there is
+	}
+	got := Allocatable(capacity, reserved)
+	want := map[v1.ResourceName]string{v1.ResourceCPU: "1750m", v1.ResourceMemory: "3484Mi", v1.ResourceEphemeralStorage: "0", v1.ResourcePods: "110"}
+	for name, w := range want {
+		q := got[name]
+		if q.Cmp(resource.MustParse(w)) != 0 {
+			t.Errorf("allocatable %s = %s, want %s", name, &q, w)
+		}
+	}
+	if c := capacity[v1.ResourceMemory]; c.Value() != 4<<30 {
+		t.Errorf("capacity changed: %s", &c)
+	}
 }

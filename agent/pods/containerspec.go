@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/kubectl/pkg/util/qos"
 
@@ -26,7 +27,7 @@ const (
 
 // resourceSpecOpts turns requests and limits into cgroup settings and sets the process's OOM
 // score from the pod's QoS class, as kubelet does.
-func resourceSpecOpts(pod *v1.Pod, c *v1.Container, memoryCapacity int64) []runtime.SpecOpt {
+func resourceSpecOpts(pod *v1.Pod, c *v1.Container, memoryCapacity int64, noSwap bool) []runtime.SpecOpt {
 	var opts []runtime.SpecOpt
 	req, lim := c.Resources.Requests, c.Resources.Limits
 	shares := uint64(minShares)
@@ -43,8 +44,28 @@ func resourceSpecOpts(pod *v1.Pod, c *v1.Container, memoryCapacity int64) []runt
 	if q, ok := lim[v1.ResourceMemory]; ok && q.Value() > 0 {
 		opts = append(opts, oci.WithMemoryLimit(uint64(q.Value())))
 	}
+	if noSwap {
+		opts = append(opts, withNoSwap)
+	}
 	opts = append(opts, withOOMScoreAdj(oomScoreAdj(pod, c, memoryCapacity)))
 	return opts
+}
+
+// withNoSwap is kubelet's swap behavior NoSwap on cgroup v2: memory.swap.max is 0, so the
+// container never swaps even where the host has swap. Only on hosts with the swap controller
+// (see cgroups.Hierarchy.SwapController): elsewhere runc could not write the file.
+func withNoSwap(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+	if s.Linux.Resources == nil {
+		s.Linux.Resources = &specs.LinuxResources{}
+	}
+	if s.Linux.Resources.Unified == nil {
+		s.Linux.Resources.Unified = map[string]string{}
+	}
+	s.Linux.Resources.Unified["memory.swap.max"] = "0"
+	return nil
 }
 
 // oomScoreAdj is kubelet's policy: Guaranteed -997, BestEffort 1000, Burstable in between by

@@ -66,6 +66,9 @@ type Config struct {
 	HostIPs func() []string
 	// MemoryCapacity is the node's memory in bytes, for the OOM score of burstable pods.
 	MemoryCapacity int64
+	// NoSwap sets memory.swap.max to 0 for every container (kubelet's NoSwap on cgroup v2);
+	// only where the host has the swap controller.
+	NoSwap bool
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
 	// Volumes prepares and tears down pod volumes, and is the EnvSource of env. Required.
@@ -186,6 +189,60 @@ func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
 		w.mu.Unlock()
 	}
 	return out
+}
+
+// ActivePods are the admitted pods that run: not finished, not being deleted and not being
+// evicted. The eviction manager chooses among them.
+func (m *Manager) ActivePods() []*v1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*v1.Pod
+	for _, w := range m.workers {
+		w.mu.Lock()
+		if w.decision != nil && w.decision.Admitted && !w.removed && !w.orphan && !w.terminal &&
+			w.eviction == nil && w.pod.DeletionTimestamp == nil {
+			out = append(out, w.pod)
+		}
+		w.mu.Unlock()
+	}
+	return out
+}
+
+// Evict kills the pod for node pressure, as kubelet's eviction manager does: its containers
+// are stopped with the grace period, and it ends Failed with reason Evicted and the message,
+// its network and volumes released. The pod stays until its source removes it.
+func (m *Manager) Evict(pod *v1.Pod, grace time.Duration, message string) error {
+	m.mu.Lock()
+	w := m.workers[pod.UID]
+	m.mu.Unlock()
+	if w == nil {
+		return fmt.Errorf("pod %s/%s (%s) is not on this node", pod.Namespace, pod.Name, pod.UID)
+	}
+	w.mu.Lock()
+	if w.eviction == nil {
+		w.eviction = &evictionOrder{grace: grace, message: message}
+	}
+	// Whatever the sync in progress waits for (a pull, a postStart hook), the eviction comes
+	// first.
+	w.cancelRunLocked()
+	w.mu.Unlock()
+	w.poke()
+	return nil
+}
+
+// CleanedUp says the pod's containers are stopped and its network and volumes released
+// (the pod finished, or is gone): what it held is free again. The eviction manager waits for
+// it before judging the node's pressure again, as kubelet's waits for an evicted pod's cleanup.
+func (m *Manager) CleanedUp(uid types.UID) bool {
+	m.mu.Lock()
+	w := m.workers[uid]
+	m.mu.Unlock()
+	if w == nil {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cleaned
 }
 
 // SetProber installs the probe runner, before Run. The workers report each observation of

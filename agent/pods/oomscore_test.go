@@ -1,8 +1,12 @@
 package pods
 
 import (
+	"context"
 	"testing"
 
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -41,5 +45,26 @@ func TestOOMScoreAdjFollowsQoSWithAgentAtMinus999(t *testing.T) {
 				t.Errorf("agent at 0: %d, want %d", got, tc.atZero)
 			}
 		})
+	}
+}
+
+// With the swap controller, every container gets memory.swap.max 0 (kubelet's NoSwap); without
+// it, nothing is written.
+func TestNoSwap(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a"}}}}
+	for _, noSwap := range []bool{true, false} {
+		s := &oci.Spec{Process: &specs.Process{}}
+		for _, opt := range resourceSpecOpts(pod, &pod.Spec.Containers[0], 1<<30, noSwap) {
+			if err := opt(context.Background(), nil, &containers.Container{}, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got string
+		if s.Linux != nil && s.Linux.Resources != nil {
+			got = s.Linux.Resources.Unified["memory.swap.max"]
+		}
+		if want := map[bool]string{true: "0", false: ""}[noSwap]; got != want {
+			t.Errorf("noSwap %v: memory.swap.max %q, want %q", noSwap, got, want)
+		}
 	}
 }

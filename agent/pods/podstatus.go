@@ -37,6 +37,9 @@ const (
 	MessageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
 )
 
+// ReasonEvicted is the reason of a pod evicted for node pressure (see agent/eviction).
+const ReasonEvicted = "Evicted"
+
 // maxPodTerminationMessages is kubelet's MaxPodTerminationMessageLogLength: the termination
 // messages of all of a pod's containers together, split evenly between them.
 const maxPodTerminationMessages = 12 * 1024
@@ -73,6 +76,8 @@ type statusInput struct {
 	messages map[string]string
 	// deadlineExceeded: the pod ran longer than spec.activeDeadlineSeconds and is Failed.
 	deadlineExceeded bool
+	// evicted: the pod was evicted for node pressure and is Failed.
+	evicted *evictionOrder
 }
 
 // computeStatus derives the pod's status from observed state alone. Condition transition
@@ -137,6 +142,8 @@ func computeStatus(in statusInput) v1.PodStatus {
 	}
 	st.Phase = podPhase(pod.Spec.RestartPolicy, st.ContainerStatuses, in.terminated)
 	switch {
+	case in.evicted != nil:
+		st.Phase, st.Reason, st.Message = v1.PodFailed, ReasonEvicted, in.evicted.message
 	case in.deadlineExceeded:
 		st.Phase, st.Reason, st.Message = v1.PodFailed, ReasonDeadlineExceeded, MessageDeadlineExceeded
 	case initFailed(pod, byName):
@@ -160,9 +167,14 @@ func computeStatus(in statusInput) v1.PodStatus {
 		st.Conditions[2] = condition(old, v1.ContainersReady, false, ReasonPodCompleted, "", in.now)
 		st.Conditions[3] = condition(old, v1.PodReady, false, ReasonPodCompleted, "", in.now)
 	}
+	if in.evicted != nil {
+		// As kubelet's eviction manager: the pod says it was disrupted by the node.
+		c := condition(old, v1.DisruptionTarget, true, v1.PodReasonTerminationByKubelet, in.evicted.message, in.now)
+		st.Conditions = append(st.Conditions, c)
+	}
 	// Conditions other writers own (DisruptionTarget, readiness gates...) are kept as they are.
 	for _, oc := range old.Conditions {
-		if !ownedConditions[oc.Type] {
+		if !ownedConditions[oc.Type] && !(in.evicted != nil && oc.Type == v1.DisruptionTarget) {
 			st.Conditions = append(st.Conditions, oc)
 		}
 	}

@@ -169,6 +169,21 @@ func TestComputeStatusDeadlineExceeded(t *testing.T) {
 	}
 }
 
+// An evicted pod is Failed with reason Evicted, the eviction's message, and kubelet's
+// DisruptionTarget condition.
+func TestComputeStatusEvicted(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, "a")
+	const msg = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. "
+	st := computeStatus(statusInput{pod: pod, observed: []runtime.Container{ctr(pod, "a", 0, runtime.StateExited, 137)},
+		evicted: &evictionOrder{grace: time.Second, message: msg}, now: time.Unix(2000, 0)})
+	if st.Phase != v1.PodFailed || st.Reason != "Evicted" || st.Message != msg {
+		t.Errorf("status %s %q %q", st.Phase, st.Reason, st.Message)
+	}
+	if !hasTrue(st, v1.DisruptionTarget) || hasTrue(st, v1.PodReady) {
+		t.Errorf("want DisruptionTarget True and not Ready: %+v", st.Conditions)
+	}
+}
+
 // Termination messages land in state.terminated and lastState.terminated, each cut to its
 // container's share of kubelet's 12 KiB per pod.
 func TestComputeStatusTerminationMessages(t *testing.T) {

@@ -36,7 +36,7 @@ type worker struct {
 	m      *Manager
 	signal chan struct{} // buffered(1): a pending "sync again", coalesced
 
-	mu      sync.Mutex // protects pod, removed, reason, terminating, cancelRun, readded, decision, terminal
+	mu      sync.Mutex // protects pod, removed, reason, terminating, cancelRun, readded, decision, terminal, eviction, cleaned
 	pod     *v1.Pod
 	removed bool   // authoritative removal: terminate the pod
 	reason  string // why it was removed, for the event
@@ -53,14 +53,20 @@ type worker struct {
 	decision *admission.Result
 	// terminal: the pod finished (Succeeded or Failed); it no longer counts in admission.
 	terminal bool
+	// eviction is the eviction manager's order to evict the pod, nil when there is none.
+	eviction *evictionOrder
+	// cleaned: the pod finished and its containers are stopped, its network and volumes
+	// released.
+	cleaned bool
 
 	// Owned by the worker's goroutine.
 	waiting          map[string]waitingInfo
 	messages         map[string]string // termination messages of exited containers, by ID
 	lastPodIPs       []string          // the pod's addresses as last reported
 	startTime        time.Time
-	deadlineExceeded bool // ran past spec.activeDeadlineSeconds
-	released         bool // a finished pod's network and volumes are gone
+	deadlineExceeded bool           // ran past spec.activeDeadlineSeconds
+	evicted          *evictionOrder // evicted for node pressure: stopped, Failed with reason Evicted
+	released         bool           // a finished pod's network and volumes are gone
 	finished         bool
 }
 
@@ -84,6 +90,13 @@ func (w *worker) snapshot() (*v1.Pod, bool, string) {
 func (w *worker) latestPod() *v1.Pod {
 	pod, _, _ := w.snapshot()
 	return pod
+}
+
+// evictionOrder is an eviction of the pod for node pressure: its containers are stopped with
+// the grace period and it ends Failed with reason Evicted and the message.
+type evictionOrder struct {
+	grace   time.Duration
+	message string
 }
 
 // termination is a termination in progress and the grace period it runs with.
@@ -241,8 +254,11 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 			w.m.event(pod, v1.EventTypeNormal, ReasonDeadlineExceeded, "%s", MessageDeadlineExceeded)
 		}
 	}
+	if w.evicted == nil {
+		w.evicted = w.evictionOrdered(pod)
+	}
 	w.readTerminationMessages(pod, observed)
-	if w.isTerminal() || w.deadlineExceeded || podFinished(pod, observed) {
+	if w.isTerminal() || w.deadlineExceeded || w.evicted != nil || podFinished(pod, observed) {
 		return w.syncFinished(ctx, log, pod, observed)
 	}
 
@@ -277,6 +293,21 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 	})
 	w.m.status.SetPodStatus(pod, st)
 	return next
+}
+
+// evictionOrdered returns the eviction ordered by the eviction manager, or the one reported
+// before an agent restart (the pod's status says Failed, Evicted), nil when there is none.
+func (w *worker) evictionOrdered(pod *v1.Pod) *evictionOrder {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.eviction != nil {
+		return w.eviction
+	}
+	if pod.Status.Phase == v1.PodFailed && pod.Status.Reason == ReasonEvicted {
+		// Its containers were being stopped when the agent went down: they go at once.
+		return &evictionOrder{grace: time.Second, message: pod.Status.Message}
+	}
+	return nil
 }
 
 // admitOnce runs admission the first time the pod is synced and returns its decision.
@@ -373,14 +404,17 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 	w.terminal = true
 	w.mu.Unlock()
 	if !w.released {
-		why := "pod finished"
+		why, grace := "pod finished", gracePeriod(pod)
 		if w.deadlineExceeded {
 			why = MessageDeadlineExceeded
+		}
+		if w.evicted != nil {
+			why, grace = w.evicted.message, w.evicted.grace
 		}
 		if w.m.prober != nil {
 			w.m.prober.RemovePod(pod.UID)
 		}
-		if err := w.stopRunning(ctx, pod, observed, why); err != nil {
+		if err := w.stopRunning(ctx, pod, observed, grace, why); err != nil {
 			log.Warn("stop the containers of a finished pod", "err", err)
 			return time.Second
 		}
@@ -389,6 +423,9 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 			return time.Second
 		}
 		w.released = true
+		w.mu.Lock()
+		w.cleaned = true
+		w.mu.Unlock()
 		log.Info("pod finished; its network and volumes are released", "reason", why)
 		var err error
 		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
@@ -407,7 +444,7 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 	st := computeStatus(statusInput{
 		pod: pod, observed: observed, waiting: w.waiting, podIPs: podIPs, hostIPs: w.m.hostIPs(),
 		startTime: w.startTime, terminated: true, now: w.m.now(), messages: w.messages,
-		deadlineExceeded: w.deadlineExceeded,
+		deadlineExceeded: w.deadlineExceeded, evicted: w.evicted,
 	})
 	w.m.status.SetPodStatus(pod, st)
 	return resyncPeriod
@@ -755,7 +792,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Hostname:     hostname,
 		LogPath:      filepath.Join(w.m.cfg.PodLogDir, podLogDirName(pod), c.Name, fmt.Sprintf("%d.log", attempt)),
 		Mounts:       volumeMounts,
-		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity), securitySpecOpts(pod, c, w.m.cfg.Security)...),
+		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity, w.m.cfg.NoSwap), securitySpecOpts(pod, c, w.m.cfg.Security)...),
 	}
 	// The termination log, unless a volume is mounted at its path.
 	if !slices.ContainsFunc(volumeMounts, func(v specs.Mount) bool { return v.Destination == c.TerminationMessagePath }) {
@@ -849,7 +886,7 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	if w.m.prober != nil {
 		w.m.prober.RemovePod(pod.UID) // a pod on its way out is not probed any more
 	}
-	if err := w.stopRunning(ctx, pod, observed, reason); err != nil {
+	if err := w.stopRunning(ctx, pod, observed, gracePeriod(pod), reason); err != nil {
 		return err
 	}
 	final, err := w.m.rt.ListPod(ctx, string(pod.UID))
@@ -892,10 +929,9 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	return nil
 }
 
-// stopRunning stops every running container of the pod, all at once, each with the pod's
-// grace period and its preStop hook.
-func (w *worker) stopRunning(ctx context.Context, pod *v1.Pod, observed []runtime.Container, reason string) error {
-	grace := gracePeriod(pod)
+// stopRunning stops every running container of the pod, all at once, each with the grace
+// period (the pod's, or an eviction's) and its preStop hook.
+func (w *worker) stopRunning(ctx context.Context, pod *v1.Pod, observed []runtime.Container, grace time.Duration, reason string) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(observed))
 	for i, c := range observed {

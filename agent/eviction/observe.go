@@ -1,0 +1,130 @@
+package eviction
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Observation is one signal's value: what is available of what capacity (bytes, inodes or
+// PIDs). Capacity 0: not observed.
+type Observation struct {
+	Available, Capacity int64
+}
+
+// Observations are the signals observed at one instant.
+type Observations map[Signal]Observation
+
+// Observer measures the node's signals.
+type Observer interface {
+	Observe(ctx context.Context) (Observations, error)
+}
+
+// HostObserver measures this host: memory from /proc/meminfo, nodefs and imagefs with statfs,
+// PIDs from sysinfo against pid_max and threads-max.
+type HostObserver struct {
+	// NodeFS is a path on the node file system (the agent's state directory, where pod
+	// volumes live).
+	NodeFS string
+	// ImageFS returns a path on the image file system (containerd's snapshotter); nil or an
+	// error: imagefs signals are not observed.
+	ImageFS func(ctx context.Context) (string, error)
+	// Proc is the proc file system; defaults to /proc.
+	Proc string
+}
+
+// Observe implements Observer. A signal that cannot be measured is left out (its thresholds
+// are then not met); only a node file system or memory that cannot be read is an error.
+func (h HostObserver) Observe(ctx context.Context) (Observations, error) {
+	proc := h.Proc
+	if proc == "" {
+		proc = "/proc"
+	}
+	obs := Observations{}
+	mem, err := readMeminfo(proc + "/meminfo")
+	if err != nil {
+		return nil, err
+	}
+	obs[SignalMemoryAvailable] = Observation{Available: mem["MemAvailable"], Capacity: mem["MemTotal"]}
+	if err := statFS(obs, h.NodeFS, SignalNodeFsAvailable, SignalNodeFsInodesFree); err != nil {
+		return nil, err
+	}
+	if h.ImageFS != nil {
+		if path, err := h.ImageFS(ctx); err == nil {
+			_ = statFS(obs, path, SignalImageFsAvailable, SignalImageFsInodesFree)
+		}
+	}
+	if o, ok := observePIDs(proc); ok {
+		obs[SignalPIDAvailable] = o
+	}
+	return obs, nil
+}
+
+func statFS(obs Observations, path string, bytesSignal, inodesSignal Signal) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", path, err)
+	}
+	bs := int64(st.Bsize)
+	obs[bytesSignal] = Observation{Available: int64(st.Bavail) * bs, Capacity: int64(st.Blocks) * bs}
+	if st.Files > 0 { // file systems without an inode count (btrfs) report 0
+		obs[inodesSignal] = Observation{Available: int64(st.Ffree), Capacity: int64(st.Files)}
+	}
+	return nil
+}
+
+// observePIDs is kubelet's pid.available: the node's PID limit (the lower of pid_max and
+// threads-max) less the tasks that exist.
+func observePIDs(proc string) (Observation, bool) {
+	limit := readInt(proc + "/sys/kernel/pid_max")
+	if tm := readInt(proc + "/sys/kernel/threads-max"); tm > 0 && (limit <= 0 || tm < limit) {
+		limit = tm
+	}
+	var si unix.Sysinfo_t
+	if limit <= 0 || unix.Sysinfo(&si) != nil {
+		return Observation{}, false
+	}
+	return Observation{Available: limit - int64(si.Procs), Capacity: limit}, true
+}
+
+func readInt(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return v
+}
+
+func readMeminfo(path string) (map[string]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	out := map[string]int64{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			continue
+		}
+		v, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		if len(f) == 3 && f[2] == "kB" {
+			v *= 1024
+		}
+		out[strings.TrimSuffix(f[0], ":")] = v
+	}
+	if out["MemTotal"] == 0 {
+		return nil, fmt.Errorf("%s has no MemTotal", path)
+	}
+	return out, nil
+}
