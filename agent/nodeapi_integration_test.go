@@ -147,8 +147,12 @@ func TestNodeAPI(t *testing.T) {
 			VersionedParams(&v1.PodExecOptions{Container: "counter", Command: cmd, Stdin: cmd[0] == "cat", Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
 	}
 	executors := map[string]func(u *url.URL) (remotecommand.Executor, error){
-		"spdy":      func(u *url.URL) (remotecommand.Executor, error) { return remotecommand.NewSPDYExecutor(e.cp.AdminConfig, "POST", u) },
-		"websocket": func(u *url.URL) (remotecommand.Executor, error) { return remotecommand.NewWebSocketExecutor(e.cp.AdminConfig, "GET", u.String()) },
+		"spdy": func(u *url.URL) (remotecommand.Executor, error) {
+			return remotecommand.NewSPDYExecutor(e.cp.AdminConfig, "POST", u)
+		},
+		"websocket": func(u *url.URL) (remotecommand.Executor, error) {
+			return remotecommand.NewWebSocketExecutor(e.cp.AdminConfig, "GET", u.String())
+		},
 	}
 	for name, newExec := range executors {
 		t.Run("exec "+name, func(t *testing.T) {
@@ -251,6 +255,3 @@ func TestNodeAPI(t *testing.T) {
 		}
 	})
 }
-
-
-
