@@ -137,6 +137,17 @@ func TestNodeAPI(t *testing.T) {
 		} else if _, perr := time.Parse(time.RFC3339Nano, ts); perr != nil {
 			t.Errorf("timestamps: %q: %v", got, perr)
 		}
+		// kubectl logs -f: what is there, then the stream stays open; closing it ends it.
+		stream, err := pods.GetLogs(pod.Name, &v1.PodLogOptions{Container: "counter", Follow: true}).Stream(ctx)
+		if err != nil {
+			t.Fatalf("follow: %v", err)
+		}
+		want := "run 2\nline 1\nline 2\nline 3\n"
+		buf := make([]byte, len(want))
+		if _, err := io.ReadFull(stream, buf); err != nil || string(buf) != want {
+			t.Errorf("follow: %q, %v", buf, err)
+		}
+		stream.Close()
 		if _, err := getLogs(&v1.PodLogOptions{Container: "nope"}); err == nil {
 			t.Error("logs of an unknown container: no error")
 		}
@@ -178,6 +189,23 @@ func TestNodeAPI(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("exec tty", func(t *testing.T) {
+		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
+			VersionedParams(&v1.PodExecOptions{Container: "counter", TTY: true, Stdout: true,
+				// The size arrives through the resize stream just after the start: wait for it.
+				Command: []string{"sh", "-c", `for i in $(seq 1 100); do s=$(stty size); [ "$s" != "0 0" ] && break; sleep 0.1; done; echo "$s"`},
+			}, scheme.ParameterCodec).URL()
+		ex, err := remotecommand.NewSPDYExecutor(e.cp.AdminConfig, "POST", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Tty: true, TerminalSizeQueue: &fixedSize{size: remotecommand.TerminalSize{Width: 100, Height: 40}}})
+		if err != nil || strings.TrimSpace(out.String()) != "40 100" {
+			t.Errorf("stty size on a 100x40 terminal: %q, %v", out.String(), err)
+		}
+	})
 
 	t.Run("port-forward", func(t *testing.T) {
 		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("portforward").URL()
@@ -254,4 +282,18 @@ func TestNodeAPI(t *testing.T) {
 			t.Errorf("/pods as admin: %d %.200s", code, body)
 		}
 	})
+}
+
+// fixedSize is a terminal of one size: it reports it once, then nothing until the end.
+type fixedSize struct {
+	size remotecommand.TerminalSize
+	sent bool
+}
+
+func (f *fixedSize) Next() *remotecommand.TerminalSize {
+	if !f.sent {
+		f.sent = true
+		return &f.size
+	}
+	return nil // no more changes: the queue ends
 }
