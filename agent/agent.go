@@ -289,7 +289,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { return a.serveHealthz(ctx, podMgr, statusMgr) })
 	}
 	if api, err := a.nodeAPI(client, hostIPs, statusMgr, rt, netMgr, podMgr); err != nil {
-		return err
+		// Not worth stopping the agent, and with it the node's heartbeat, for.
+		a.log.Error("node API not served: fix the configuration and restart holdfast", "err", err)
 	} else if api != nil {
 		g.Go(func() error { return api.Run(ctx) })
 	}

@@ -33,6 +33,10 @@
 //     configured CA is not taken as authorization by itself: only the apiserver decides what a
 //     user may do. The node API is therefore not started on a standalone node.
 //
+// The node API is never a reason for the agent to stop: a client CA file that cannot be read,
+// a serving certificate that cannot be written or a port held by another process is logged as
+// an error and the API stays off (the port is retried), while pods and heartbeats go on.
+//
 // Names in paths are checked as Kubernetes names before they are used (a path traversal gets
 // 400); log files are opened without following symlinks (agent/logs); at most
 // maxStreams log, exec and port-forward requests run at once (429 past it).

@@ -138,13 +138,15 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 	}, nil
 }
 
-// Run serves until ctx ends, then closes the listener and every connection. A port that
-// cannot be bound (another kubelet on it) is retried: the node API is not worth stopping the
-// agent, and with it the node's heartbeat, for.
+// Run serves until ctx ends, then closes the listener and every connection, and returns once
+// every handler returned. The node API is not worth stopping the agent, and with it the node's
+// heartbeat, for: a port that cannot be bound (another kubelet on it) is retried, and a serving
+// certificate that cannot be made is logged and the API left off.
 func (s *Server) Run(ctx context.Context) error {
 	tlsCfg, err := s.tlsConfig()
 	if err != nil {
-		return fmt.Errorf("node API: %w", err)
+		s.cfg.Log.Error("node API not served: no serving certificate", "dir", s.cfg.PKIDir, "err", err)
+		return nil
 	}
 	addr := net.JoinHostPort(s.cfg.Address, strconv.Itoa(s.cfg.Port))
 	var ln net.Listener
@@ -181,7 +183,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.active.Wait()
 		return nil
 	case err := <-errCh:
-		return fmt.Errorf("node API server: %w", err)
+		s.cfg.Log.Error("node API stopped serving", "err", err)
+		s.active.Wait()
+		return nil
 	}
 }
 
