@@ -34,6 +34,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
+	"github.com/holdfast-dev/holdfast/agent/nodeapi"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/policy"
 	"github.com/holdfast-dev/holdfast/agent/prober"
@@ -268,6 +269,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			Conditions:      idConditions,
 			UnderPressure:   evictionMgr.UnderPressure,
 			Reserved:        reserved,
+			KubeletPort:     int32(cfg.NodeAPIPort()),
 		}, client, rt.Version, func() error {
 			if err := podMgr.RelistHealthy(); err != nil {
 				return err
@@ -297,6 +299,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return statusMgr.Run(ctx) })
 	if cfg.HealthzAddress != "" {
 		g.Go(func() error { return a.serveHealthz(ctx, podMgr, statusMgr) })
+	}
+	if api, err := a.nodeAPI(client, hostIPs, statusMgr, rt, netMgr, podMgr); err != nil {
+		// Not worth stopping the agent, and with it the node's heartbeat, for.
+		a.log.Error("node API not served: fix the configuration and restart holdfast", "err", err)
+	} else if api != nil {
+		g.Go(func() error { return api.Run(ctx) })
 	}
 	// Restored and running: tell systemd, and keep petting its watchdog while the relist is
 	// healthy (the same health /healthz reports).
@@ -478,6 +486,35 @@ func (a *Agent) preloadImages(ctx context.Context, rt *runtime.Runtime) []string
 		a.log.Info("preloaded images", "path", r.Path, "images", r.Images)
 	}
 	return names
+}
+
+// nodeAPI builds the kubelet API server (agent/nodeapi), or returns nil when it is disabled
+// (port 0) or the node is standalone: with no apiserver to authorize requests, it would have
+// to refuse them all.
+func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, statusMgr *status.Manager, rt *runtime.Runtime,
+	netMgr *network.Manager, podMgr *pods.Manager) (*nodeapi.Server, error) {
+	cfg := a.cfg
+	if cfg.NodeAPIPort() == 0 {
+		return nil, nil
+	}
+	if client == nil {
+		a.log.Info("node API not served: standalone, no apiserver to authorize requests", "port", cfg.NodeAPIPort())
+		return nil, nil
+	}
+	return nodeapi.New(nodeapi.Config{
+		Address:      cfg.Address,
+		Port:         cfg.NodeAPIPort(),
+		NodeName:     cfg.NodeName,
+		HostIPs:      hostIPs,
+		PKIDir:       filepath.Join(cfg.StateDir, "pki"),
+		ClientCAFile: cfg.Authentication.X509.ClientCAFile,
+		Client:       client,
+		Pods:         statusMgr,
+		Runtime:      rt,
+		NetNS:        netMgr.NetNSPath,
+		Healthy:      podMgr.RelistHealthy,
+		Log:          a.log.With("component", "nodeapi"),
+	})
 }
 
 // serveHealthz serves /healthz (200 when the runtime relist is healthy) and /pods (the

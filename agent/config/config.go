@@ -126,6 +126,33 @@ type Config struct {
 	// HealthzAddress is where /healthz and /pods are served (loopback only by default).
 	// Defaults to 127.0.0.1:10248; "-" disables the endpoint.
 	HealthzAddress string `json:"healthzAddress,omitempty"`
+
+	// Address is the IP address the node API (the kubelet API: containerLogs, exec,
+	// portForward, pods, healthz) listens on, over HTTPS (kubelet's address). Defaults to
+	// 0.0.0.0.
+	Address string `json:"address,omitempty"`
+	// Port is the node API's port, advertised in the Node's
+	// status.daemonEndpoints.kubeletEndpoint (kubelet's port). Defaults to 10250; 0
+	// disables the node API. It is served only with an apiserver (not standalone): every
+	// request is authorized by the apiserver.
+	Port *int `json:"port,omitempty"`
+	// Authentication says whom the node API accepts (kubelet's authentication).
+	Authentication AuthenticationConfig `json:"authentication,omitempty"`
+}
+
+// AuthenticationConfig says how node API clients are authenticated; anonymous requests are
+// always refused.
+type AuthenticationConfig struct {
+	X509 X509AuthenticationConfig `json:"x509,omitempty"`
+}
+
+// X509AuthenticationConfig configures client certificate authentication.
+type X509AuthenticationConfig struct {
+	// ClientCAFile is a PEM bundle of the CAs whose client certificates the node API accepts
+	// (user: the certificate's CN, groups: its O): the CA of the apiserver's
+	// --kubelet-client-certificate. Empty (the default): client certificates are refused and
+	// only bearer tokens (TokenReview) authenticate.
+	ClientCAFile string `json:"clientCAFile,omitempty"`
 }
 
 // ContainerdConfig says which containerd to use.
@@ -325,6 +352,19 @@ func (c *Config) applyDefaults() {
 	if c.HealthzAddress == "-" {
 		c.HealthzAddress = ""
 	}
+	setDefault(&c.Address, "0.0.0.0")
+	if c.Port == nil {
+		port := 10250
+		c.Port = &port
+	}
+}
+
+// NodeAPIPort is the port the node API serves on, 0 when it is disabled.
+func (c *Config) NodeAPIPort() int {
+	if c.Port == nil {
+		return 0
+	}
+	return *c.Port
 }
 
 // Load reads a YAML (or JSON) configuration file, applies defaults and validates it. Unknown
@@ -419,6 +459,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.Reserved(); err != nil {
 		errs = append(errs, err)
+	}
+	if net.ParseIP(c.Address) == nil {
+		errs = append(errs, fmt.Errorf("address %q is not an IP address", c.Address))
+	}
+	if p := c.NodeAPIPort(); p < 0 || p > 65535 {
+		errs = append(errs, fmt.Errorf("port %d: want 1-65535, or 0 to disable the node API", p))
 	}
 	if c.ContainerLogMaxFiles < 2 {
 		errs = append(errs, fmt.Errorf("containerLogMaxFiles %d: at least 2 (the live file and one rotated)", c.ContainerLogMaxFiles))

@@ -124,3 +124,36 @@ func TestReservedAndThresholds(t *testing.T) {
 		t.Errorf("evictionHard %v, want memory.available 300Mi and the default nodefs.available 10%%", c.EvictionHard)
 	}
 }
+
+// The node API port: 10250 by default, 0 disables it, and nonsense is refused.
+func TestNodeAPIPort(t *testing.T) {
+	for _, tc := range []struct {
+		yaml    string
+		want    int
+		wantErr string
+	}{
+		{"", 10250, ""},
+		{"port: 0\n", 0, ""},
+		{"port: 11250\naddress: 127.0.0.1\n", 11250, ""},
+		{"port: 70000\n", 0, "port 70000"},
+		{"address: gw.local\n", 0, `address "gw.local"`},
+	} {
+		p := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(p, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(p)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: err = %v, want %q", tc.yaml, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if got := c.NodeAPIPort(); got != tc.want {
+			t.Errorf("%q: port %d, want %d", tc.yaml, got, tc.want)
+		}
+	}
+}

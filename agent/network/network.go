@@ -135,6 +135,14 @@ func (m *Manager) Get(podUID string) *PodNetwork {
 	return &pn
 }
 
+// NetNSPath returns the network namespace of a pod whose network is set up, "" otherwise.
+func (m *Manager) NetNSPath(podUID string) string {
+	if pn := m.Get(podUID); pn != nil {
+		return pn.NetNSPath
+	}
+	return ""
+}
+
 // record reads a pod's network record, complete or not; nil without one.
 func (m *Manager) record(podUID string) *PodNetwork {
 	b, err := os.ReadFile(m.recordPath(podUID))

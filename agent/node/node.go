@@ -67,6 +67,9 @@ type Config struct {
 	// Reserved returns what allocatable leaves out of a capacity (systemReserved,
 	// kubeReserved, hard eviction thresholds); nil: nothing.
 	Reserved func(capacity v1.ResourceList) v1.ResourceList
+	// KubeletPort is the node API's port, advertised in status.daemonEndpoints for the
+	// apiserver to dial (logs, exec, port-forward); 0: no node API.
+	KubeletPort int32
 }
 
 // Controller owns the Node object and its Lease.
@@ -364,7 +367,8 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 			OperatingSystem:         goruntime.GOOS,
 			Architecture:            goruntime.GOARCH,
 		},
-		Images: old.Images,
+		Images:          old.Images,
+		DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: c.cfg.KubeletPort}},
 	}
 	hostIPs := c.cfg.HostIPs
 	if hostIPs == nil {

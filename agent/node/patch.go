@@ -13,7 +13,7 @@ import (
 // everything else kept: capacity and allocatable keep the resources others advertise (a
 // device plugin's, an admin's extended resources); conditions keep the types other
 // controllers write, while holdfast's own are replaced (and dropped when it no longer reports
-// them); nodeInfo, addresses and images are holdfast's.
+// them); nodeInfo, addresses, daemon endpoints and images are holdfast's.
 func withOwnedStatus(old v1.NodeStatus, st v1.NodeStatus, ownedConditions map[v1.NodeConditionType]bool) v1.NodeStatus {
 	out := *old.DeepCopy()
 	out.Capacity = mergeResources(old.Capacity, st.Capacity)
@@ -27,6 +27,7 @@ func withOwnedStatus(old v1.NodeStatus, st v1.NodeStatus, ownedConditions map[v1
 	out.Conditions = append(out.Conditions, st.Conditions...)
 	out.NodeInfo = st.NodeInfo
 	out.Addresses = st.Addresses
+	out.DaemonEndpoints = st.DaemonEndpoints
 	out.Images = st.Images
 	out.Phase = st.Phase
 	return out

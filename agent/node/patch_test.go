@@ -30,11 +30,12 @@ func TestStatusPatchKeepsOthersFields(t *testing.T) {
 		},
 	}
 	ours := v1.NodeStatus{
-		Capacity:    v1.ResourceList{v1.ResourceCPU: q("2"), v1.ResourcePods: q("110")},
-		Allocatable: v1.ResourceList{v1.ResourceCPU: q("2"), v1.ResourcePods: q("110")},
-		Conditions:  []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady"}},
-		Addresses:   []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.0.2.9"}, {Type: v1.NodeHostName, Address: "gw"}},
-		NodeInfo:    v1.NodeSystemInfo{KubeletVersion: "v1"},
+		Capacity:        v1.ResourceList{v1.ResourceCPU: q("2"), v1.ResourcePods: q("110")},
+		Allocatable:     v1.ResourceList{v1.ResourceCPU: q("2"), v1.ResourcePods: q("110")},
+		Conditions:      []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady"}},
+		Addresses:       []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.0.2.9"}, {Type: v1.NodeHostName, Address: "gw"}},
+		NodeInfo:        v1.NodeSystemInfo{KubeletVersion: "v1"},
+		DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: 10250}},
 	}
 	owned := map[v1.NodeConditionType]bool{v1.NodeReady: true, ConditionStateRecovered: true}
 	patch, err := statusPatch(old, ours, owned)
@@ -65,6 +66,9 @@ func TestStatusPatchKeepsOthersFields(t *testing.T) {
 	}
 	if len(got.Status.Addresses) != 2 || got.Status.Addresses[0].Address != "192.0.2.9" {
 		t.Errorf("addresses %v: want the new InternalIP only", got.Status.Addresses)
+	}
+	if p := got.Status.DaemonEndpoints.KubeletEndpoint.Port; p != 10250 {
+		t.Errorf("kubelet endpoint port %d: want 10250, where the node API listens", p)
 	}
 	if got.Labels["site"] != "a" || got.Annotations["note"] != "x" || got.Status.NodeInfo.KubeletVersion != "v1" {
 		t.Errorf("labels %v annotations %v nodeInfo %v", got.Labels, got.Annotations, got.Status.NodeInfo)

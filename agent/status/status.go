@@ -159,6 +159,23 @@ func (m *Manager) Get(uid types.UID) (v1.PodStatus, bool) {
 	return e.status, true
 }
 
+// Pods returns every pod the manager knows with its latest status, deep copies sorted by
+// namespace and name: what the node API's /pods serves, as kubelet's does.
+func (m *Manager) Pods() []*v1.Pod {
+	m.mu.Lock()
+	out := make([]*v1.Pod, 0, len(m.pods))
+	for _, e := range m.pods {
+		p := e.pod.DeepCopy()
+		e.status.DeepCopyInto(&p.Status)
+		out = append(out, p)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
+	})
+	return out
+}
+
 // PodView is one pod as the local /pods endpoint shows it.
 type PodView struct {
 	Namespace string       `json:"namespace"`

@@ -66,6 +66,13 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	// The node API on a port of its own: 10250 may be another kubelet's on this machine.
+	apiLn, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	apiPort := apiLn.Addr().(*net.TCPAddr).Port
+	apiLn.Close()
 	// The state key, as the firmware provisions it on a gateway.
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -83,6 +90,7 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 		PodLogDir:       filepath.Join(dir, "pods"),
 		ImagePreloadDir: "-",
 		HealthzAddress:  addr,
+		Port:            &apiPort,
 	}
 	cfg.Containerd.Address = cd.Address
 	cfg.Containerd.Namespace = "holdfast"

@@ -162,6 +162,11 @@ func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 		t.Fatalf("start control plane: %v", err)
 	}
 	args = append(args, clusterArgs...)
+	kubeletArgs, err := cp.kubeletClientArgs()
+	if err != nil {
+		t.Fatalf("start control plane: %v", err)
+	}
+	args = append(args, kubeletArgs...)
 	args = append(args, opts.ExtraAPIServerArgs...)
 	cp.apiserver = NewProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), args...)
 	t.Cleanup(func() {

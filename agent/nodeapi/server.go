@@ -1,0 +1,246 @@
+package nodeapi
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+// maxStreams bounds the log, exec and port-forward requests served at once: each holds a
+// goroutine or more, a file or a connection, for as long as the client wants.
+const maxStreams = 64
+
+// Pods is what the node runs: the pods with their latest statuses (status.Manager).
+type Pods interface {
+	Pods() []*v1.Pod
+}
+
+// Runtime is the container runtime the API reads and execs in (runtime.Runtime).
+type Runtime interface {
+	ListPod(ctx context.Context, podUID string) ([]runtime.Container, error)
+	ExecStream(ctx context.Context, id string, cmd []string, s runtime.ExecStreams) (int, error)
+}
+
+// Config is what the node API needs.
+type Config struct {
+	// Address and Port are where it listens (all addresses when Address is empty).
+	Address string
+	Port    int
+	// NodeName is the node the API serves: the name authorized on (nodes/NAME/proxy) and
+	// named in the serving certificate.
+	NodeName string
+	// HostIPs returns the node's addresses, named in the serving certificate.
+	HostIPs func() []string
+	// PKIDir keeps the serving certificate and its key.
+	PKIDir string
+	// ClientCAFile verifies client certificates; empty: only bearer tokens authenticate.
+	ClientCAFile string
+	// Client reviews tokens and authorizes requests; required.
+	Client kubernetes.Interface
+
+	Pods    Pods
+	Runtime Runtime
+	// NetNS returns the network namespace of a pod that has its own network, "" without one.
+	NetNS func(podUID string) string
+	// Healthy is /healthz's answer: nil when the agent is healthy.
+	Healthy func() error
+	Log     *slog.Logger
+	// Now is the clock for caches and certificates; defaults to time.Now.
+	Now func() time.Time
+}
+
+// Server is the node API.
+type Server struct {
+	cfg     Config
+	authn   *authenticator
+	authz   *authorizer
+	streams chan struct{} // a token per running stream request
+	handler http.Handler
+	// active counts the handlers running, hijacked streams included, so that Run returns
+	// only after the last one ended.
+	active sync.WaitGroup
+}
+
+// New checks the configuration (the client CA file must be readable) and builds the server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("node API: no apiserver client to authorize requests with")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.HostIPs == nil {
+		cfg.HostIPs = func() []string { return nil }
+	}
+	s := &Server{
+		cfg:     cfg,
+		authn:   &authenticator{client: cfg.Client, now: cfg.Now, tokens: map[string]tokenResult{}},
+		authz:   &authorizer{client: cfg.Client, nodeName: cfg.NodeName, now: cfg.Now, decisions: map[string]decision{}},
+		streams: make(chan struct{}, maxStreams),
+	}
+	if cfg.ClientCAFile != "" {
+		pem, err := os.ReadFile(cfg.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("node API client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("node API client CA %s: no PEM certificate in it", cfg.ClientCAFile)
+		}
+		s.authn.clientCAs = pool
+	}
+	s.handler = s.withAuth(s.routes())
+	return s, nil
+}
+
+// Handler is the API's handler, authentication and authorization included.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// tlsConfig is the server's TLS: its serving certificate, and client certificates requested
+// (verified by the authenticator, so that a bad one gets a 401, not a handshake error).
+func (s *Server) tlsConfig() (*tls.Config, error) {
+	var ips []net.IP
+	for _, a := range s.cfg.HostIPs() {
+		if ip := net.ParseIP(a); ip != nil {
+			ips = append(ips, ip)
+		}
+	}
+	names := []string{s.cfg.NodeName}
+	if h, err := os.Hostname(); err == nil && h != s.cfg.NodeName {
+		names = append(names, h)
+	}
+	cert, err := servingCertificate(s.cfg.PKIDir, names, ips, s.cfg.Now())
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequestClientCert,
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"http/1.1"}, // SPDY and WebSocket upgrades need HTTP/1.1
+	}, nil
+}
+
+// Run serves until ctx ends, then closes the listener and every connection, and returns once
+// every handler returned. The node API is not worth stopping the agent, and with it the node's
+// heartbeat, for: a port that cannot be bound (another kubelet on it) is retried, and a serving
+// certificate that cannot be made is logged and the API left off.
+func (s *Server) Run(ctx context.Context) error {
+	tlsCfg, err := s.tlsConfig()
+	if err != nil {
+		s.cfg.Log.Error("node API not served: no serving certificate", "dir", s.cfg.PKIDir, "err", err)
+		return nil
+	}
+	addr := net.JoinHostPort(s.cfg.Address, strconv.Itoa(s.cfg.Port))
+	var ln net.Listener
+	delay := time.Second
+	for {
+		ln, err = net.Listen("tcp", addr)
+		if err == nil {
+			break
+		}
+		s.cfg.Log.Error("node API: cannot listen; retrying", "address", addr, "err", err, "retryIn", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Minute)
+	}
+	s.cfg.Log.Info("node API serving", "address", ln.Addr().String(), "clientCA", s.cfg.ClientCAFile)
+	srv := &http.Server{
+		Handler:           s.handler,
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case <-ctx.Done():
+		// Streams (follows, exec sessions) do not end by themselves: close them all.
+		_ = srv.Close()
+		<-errCh
+		s.active.Wait()
+		return nil
+	case err := <-errCh:
+		s.cfg.Log.Error("node API stopped serving", "err", err)
+		s.active.Wait()
+		return nil
+	}
+}
+
+// withAuth authenticates and authorizes every request before h sees it.
+func (s *Server) withAuth(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.active.Add(1)
+		defer s.active.Done()
+		u, err := s.authn.authenticate(r)
+		switch {
+		case errors.Is(err, errReviewUnavailable):
+			s.cfg.Log.Warn("node API: authentication unavailable", "path", r.URL.Path, "err", err)
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		case err != nil:
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		attrs := requestAttributes(r.Method, r.URL.Path)
+		var reviewErr error
+		for _, a := range attrs {
+			ok, _, err := s.authz.authorize(r.Context(), u, a)
+			if err != nil {
+				reviewErr = err
+				continue
+			}
+			if ok {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+		if reviewErr != nil {
+			s.cfg.Log.Warn("node API: authorization unavailable", "path", r.URL.Path, "user", u.Name, "err", reviewErr)
+			http.Error(w, reviewErr.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		subs := make([]string, 0, len(attrs))
+		for _, a := range attrs {
+			subs = append(subs, a.Subresource)
+		}
+		verb := ""
+		if len(attrs) > 0 {
+			verb = attrs[0].Verb
+		}
+		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource(s)=%v)", u.Name, verb, subs), http.StatusForbidden)
+	})
+}
+
+// acquireStream takes one of the stream slots, or answers 429.
+func (s *Server) acquireStream(w http.ResponseWriter) (release func(), ok bool) {
+	select {
+	case s.streams <- struct{}{}:
+		return func() { <-s.streams }, true
+	default:
+		http.Error(w, fmt.Sprintf("too many log, exec and port-forward requests on this node (%d); retry later", maxStreams), http.StatusTooManyRequests)
+		return nil, false
+	}
+}

@@ -1,0 +1,342 @@
+package nodeapi
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+// TestRequestAttributes: the kubelet's verb and subresource mapping.
+func TestRequestAttributes(t *testing.T) {
+	for _, tc := range []struct {
+		method, path string
+		want         []attributes
+	}{
+		{"GET", "/containerLogs/default/web/app", []attributes{{"get", "proxy"}}},
+		{"POST", "/exec/default/web/app", []attributes{{"create", "proxy"}}},
+		{"GET", "/exec/default/web/app", []attributes{{"get", "proxy"}}},
+		{"POST", "/portForward/default/web", []attributes{{"create", "proxy"}}},
+		{"GET", "/pods", []attributes{{"get", "pods"}, {"get", "proxy"}}},
+		{"GET", "/pods/", []attributes{{"get", "pods"}, {"get", "proxy"}}},
+		{"GET", "/podsx", []attributes{{"get", "proxy"}}},
+		{"GET", "/healthz", []attributes{{"get", "healthz"}, {"get", "proxy"}}},
+		{"GET", "/stats/summary", []attributes{{"get", "stats"}}},
+		{"GET", "/metrics/resource", []attributes{{"get", "metrics"}}},
+		{"GET", "/logs/syslog", []attributes{{"get", "log"}}},
+		{"DELETE", "/checkpoint/x", []attributes{{"delete", "checkpoint"}}},
+	} {
+		if got := requestAttributes(tc.method, tc.path); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s %s: got %v, want %v", tc.method, tc.path, got, tc.want)
+		}
+	}
+}
+
+// TestLogOptions: the /containerLogs query, checked as the apiserver checks PodLogOptions.
+func TestLogOptions(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	opts, prev, err := logOptions(url.Values{"follow": {"true"}, "previous": {"1"}, "tailLines": {"10"}, "limitBytes": {"100"}, "sinceSeconds": {"60"}, "timestamps": {"true"}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !opts.Follow || !prev || opts.TailLines != 10 || opts.LimitBytes != 100 || !opts.Since.Equal(now.Add(-time.Minute)) || !opts.Timestamps {
+		t.Errorf("got %+v previous=%v", opts, prev)
+	}
+	opts, _, err = logOptions(url.Values{"sinceTime": {"2026-12-03T11:00:00Z"}}, now)
+	if err != nil || !opts.Since.Equal(now.Add(-time.Hour)) || opts.TailLines != -1 {
+		t.Errorf("sinceTime: %+v, %v", opts, err)
+	}
+	for _, bad := range []url.Values{
+		{"tailLines": {"-1"}},
+		{"limitBytes": {"0"}},
+		{"sinceSeconds": {"0"}},
+		{"sinceSeconds": {"5"}, "sinceTime": {"2026-12-03T11:00:00Z"}},
+		{"sinceTime": {"yesterday"}},
+		{"follow": {"maybe"}},
+	} {
+		if _, _, err := logOptions(bad, now); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// fakeRuntime answers ListPod from a fixed list.
+type fakeRuntime struct{ containers []runtime.Container }
+
+func (f *fakeRuntime) ListPod(_ context.Context, uid string) ([]runtime.Container, error) {
+	var out []runtime.Container
+	for _, c := range f.containers {
+		if c.PodUID == uid {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeRuntime) ExecStream(context.Context, string, []string, runtime.ExecStreams) (int, error) {
+	return 0, errors.New("not in unit tests")
+}
+
+type fakePods []*v1.Pod
+
+func (p fakePods) Pods() []*v1.Pod {
+	var out []*v1.Pod
+	for _, x := range p {
+		out = append(out, x.DeepCopy())
+	}
+	return out
+}
+
+// apiReviews makes the fake clientset answer TokenReviews (token "good" is user alice, "bad"
+// is not authenticated) and SubjectAccessReviews (alice may get and create nodes/proxy; bob,
+// from a client certificate, may do nothing), or fail as an unreachable apiserver when down.
+func apiReviews(down *atomic.Bool, reviews *atomic.Int32) *fake.Clientset {
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		reviews.Add(1)
+		if down.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
+		if tr.Spec.Token == "good" {
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "alice", Groups: []string{"ops"}}}
+		}
+		return true, tr, nil
+	})
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		reviews.Add(1)
+		if down.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview).DeepCopy()
+		ra := sar.Spec.ResourceAttributes
+		sar.Status.Allowed = sar.Spec.User == "alice" && ra.Resource == "nodes" && ra.Name == "gw" && ra.Subresource == "proxy"
+		return true, sar, nil
+	})
+	return cs
+}
+
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newCA(t *testing.T) testCA {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return testCA{cert: c, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+func (ca testCA) client(t *testing.T, cn string, groups ...string) tls.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: cn, Organization: groups}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestAuth: anonymous 401, unknown token 401, a token without the right 403, a certificate of
+// another CA 401, the right client gets through; with the apiserver down, cached decisions
+// stand and a new token is refused (fail closed).
+func TestAuth(t *testing.T) {
+	var down atomic.Bool
+	var reviews atomic.Int32
+	ca, other := newCA(t), newCA(t)
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"}}
+	s, err := New(Config{NodeName: "gw", PKIDir: dir, ClientCAFile: caFile, Client: apiReviews(&down, &reviews),
+		Pods: fakePods{pod}, Runtime: &fakeRuntime{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(s.Handler())
+	srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
+	srv.StartTLS()
+	defer srv.Close()
+
+	get := func(path, token string, cert *tls.Certificate) (int, string) {
+		t.Helper()
+		tr := srv.Client().Transport.(*http.Transport).Clone()
+		if cert != nil {
+			tr.TLSClientConfig.Certificates = []tls.Certificate{*cert}
+		}
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	alienCert := other.client(t, "alice")
+	bobCert := ca.client(t, "bob", "system:masters")
+	for _, tc := range []struct {
+		name   string
+		token  string
+		cert   *tls.Certificate
+		status int
+	}{
+		{"anonymous", "", nil, 401},
+		{"unknown token", "bad", nil, 401},
+		{"certificate of another CA", "", &alienCert, 401},
+		{"certificate without the right", "", &bobCert, 403},
+		{"token with the right", "good", nil, 200},
+	} {
+		if code, body := get("/pods", tc.token, tc.cert); code != tc.status {
+			t.Errorf("%s: %d %s, want %d", tc.name, code, body, tc.status)
+		}
+	}
+	code, body := get("/pods", "good", nil)
+	var list v1.PodList
+	if err := json.Unmarshal([]byte(body), &list); code != 200 || err != nil || len(list.Items) != 1 || list.Items[0].Name != "web" || list.Kind != "PodList" {
+		t.Errorf("/pods: %d %s", code, body)
+	}
+
+	down.Store(true)
+	before := reviews.Load()
+	if code, body := get("/pods", "good", nil); code != 200 {
+		t.Errorf("cached token and decision with the apiserver down: %d %s", code, body)
+	}
+	if reviews.Load() != before {
+		t.Errorf("the cache was not used: %d more reviews", reviews.Load()-before)
+	}
+	if code, body := get("/pods", "new-token", nil); code != http.StatusServiceUnavailable {
+		t.Errorf("new token with the apiserver down: %d %s, want 503", code, body)
+	}
+}
+
+// TestBadInput: names are checked before use, unknown pods and containers are 404, and a
+// container that does not run cannot be exec'd into.
+func TestBadInput(t *testing.T) {
+	var down atomic.Bool
+	var reviews atomic.Int32
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "logs", "default_web_u1", "app", "0.log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(logPath, logs.AppendLine(nil, time.Now(), logs.Stdout, false, []byte("hello")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}, {Name: "side"}}}}
+	rt := &fakeRuntime{containers: []runtime.Container{
+		{ID: "c0", PodUID: "u1", Name: "app", Attempt: 0, State: runtime.StateExited, LogPath: logPath},
+	}}
+	s, err := New(Config{NodeName: "gw", PKIDir: dir, Client: apiReviews(&down, &reviews), Pods: fakePods{pod}, Runtime: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{"GET", "/containerLogs/default/web/app", 200, "hello\n"},
+		{"GET", "/containerLogs/default/web/app?previous=true", 400, "previous terminated container"},
+		{"GET", "/containerLogs/default/nope/app", 404, "does not exist"},
+		{"GET", "/containerLogs/default/web/nope", 404, "not found"},
+		{"GET", "/containerLogs/default/web/side", 400, "waiting to start"},
+		{"GET", "/containerLogs/default/web%2F..%2F..%2Fetc/app", 400, "invalid pod name"},
+		{"GET", "/containerLogs/default/web/..%2F..%2Fetc", 400, "invalid container name"},
+		{"GET", "/containerLogs/default/web/app?tailLines=-5", 400, "tailLines"},
+		{"POST", "/exec/default/web/app?command=sh&output=1", 400, "not running"},
+		{"POST", "/exec/default/web/app?output=1", 400, "no command"},
+		{"POST", "/attach/default/web/app?output=1", 501, "not supported"},
+		{"POST", "/portForward/default/web", 503, "no network namespace"},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		req.Header.Set("Authorization", "Bearer good")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(string(b), tc.body) {
+			t.Errorf("%s %s: %d %q, want %d with %q", tc.method, tc.path, resp.StatusCode, b, tc.status, tc.body)
+		}
+	}
+}
+
+// TestServingCertificate: self-signed, naming the node and its addresses, kept across starts,
+// remade when an address is new.
+func TestServingCertificate(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	ips := []net.IP{net.ParseIP("192.0.2.7")}
+	c1, err := servingCertificate(dir, []string{"gw"}, ips, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(c1.Certificate[0])
+	if err := leaf.VerifyHostname("192.0.2.7"); err != nil {
+		t.Error(err)
+	}
+	if err := leaf.VerifyHostname("gw"); err != nil {
+		t.Error(err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, servingKeyFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("key file: %v %v", st, err)
+	}
+	c2, err := servingCertificate(dir, []string{"gw"}, ips, now)
+	if err != nil || string(c2.Certificate[0]) != string(c1.Certificate[0]) {
+		t.Errorf("not kept across starts (%v)", err)
+	}
+	c3, err := servingCertificate(dir, []string{"gw"}, append(ips, net.ParseIP("198.51.100.1")), now)
+	if err != nil || string(c3.Certificate[0]) == string(c1.Certificate[0]) {
+		t.Errorf("not remade for a new address (%v)", err)
+	}
+}

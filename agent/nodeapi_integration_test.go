@@ -1,0 +1,299 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+)
+
+// TestNodeAPI: the kubelet API through the real apiserver, as kubectl uses it. The apiserver
+// presents its kubelet client certificate (testenv) and dials the node's InternalIP on the port
+// the Node advertises. `kubectl logs` (tail, previous after a restart), `kubectl exec` over SPDY
+// and WebSocket (stdout, stdin, exit code), `kubectl port-forward` to an HTTP server in the
+// pod's own network namespace; and directly: anonymous 401, a token without nodes/proxy 403.
+func TestNodeAPI(t *testing.T) {
+	e := startEnvFor(t, &testenv.ControlPlaneOptions{Nodes: []string{node}}, func(e *env, c *config.Config) {
+		c.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
+		c.Authentication.X509.ClientCAFile = e.cp.KubeletClientCAFile()
+		c.Pods.BackOffBase = config.D(time.Second)
+	}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+
+	var nodeIP string
+	testenv.Eventually(t, 60*time.Second, "node advertises its API", func() error {
+		n, err := e.cp.Admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p := n.Status.DaemonEndpoints.KubeletEndpoint.Port; int(p) != e.agent.Config.NodeAPIPort() {
+			return fmt.Errorf("kubeletEndpoint port %d, want %d", p, e.agent.Config.NodeAPIPort())
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == v1.NodeInternalIP {
+				nodeIP = a.Address
+				return nil
+			}
+		}
+		return fmt.Errorf("no InternalIP in %v", n.Status.Addresses)
+	})
+
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeapi"},
+		Spec: v1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: int64p(1),
+			AutomountServiceAccountToken:  boolp(false),
+			Volumes:                       []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}},
+			Containers: []v1.Container{
+				{
+					// Run 1 prints and exits; run 2 prints and stays.
+					Name: "counter", Image: "docker.io/holdfast/busybox:test", ImagePullPolicy: v1.PullNever,
+					Command:      []string{"sh", "-c", `n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo "run $n"; echo "line 1"; echo "line 2"; echo "line 3"; if [ $n -ge 2 ]; then exec sleep 3600; fi; exit 1`},
+					VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				},
+				{
+					Name: "web", Image: "docker.io/holdfast/busybox:test", ImagePullPolicy: v1.PullNever,
+					Command: []string{"sh", "-c", `mkdir -p /www && echo "hello from the pod" > /www/index.html && exec httpd -f -p 8080 -h /www`},
+				},
+			},
+		},
+	}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 90*time.Second, "counter restarted once and both containers running", func() error {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil {
+				return fmt.Errorf("%s not running: %+v", cs.Name, cs.State)
+			}
+			if cs.Name == "counter" && cs.RestartCount < 1 {
+				return fmt.Errorf("counter restartCount %d", cs.RestartCount)
+			}
+			running++
+		}
+		if running != 2 {
+			return fmt.Errorf("%d containers running", running)
+		}
+		return nil
+	})
+
+	t.Run("logs", func(t *testing.T) {
+		getLogs := func(opts *v1.PodLogOptions) (string, error) {
+			b, err := pods.GetLogs(pod.Name, opts).Do(ctx).Raw()
+			return string(b), err
+		}
+		var got string
+		testenv.Eventually(t, 30*time.Second, "run 2's log", func() error {
+			var err error
+			got, err = getLogs(&v1.PodLogOptions{Container: "counter"})
+			if err != nil {
+				return err
+			}
+			if got != "run 2\nline 1\nline 2\nline 3\n" {
+				return fmt.Errorf("log %q", got)
+			}
+			return nil
+		})
+		if got, err := getLogs(&v1.PodLogOptions{Container: "counter", TailLines: int64p(2)}); err != nil || got != "line 2\nline 3\n" {
+			t.Errorf("tailLines=2: %q, %v", got, err)
+		}
+		if got, err := getLogs(&v1.PodLogOptions{Container: "counter", Previous: true}); err != nil || got != "run 1\nline 1\nline 2\nline 3\n" {
+			t.Errorf("previous: %q, %v", got, err)
+		}
+		if got, err := getLogs(&v1.PodLogOptions{Container: "counter", LimitBytes: int64p(8)}); err != nil || got != "run 2\nli" {
+			t.Errorf("limitBytes=8: %q, %v", got, err)
+		}
+		got, err := getLogs(&v1.PodLogOptions{Container: "counter", Timestamps: true, TailLines: int64p(1)})
+		if ts, rest, _ := strings.Cut(got, " "); err != nil || rest != "line 3\n" {
+			t.Errorf("timestamps: %q, %v", got, err)
+		} else if _, perr := time.Parse(time.RFC3339Nano, ts); perr != nil {
+			t.Errorf("timestamps: %q: %v", got, perr)
+		}
+		// kubectl logs -f: what is there, then the stream stays open; closing it ends it.
+		stream, err := pods.GetLogs(pod.Name, &v1.PodLogOptions{Container: "counter", Follow: true}).Stream(ctx)
+		if err != nil {
+			t.Fatalf("follow: %v", err)
+		}
+		want := "run 2\nline 1\nline 2\nline 3\n"
+		buf := make([]byte, len(want))
+		if _, err := io.ReadFull(stream, buf); err != nil || string(buf) != want {
+			t.Errorf("follow: %q, %v", buf, err)
+		}
+		stream.Close()
+		if _, err := getLogs(&v1.PodLogOptions{Container: "nope"}); err == nil {
+			t.Error("logs of an unknown container: no error")
+		}
+	})
+
+	execURL := func(cmd ...string) *url.URL {
+		return e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
+			VersionedParams(&v1.PodExecOptions{Container: "counter", Command: cmd, Stdin: cmd[0] == "cat", Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+	}
+	executors := map[string]func(u *url.URL) (remotecommand.Executor, error){
+		"spdy": func(u *url.URL) (remotecommand.Executor, error) {
+			return remotecommand.NewSPDYExecutor(e.cp.AdminConfig, "POST", u)
+		},
+		"websocket": func(u *url.URL) (remotecommand.Executor, error) {
+			return remotecommand.NewWebSocketExecutor(e.cp.AdminConfig, "GET", u.String())
+		},
+	}
+	for name, newExec := range executors {
+		t.Run("exec "+name, func(t *testing.T) {
+			run := func(stdin io.Reader, cmd ...string) (string, error) {
+				ex, err := newExec(execURL(cmd...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out, errOut bytes.Buffer
+				err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &errOut})
+				return out.String() + errOut.String(), err
+			}
+			if out, err := run(nil, "echo", "hello from exec"); err != nil || out != "hello from exec\n" {
+				t.Errorf("echo: %q, %v", out, err)
+			}
+			if out, err := run(strings.NewReader("through stdin\n"), "cat"); err != nil || out != "through stdin\n" {
+				t.Errorf("cat with stdin: %q, %v", out, err)
+			}
+			_, err := run(nil, "sh", "-c", "exit 3")
+			var exitErr utilexec.ExitError
+			if !errors.As(err, &exitErr) || exitErr.ExitStatus() != 3 {
+				t.Errorf("exit 3: %v, want an exit error with status 3", err)
+			}
+		})
+	}
+
+	t.Run("exec tty", func(t *testing.T) {
+		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
+			VersionedParams(&v1.PodExecOptions{Container: "counter", TTY: true, Stdout: true,
+				// The size arrives through the resize stream just after the start: wait for it.
+				Command: []string{"sh", "-c", `for i in $(seq 1 100); do s=$(stty size 2>&1); case "$s" in [1-9]*) break;; esac; sleep 0.1; done; echo "$s"`},
+			}, scheme.ParameterCodec).URL()
+		ex, err := remotecommand.NewSPDYExecutor(e.cp.AdminConfig, "POST", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Tty: true, TerminalSizeQueue: &fixedSize{size: remotecommand.TerminalSize{Width: 100, Height: 40}}})
+		if err != nil || strings.TrimSpace(out.String()) != "40 100" {
+			t.Errorf("stty size on a 100x40 terminal: %q, %v", out.String(), err)
+		}
+	})
+
+	t.Run("port-forward", func(t *testing.T) {
+		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("portforward").URL()
+		transport, upgrader, err := spdy.RoundTripperFor(e.cp.AdminConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, "POST", u)
+		stop, ready := make(chan struct{}), make(chan struct{})
+		var pfOut, pfErr bytes.Buffer
+		fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, &pfOut, &pfErr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- fw.ForwardPorts() }()
+		ended := false
+		defer func() {
+			close(stop)
+			if !ended {
+				<-done
+			}
+		}()
+		select {
+		case <-ready:
+		case err := <-done:
+			ended = true
+			t.Fatalf("port-forward ended: %v (%s)", err, pfErr.String())
+		case <-ctx.Done():
+			t.Fatal("port-forward never ready")
+		}
+		ports, err := fw.GetPorts()
+		if err != nil || len(ports) != 1 {
+			t.Fatalf("ports %v, %v", ports, err)
+		}
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(int(ports[0].Local)) + "/")
+		if err != nil {
+			t.Fatalf("GET through the forward: %v (%s)", err, pfErr.String())
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "hello from the pod\n" {
+			t.Errorf("GET through the forward: %s %q", resp.Status, body)
+		}
+	})
+
+	t.Run("direct", func(t *testing.T) {
+		base := "https://" + net.JoinHostPort(nodeIP, strconv.Itoa(e.agent.Config.NodeAPIPort()))
+		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		get := func(path, token string) (int, string) {
+			req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if code, body := get("/containerLogs/default/nodeapi/counter", ""); code != http.StatusUnauthorized {
+			t.Errorf("anonymous: %d %s, want 401", code, body)
+		}
+		if code, body := get("/healthz", ""); code != http.StatusUnauthorized {
+			t.Errorf("anonymous /healthz: %d %s, want 401", code, body)
+		}
+		// The node's own token has no nodes/proxy right.
+		if code, body := get("/containerLogs/default/nodeapi/counter", e.cp.NodeToken(node)); code != http.StatusForbidden {
+			t.Errorf("token without nodes/proxy: %d %s, want 403", code, body)
+		}
+		if code, body := get("/pods", e.cp.AdminConfig.BearerToken); code != http.StatusOK || !strings.Contains(body, `"name":"nodeapi"`) {
+			t.Errorf("/pods as admin: %d %.200s", code, body)
+		}
+	})
+}
+
+// fixedSize is a terminal of one size: it reports it once, then nothing until the end.
+type fixedSize struct {
+	size remotecommand.TerminalSize
+	sent bool
+}
+
+func (f *fixedSize) Next() *remotecommand.TerminalSize {
+	if !f.sent {
+		f.sent = true
+		return &f.size
+	}
+	return nil // no more changes: the queue ends
+}

@@ -1,0 +1,172 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+)
+
+// TerminalSize is a terminal's size in characters.
+type TerminalSize struct {
+	Width, Height uint16
+}
+
+// ExecStreams are the streams of an interactive command (`kubectl exec`). A nil stream is
+// not connected.
+type ExecStreams struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	// Stderr is not used with TTY: a terminal has one output.
+	Stderr io.Writer
+	TTY    bool
+	// Resize delivers the client's terminal size changes (TTY only); nil: none.
+	Resize <-chan TerminalSize
+}
+
+// ExecStream runs cmd in the running container id as Exec does (the container's process spec
+// with cmd as its arguments), connected to the given streams, optionally on a terminal, until
+// the command exits or ctx ends (the command is then killed). It returns the command's exit
+// code. The exec process is always deleted before ExecStream returns; processes the command
+// left in the background keep running, as with kubelet.
+func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s ExecStreams) (int, error) {
+	if len(cmd) == 0 {
+		return 0, errors.New("exec: empty command")
+	}
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return 0, fmt.Errorf("exec in %s: %w", id, ErrContainerNotRunning)
+	} else if err != nil {
+		return 0, fmt.Errorf("exec in %s: load container: %w", id, err)
+	}
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return 0, fmt.Errorf("exec in %s: %w", id, ErrContainerNotRunning)
+	} else if err != nil {
+		return 0, fmt.Errorf("exec in %s: load task: %w", id, err)
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("exec in %s: read spec: %w", id, err)
+	}
+	if spec.Process == nil {
+		return 0, fmt.Errorf("exec in %s: the container's spec has no process", id)
+	}
+	pspec := *spec.Process
+	pspec.Args = append([]string(nil), cmd...)
+	pspec.Terminal = s.TTY
+	pspec.ConsoleSize = nil
+
+	// The client's stdin ends (EOF) when it closes it: the process's stdin is closed then, so
+	// that `echo x | kubectl exec -i -- cat` ends.
+	var stdin io.Reader
+	stdinDone := make(chan struct{})
+	if s.Stdin != nil {
+		stdin = &eofSignal{r: s.Stdin, done: stdinDone}
+	}
+	stderr := s.Stderr
+	opts := []cio.Opt{cio.WithStreams(stdin, s.Stdout, stderr)}
+	if s.TTY {
+		opts = append(opts, cio.WithTerminal)
+	}
+	execID, err := newExecID()
+	if err != nil {
+		return 0, err
+	}
+	proc, err := task.Exec(ctx, execID, &pspec, cio.NewCreator(opts...))
+	if errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
+		return 0, fmt.Errorf("exec in %s: %w: %v", id, ErrContainerNotRunning, err)
+	} else if err != nil {
+		return 0, fmt.Errorf("exec in %s: create process: %w", id, err)
+	}
+	cleanupCtx, cleanupCancel := context.WithTimeout(context.WithoutCancel(ctx), execCleanupTimeout)
+	defer cleanupCancel()
+	defer r.deleteExec(cleanupCtx, proc, id)
+
+	waitCtx, waitCancel := context.WithCancel(cleanupCtx)
+	defer waitCancel()
+	exitCh, err := proc.Wait(waitCtx)
+	if err != nil {
+		return 0, fmt.Errorf("exec in %s: wait: %w", id, err)
+	}
+	if err := proc.Start(ctx); err != nil {
+		return 0, fmt.Errorf("exec in %s: %w: %v", id, ErrExecStart, err)
+	}
+
+	var st client.ExitStatus
+	stdinCh := (<-chan struct{})(stdinDone)
+	if s.Stdin == nil {
+		stdinCh = nil
+	}
+wait:
+	for {
+		select {
+		case st = <-exitCh:
+			break wait
+		case size, ok := <-s.Resize:
+			if !ok {
+				s.Resize = nil
+				continue
+			}
+			if err := proc.Resize(ctx, uint32(size.Width), uint32(size.Height)); err != nil && !errdefs.IsNotFound(err) {
+				r.log.Debug("resize exec terminal", "container", id, "exec", execID, "err", err)
+			}
+		case <-stdinCh:
+			stdinCh = nil
+			if err := proc.CloseIO(ctx, client.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
+				r.log.Debug("close exec stdin", "container", id, "exec", execID, "err", err)
+			}
+		case <-ctx.Done():
+			if err := proc.Kill(cleanupCtx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+				r.log.Warn("kill exec process", "container", id, "exec", execID, "err", err)
+			}
+			select {
+			case <-exitCh:
+			case <-cleanupCtx.Done():
+			}
+			return 0, fmt.Errorf("exec in %s: %w", id, ctx.Err())
+		}
+	}
+	if err := st.Error(); err != nil {
+		return 0, fmt.Errorf("exec in %s: wait: %w", id, err)
+	}
+	// The command exited; the rest of its output is still in the pipes. Read it, for a
+	// bounded time: a child it left in the background may hold them open.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		proc.IO().Wait()
+	}()
+	drainTimer := time.NewTimer(execDrainTimeout)
+	defer drainTimer.Stop()
+	select {
+	case <-drained:
+	case <-drainTimer.C:
+		proc.IO().Cancel()
+		<-drained
+	}
+	return int(st.ExitCode()), nil
+}
+
+// eofSignal closes done once r returned an error (EOF: the client closed stdin).
+type eofSignal struct {
+	r    io.Reader
+	done chan struct{}
+	shut bool
+}
+
+func (e *eofSignal) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && !e.shut {
+		e.shut = true
+		close(e.done)
+	}
+	return n, err
+}
