@@ -577,6 +577,16 @@ func fromRecord(rec containers.Container, task *tasktypes.Process) Container {
 		c.Pid = task.Pid
 	case task != nil && task.Status == tasktypes.Status_CREATED:
 		c.State = StateCreated
+	case task != nil:
+		// The task exists but containerd could not tell its state: it gives up asking the
+		// shim after 2 seconds (io.containerd.timeout.task.state) and answers UNKNOWN, with no
+		// pid, which a loaded or emulated machine's shims often exceed. Taken for its last
+		// known state, not for a lost task: that would start the container a second time
+		// beside the one still running. An exit is seen at a later relist or by its event.
+		c.State = StateCreated
+		if !c.StartedAt.IsZero() {
+			c.State = StateRunning
+		}
 	case !c.StartedAt.IsZero():
 		// Started once, no task and no exit record: the runtime or the host restarted.
 		c.State = StateExited
