@@ -1,9 +1,12 @@
 // Package gatewaytest runs holdfast on a gateway that reboots for real: a Debian 12 VM
 // (qemu; KVM when /dev/kvm is usable, software emulation otherwise) booted from an image
 // hack/vm/build-image.sh makes with debootstrap (kernel, systemd with cgroup v2, containerd,
-// runc, CNI plugins), with this checkout's holdfast installed from a payload disk as a
-// firmware bundle installs it, joined to a test control plane on the host
-// (internal/testenv) through the VM's uplink.
+// runc, CNI plugins). At its first boot the guest installs this checkout's amd64 firmware
+// bundle (hack/firmware.sh, as `make firmware` builds it) from a payload disk with the
+// bundle's own install.sh, plus the site's configuration and bootstrap kubeconfig, and
+// holdfast joins a test control plane on the host (internal/testenv, with
+// kube-controller-manager's CSR approver and signer) through the VM's uplink by TLS
+// bootstrap with a bootstrap token.
 //
 // The VM has two links: the uplink (qemu user networking; the host is 10.0.2.2), which the
 // tests cut and restore with qemu's monitor (set_link) as a pulled cable would, and a

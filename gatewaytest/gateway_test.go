@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,15 +62,20 @@ func startGateway(t *testing.T) *gateway {
 	}
 	testenv.RequireIntegration(t)
 	image := BuildImage(t)
-	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{Nodes: []string{nodeName}})
+	// A cluster set up for node TLS bootstrap as kubeadm sets one up: bootstrap token auth,
+	// client certificates of the cluster CA, kube-controller-manager's CSR approver and signer,
+	// a bootstrap token with kubeadm's RBAC bindings. The gateway gets only the token.
+	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{ClusterCA: true, BootstrapTokenAuth: true})
+	cp.StartControllerManager(testenv.ControllerManagerOptions{})
+	token := cp.CreateBootstrapToken()
 	g := &gateway{t: t, cp: cp, api: cp.Admin, ctx: context.Background()}
 	// What kube-controller-manager's root CA publisher does: every service account token
 	// volume projects this ConfigMap.
 	g.create(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: "default"},
 		Data: map[string]string{"ca.crt": string(cp.CAData())}})
 	payload := BuildPayload(t, PayloadOptions{
-		NodeName:   nodeName,
-		Kubeconfig: GuestKubeconfig(t, cp.WriteNodeKubeconfig(nodeName)),
+		NodeName:            nodeName,
+		BootstrapKubeconfig: GuestKubeconfig(t, cp.WriteBootstrapKubeconfig(token)),
 	})
 	g.vm = StartVM(t, image, VMOptions{Payload: payload})
 	t.Logf("VM started (%s)", g.vm.Accel)
@@ -77,8 +83,40 @@ func startGateway(t *testing.T) *gateway {
 	g.vm.WaitSSH(bootTimeout)
 	t.Logf("ssh answers %v after power-on", time.Since(g.vm.PoweredOn).Round(time.Second))
 	g.waitNodeReady(bootTimeout)
-	t.Logf("node Ready %v after power-on", time.Since(g.vm.PoweredOn).Round(time.Second))
+	figure(t, "first boot: power-on to node Ready", time.Since(g.vm.PoweredOn),
+		"firmware bundle installed at boot, TLS bootstrap, "+g.vm.Accel)
+	g.checkJoinedByBootstrap()
 	return g
+}
+
+// checkJoinedByBootstrap checks that the gateway joined through TLS bootstrap: a node client
+// CSR from the bootstrap token, approved and issued, and the guest's kubeconfig with the
+// certificate holdfast keeps in its state dir.
+func (g *gateway) checkJoinedByBootstrap() {
+	g.t.Helper()
+	csrs, err := g.api.CertificatesV1().CertificateSigningRequests().List(g.ctx, metav1.ListOptions{})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	issued := 0
+	for _, csr := range csrs.Items {
+		if csr.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName {
+			continue
+		}
+		if !strings.HasPrefix(csr.Spec.Username, "system:bootstrap:") || len(csr.Status.Certificate) == 0 {
+			g.t.Errorf("node client CSR %s from %s: want one from the bootstrap token, issued (%d bytes of certificate)",
+				csr.Name, csr.Spec.Username, len(csr.Status.Certificate))
+			continue
+		}
+		issued++
+	}
+	if issued == 0 {
+		g.t.Errorf("no node client CSR issued: the gateway did not join through TLS bootstrap")
+	}
+	out := g.vm.MustSSH("stat -L -c %a /var/lib/holdfast/pki/holdfast-client-current.pem && grep -c holdfast-client-current.pem /var/lib/holdfast/kubeconfig")
+	if f := strings.Fields(out); len(f) != 2 || f[0] != "600" || f[1] == "0" {
+		g.t.Errorf("the guest's node certificate and kubeconfig: %q", out)
+	}
 }
 
 func (g *gateway) dumpOnFailure() {

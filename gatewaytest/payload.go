@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -19,32 +20,46 @@ import (
 type PayloadOptions struct {
 	// NodeName is the gateway's node name (config nodeName).
 	NodeName string
-	// Kubeconfig is the node's kubeconfig as the guest must read it (see GuestKubeconfig).
-	// Empty: standalone.
-	Kubeconfig []byte
+	// BootstrapKubeconfig is a kubeconfig with a bootstrap token (the control plane's
+	// WriteBootstrapKubeconfig) as the guest must read it (see GuestKubeconfig): holdfast
+	// joins through TLS bootstrap and writes its own kubeconfig. Empty: standalone.
+	BootstrapKubeconfig []byte
 	// ExtraConfig is appended to firmware/config.yaml: keys the firmware leaves unset.
 	ExtraConfig string
 }
 
 // BuildPayload writes the payload disk the VM installs holdfast from and returns its path:
-// an ext4 image (no loop device needed: mkfs.ext4 -d) laid out as a firmware bundle, with
-// this checkout's binaries (amd64, built as `make build` builds them), firmware/ and the test images as preloaded images,
-// and the site's kubeconfig and configuration. hack/vm/payload-install.sh installs it; the
-// guest's holdfast-payload.service runs that once per payload.
+// an ext4 image (no loop device needed: mkfs.ext4 -d) holding
+//
+//	bundle/holdfast-VERSION-linux-amd64.tar.gz   this checkout's firmware bundle (hack/firmware.sh)
+//	images/*.tar                                 the test images, preloaded as a gateway image would
+//	site/config.yaml, site/bootstrap-kubeconfig  this gateway's configuration and join token
+//	tools/guestprobe                             what the tests run in the guest
+//	install.sh                                   hack/vm/payload-install.sh
+//	id                                           a fresh id: the guest installs each payload once
+//
+// The guest's holdfast-payload.service runs install.sh, which installs the bundle with the
+// bundle's own install.sh, as on a gateway, then adds the site's files.
 func BuildPayload(t testing.TB, opts PayloadOptions) string {
 	t.Helper()
 	root := repoRoot(t)
 	dir := filepath.Join(t.TempDir(), "payload")
-	for _, d := range []string{"bin", "tools", "site"} {
+	for _, d := range []string{"bundle", "images", "tools", "site"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatalf("payload: %v", err)
 		}
 	}
-	goBuild(t, root, filepath.Join(dir, "bin"), "./cmd/holdfast", "./cmd/holdfast-logger")
+	start := time.Now()
+	firmware := exec.Command(filepath.Join(root, "hack", "firmware.sh"))
+	firmware.Dir = root
+	firmware.Env = append(os.Environ(), "ARCHES=amd64", "OUT="+filepath.Join(dir, "bundle"))
+	if out, err := firmware.CombinedOutput(); err != nil {
+		t.Fatalf("hack/firmware.sh: %v\n%s", err, out)
+	}
+	t.Logf("firmware bundle built (%v)", time.Since(start).Round(time.Second))
 	goBuild(t, root, filepath.Join(dir, "tools"), "./gatewaytest/guestprobe")
-	run(t, "", "cp", "-r", filepath.Join(root, "firmware"), filepath.Join(dir, "firmware"))
 	for _, name := range []string{testenv.BusyboxImageFile, testenv.PauseImageFile} {
-		run(t, "", "cp", filepath.Join(testenv.ImagesDir(), name), filepath.Join(dir, "firmware", "images", name))
+		run(t, "", "cp", filepath.Join(testenv.ImagesDir(), name), filepath.Join(dir, "images", name))
 	}
 	run(t, "", "cp", filepath.Join(root, "hack", "vm", "payload-install.sh"), filepath.Join(dir, "install.sh"))
 
@@ -53,9 +68,9 @@ func BuildPayload(t testing.TB, opts PayloadOptions) string {
 		t.Fatalf("payload: %v", err)
 	}
 	site := string(config) + "\n# gatewaytest: this gateway\nnodeName: " + opts.NodeName + "\n"
-	if len(opts.Kubeconfig) > 0 {
-		site += "kubeconfig: /etc/holdfast/kubeconfig\n"
-		writeFile(t, filepath.Join(dir, "site", "kubeconfig"), opts.Kubeconfig, 0o600)
+	if len(opts.BootstrapKubeconfig) > 0 {
+		site += "bootstrapKubeconfig: /etc/holdfast/bootstrap-kubeconfig\n"
+		writeFile(t, filepath.Join(dir, "site", "bootstrap-kubeconfig"), opts.BootstrapKubeconfig, 0o600)
 	}
 	site += opts.ExtraConfig
 	writeFile(t, filepath.Join(dir, "site", "config.yaml"), []byte(site), 0o644)
@@ -68,7 +83,7 @@ func BuildPayload(t testing.TB, opts PayloadOptions) string {
 	return disk
 }
 
-// GuestKubeconfig rewrites a kubeconfig of the test control plane (WriteNodeKubeconfig) for
+// GuestKubeconfig rewrites a kubeconfig of the test control plane (WriteBootstrapKubeconfig) for
 // the guest: the apiserver listens on the host's loopback, which the guest reaches as
 // HostFromGuest; its self-signed serving certificate names "kubernetes" (the in-cluster
 // name), so the guest verifies it under that name.
@@ -95,9 +110,7 @@ func GuestKubeconfig(t testing.TB, path string) []byte {
 }
 
 // goBuild builds linux/amd64 binaries of pkgs into outDir with `make build`'s flags, so the
-// build cache of a `make build` serves it (a static or stripped build shares nothing with it,
-// and took over half an hour on a busy 2-core machine). The guest is Debian 12 like the host:
-// the same glibc.
+// build cache of a `make build` serves it. The guest is Debian 12 like the host: the same glibc.
 func goBuild(t testing.TB, root, outDir string, pkgs ...string) {
 	t.Helper()
 	args := append([]string{"build", "-trimpath", "-o", outDir + "/"}, pkgs...)

@@ -68,8 +68,10 @@ func appPod(name string) *v1.Pod {
 					PeriodSeconds: 1, FailureThreshold: 120},
 				LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/index.html", Port: intstr.FromInt32(8080)}},
 					PeriodSeconds: 5, TimeoutSeconds: 5, FailureThreshold: 6},
+				// An exec probe starts runc in the guest: under software emulation on a loaded
+				// host that alone took over 5 seconds, so the timeout is generous.
 				ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"cat", "/tmp/ready"}}},
-					PeriodSeconds: 2, TimeoutSeconds: 5},
+					PeriodSeconds: 5, TimeoutSeconds: 30},
 			}},
 			Volumes: []v1.Volume{
 				{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "app-config"}}}},

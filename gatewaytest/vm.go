@@ -46,7 +46,10 @@ func BuildImage(t testing.TB) Image {
 	if err != nil {
 		t.Fatalf("build the VM image (%s): %v", script, err)
 	}
-	dir := strings.TrimSpace(string(out))
+	// The directory is the script's last line: a first build's mkfs.ext4 -d also writes to
+	// standard output ("Creating regular file ...").
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	dir := strings.TrimSpace(lines[len(lines)-1])
 	t.Logf("VM image %s (%v)", dir, time.Since(start).Round(time.Millisecond))
 	return Image{Dir: dir}
 }

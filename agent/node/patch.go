@@ -13,14 +13,20 @@ import (
 // everything else kept: capacity and allocatable keep the resources others advertise (a
 // device plugin's, an admin's extended resources); conditions keep the types other
 // controllers write, while holdfast's own are replaced (and dropped when it no longer reports
-// them); nodeInfo, addresses, daemon endpoints and images are holdfast's.
+// them); nodeInfo, addresses, daemon endpoints and images are holdfast's. A condition type st reports is
+// holdfast's whether or not ownedConditions names it (Config.Conditions' types are known only
+// once reported): kept beside st's, it would be in the list twice, which the apiserver refuses.
 func withOwnedStatus(old v1.NodeStatus, st v1.NodeStatus, ownedConditions map[v1.NodeConditionType]bool) v1.NodeStatus {
 	out := *old.DeepCopy()
 	out.Capacity = mergeResources(old.Capacity, st.Capacity)
 	out.Allocatable = mergeResources(old.Allocatable, st.Allocatable)
+	reported := map[v1.NodeConditionType]bool{}
+	for _, c := range st.Conditions {
+		reported[c.Type] = true
+	}
 	out.Conditions = nil
 	for _, c := range old.Conditions {
-		if !ownedConditions[c.Type] {
+		if !ownedConditions[c.Type] && !reported[c.Type] {
 			out.Conditions = append(out.Conditions, c)
 		}
 	}

@@ -74,3 +74,46 @@ func TestStatusPatchKeepsOthersFields(t *testing.T) {
 		t.Errorf("labels %v annotations %v nodeInfo %v", got.Labels, got.Annotations, got.Status.NodeInfo)
 	}
 }
+
+// TestStatusPatchReportedConditionNotDuplicated: a condition type holdfast reports but that is
+// not in the owned set (the client certificate's, from Config.Conditions) is replaced, not
+// kept beside the new one: the apiserver refuses a patch that lists a condition type twice
+// ("doesn't match $setElementOrder list"), which stopped every node status update after the
+// first on a gateway joined through TLS bootstrap.
+func TestStatusPatchReportedConditionNotDuplicated(t *testing.T) {
+	const certCondition v1.NodeConditionType = "HoldfastClientCertificateExpiring"
+	old := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw"},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{
+			{Type: certCondition, Status: v1.ConditionFalse, Reason: "ClientCertificateValid", Message: "valid until a"},
+			{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady"},
+		}},
+	}
+	ours := v1.NodeStatus{Conditions: []v1.NodeCondition{
+		{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", Message: "again"},
+		{Type: certCondition, Status: v1.ConditionFalse, Reason: "ClientCertificateValid", Message: "valid until b"},
+	}}
+	owned := map[v1.NodeConditionType]bool{v1.NodeReady: true}
+	patch, err := statusPatch(old, ours, owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldJSON, _ := json.Marshal(old)
+	newJSON, err := strategicpatch.StrategicMergePatch(oldJSON, patch, v1.Node{})
+	if err != nil {
+		t.Fatalf("apply %s: %v", patch, err)
+	}
+	var got v1.Node
+	if err := json.Unmarshal(newJSON, &got); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, c := range got.Status.Conditions {
+		if c.Type == certCondition {
+			msgs = append(msgs, c.Message)
+		}
+	}
+	if len(msgs) != 1 || msgs[0] != "valid until b" {
+		t.Errorf("%s conditions after the patch %s: %q, want only the new one", certCondition, patch, msgs)
+	}
+}

@@ -329,12 +329,18 @@ func (w *worker) admitOnce(ctx context.Context, log *slog.Logger, pod *v1.Pod, o
 	return r
 }
 
-// recordExits writes the exits the runtime reports on the containers themselves.
+// recordExits writes the exits the runtime reports on the containers themselves, and takes
+// the reason recorded into observed (an OOM kill found in the container's cgroup, which the
+// task list cannot tell).
 func (w *worker) recordExits(ctx context.Context, log *slog.Logger, observed []runtime.Container) {
-	for _, c := range observed {
+	for i, c := range observed {
 		if c.State == runtime.StateExited && !c.Recorded {
-			if err := w.m.rt.RecordExit(ctx, c.ID); err != nil {
+			reason, err := w.m.rt.RecordExit(ctx, c.ID)
+			if err != nil {
 				log.Warn("record container exit", "container", c.Name, "err", err)
+			}
+			if reason != "" {
+				observed[i].Reason = reason
 			}
 		}
 	}

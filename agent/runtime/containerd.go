@@ -376,42 +376,47 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 			}
 		}
 	}
-	return r.RecordExit(ctx, id)
+	_, err = r.RecordExit(ctx, id)
+	return err
 }
 
 // RecordExit writes a stopped task's exit into the container's labels and deletes the task.
-// It is idempotent and safe to call for a running task (it does nothing then).
-func (r *Runtime) RecordExit(ctx context.Context, id string) error {
+// It is idempotent and safe to call for a running task (it does nothing then). It returns the
+// reason it recorded, empty when it recorded nothing: an OOM kill is known only here when the
+// shim sent no OOM event (see oomKilledInCgroup).
+func (r *Runtime) RecordExit(ctx context.Context, id string) (string, error) {
 	ctx = r.ctx(ctx)
 	c, err := r.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
-		return nil
+		return "", nil
 	} else if err != nil {
-		return fmt.Errorf("load container %s: %w", id, err)
+		return "", fmt.Errorf("load container %s: %w", id, err)
 	}
 	task, err := c.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
-		return r.recordLost(ctx, c)
+		return "", r.recordLost(ctx, c)
 	} else if err != nil {
-		return fmt.Errorf("load task %s: %w", id, err)
+		return "", fmt.Errorf("load task %s: %w", id, err)
 	}
 	st, err := task.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("task status %s: %w", id, err)
+		return "", fmt.Errorf("task status %s: %w", id, err)
 	}
 	if st.Status != client.Stopped {
-		return nil
+		return "", nil
 	}
 	labels, err := c.Labels(ctx)
 	if err != nil {
-		return fmt.Errorf("labels of %s: %w", id, err)
+		return "", fmt.Errorf("labels of %s: %w", id, err)
 	}
+	var recorded string
 	if labels[LabelFinishedAt] == "" {
 		reason := ReasonCompleted
 		if st.ExitStatus != 0 {
 			reason = ReasonError
 		}
-		if labels[LabelReason] == ReasonOOMKilled {
+		// Before the task is deleted, which removes its cgroup.
+		if labels[LabelReason] == ReasonOOMKilled || (st.ExitStatus != 0 && oomKilledInCgroup(ctx, c)) {
 			reason = ReasonOOMKilled
 		}
 		finished := st.ExitTime
@@ -423,13 +428,14 @@ func (r *Runtime) RecordExit(ctx context.Context, id string) error {
 			LabelExitCode:   strconv.Itoa(int(st.ExitStatus)),
 			LabelReason:     reason,
 		}); err != nil {
-			return fmt.Errorf("record exit of %s: %w", id, err)
+			return "", fmt.Errorf("record exit of %s: %w", id, err)
 		}
+		recorded = reason
 	}
 	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
-		return fmt.Errorf("delete task %s: %w", id, err)
+		return recorded, fmt.Errorf("delete task %s: %w", id, err)
 	}
-	return nil
+	return recorded, nil
 }
 
 // recordLost records the exit of a container that was started but whose task is gone with
@@ -577,6 +583,16 @@ func fromRecord(rec containers.Container, task *tasktypes.Process) Container {
 		c.Pid = task.Pid
 	case task != nil && task.Status == tasktypes.Status_CREATED:
 		c.State = StateCreated
+	case task != nil:
+		// The task exists but containerd could not tell its state: it gives up asking the
+		// shim after 2 seconds (io.containerd.timeout.task.state) and answers UNKNOWN, with no
+		// pid, which a loaded or emulated machine's shims often exceed. Taken for its last
+		// known state, not for a lost task: that would start the container a second time
+		// beside the one still running. An exit is seen at a later relist or by its event.
+		c.State = StateCreated
+		if !c.StartedAt.IsZero() {
+			c.State = StateRunning
+		}
 	case !c.StartedAt.IsZero():
 		// Started once, no task and no exit record: the runtime or the host restarted.
 		c.State = StateExited
