@@ -22,7 +22,7 @@ type Cluster struct {
 	*testenv.ControlPlane
 	// AdminKubeconfig is a kubeconfig file for an admin (group system:masters): the suite's.
 	AdminKubeconfig string
-	// CA signs the client certificates; a kubelet trusts it to authenticate the apiserver.
+	// CA signs the client certificates of the controller-manager and the scheduler.
 	CA *ca
 }
 
@@ -35,19 +35,12 @@ func StartCluster(t testing.TB, node string) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeletClientCert, kubeletClientKey, err := authority.issueClient(pkiDir, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
-	if err != nil {
-		t.Fatal(err)
-	}
 	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{
 		Nodes: []string{node},
 		ExtraAPIServerArgs: []string{
 			"--client-ca-file=" + authority.CertFile,
-			"--kubelet-client-certificate=" + kubeletClientCert,
-			"--kubelet-client-key=" + kubeletClientKey,
-			// The node is named conformance-node, which no resolver knows: dial its address,
-			// as clusters whose node names are not DNS names are configured.
-			"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+			// testenv gives the apiserver its kubelet client certificate (KubeletClientCAFile)
+			// and has it dial nodes at their InternalIP: conformance-node resolves nowhere.
 		},
 	})
 	c := &Cluster{ControlPlane: cp, CA: authority}

@@ -131,9 +131,9 @@ func TestConformance(t *testing.T) {
 // conformance tests covering a pull from the registry, the pod's view of itself, env and
 // volumes, so that the harness, the images and the cluster cannot rot between full runs.
 var slice = []string{
-	`\[sig-node\] Containers should use the image defaults if command and args are blank \[NodeConformance\] \[Conformance\]`,
-	`\[sig-node\] Downward API should provide pod name, namespace and IP address as env vars \[NodeConformance\] \[Conformance\]`,
-	`\[sig-node\] Pods should get a host IP \[NodeConformance\] \[Conformance\]`,
+	`\[sig-node\] Containers should use the image defaults if command and args are blank`,
+	`\[sig-node\] Downward API should provide pod name, namespace and IP address as env vars`,
+	`\[sig-node\] Pods should get a host IP`,
 }
 
 // TestConformanceSlice runs the slice against holdfast in a cluster of its own; every test of

@@ -35,6 +35,7 @@ func startNode(t testing.TB, agent string, c *Cluster) {
 		cfg := testenv.NewAgentConfig(t, dir, cd, cni)
 		cfg.NodeName = nodeName
 		cfg.Kubeconfig = c.WriteNodeKubeconfig(nodeName)
+		cfg.Authentication.X509.ClientCAFile = c.KubeletClientCAFile()
 		cfg.ManifestDir = "-"
 		testenv.StartAgent(t, dir, cfg)
 	case Kubelet:
@@ -63,11 +64,11 @@ func startNode(t testing.TB, agent string, c *Cluster) {
 func startKubelet(t testing.TB, dir string, c *Cluster, cd *testenv.Containerd) {
 	t.Helper()
 	// The node API is served as on a real node, on all addresses, to clients with a
-	// certificate of the cluster's CA (the apiserver, for logs, exec, port-forward): the
-	// suite uses it.
+	// certificate of the apiserver's kubelet client CA (logs, exec, port-forward): the suite
+	// uses it.
 	argv := testenv.KubeletCommand(t, testenv.KubeletOptions{
 		Dir: dir, Bin: kubeletPath(), Socket: cd.Address,
-		NodeName: nodeName, Kubeconfig: c.WriteNodeKubeconfig(nodeName), ClientCA: c.CA.CertFile,
+		NodeName: nodeName, Kubeconfig: c.WriteNodeKubeconfig(nodeName), ClientCA: c.KubeletClientCAFile(),
 	})
 	p := testenv.NewProcess(Kubelet, filepath.Join(dir, "kubelet.log"), argv...)
 	// Registered after KubeletCommand's, so it runs first: the kubelet stops before its
