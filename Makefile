@@ -211,8 +211,9 @@ GATEWAY_FIGURES ?= _output/gateway/figures.tsv
 gateway-image:
 	hack/vm/build-image.sh
 
-# gateway-test boots the VM (KVM when usable, software emulation otherwise) with this
-# checkout's holdfast installed as on a gateway, and runs every scenario of gatewaytest/.
+# gateway-test boots the VM (KVM when usable, software emulation otherwise), which installs
+# this checkout's amd64 firmware bundle (hack/firmware.sh) with the bundle's install.sh and
+# joins a test control plane by TLS bootstrap, and runs every scenario of gatewaytest/.
 gateway-test: deps gateway-image
 	mkdir -p $(dir $(GATEWAY_FIGURES))
 	$(GO) test -count=1 -timeout 180m -v -run '$(GATEWAY_RUN)' ./gatewaytest/ -args -gateway.vm \

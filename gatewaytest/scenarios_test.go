@@ -109,7 +109,9 @@ func TestScenario2OfflineReboot(t *testing.T) {
 		}
 	}
 	running := g.running()
-	for _, key := range []string{"app/main", "plain/main", "web/server", "web/checker", "uplink-monitor/monitor"} {
+	// Static pods' containers carry the pod's name on the node, NAME-NODE, as the mirror pod.
+	for _, key := range []string{"app/main", "plain/main", "web-" + nodeName + "/server", "web-" + nodeName + "/checker",
+		"uplink-monitor-" + nodeName + "/monitor"} {
 		if _, ok := running[key]; !ok {
 			t.Errorf("%s not running in containerd after the reboot", key)
 		}
