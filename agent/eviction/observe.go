@@ -1,10 +1,9 @@
 package eviction
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/holdfast-dev/holdfast/internal/procfs"
 	"os"
 	"strconv"
 	"strings"
@@ -47,7 +46,7 @@ func (h HostObserver) Observe(ctx context.Context) (Observations, error) {
 		proc = "/proc"
 	}
 	obs := Observations{}
-	mem, err := readMeminfo(proc + "/meminfo")
+	mem, err := procfs.ReadMeminfo(proc + "/meminfo")
 	if err != nil {
 		return nil, err
 	}
@@ -100,31 +99,4 @@ func readInt(path string) int64 {
 	}
 	v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return v
-}
-
-func readMeminfo(path string) (map[string]int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) == 3 && f[2] == "kB" {
-			v *= 1024
-		}
-		out[strings.TrimSuffix(f[0], ":")] = v
-	}
-	if out["MemTotal"] == 0 {
-		return nil, fmt.Errorf("%s has no MemTotal", path)
-	}
-	return out, nil
 }

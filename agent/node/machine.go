@@ -1,9 +1,8 @@
 package node
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
+	"github.com/holdfast-dev/holdfast/internal/procfs"
 	"net"
 	"os"
 	"path/filepath"
@@ -33,7 +32,7 @@ type machineInfo struct {
 // ephemeral-storage (the one holding the agent's state and the containers' writable layers).
 func readMachine(storageDir string) (machineInfo, error) {
 	mi := machineInfo{cpus: goruntime.NumCPU()}
-	mem, err := readMeminfo()
+	mem, err := procfs.ReadMeminfo("/proc/meminfo")
 	if err != nil {
 		return mi, err
 	}
@@ -52,33 +51,6 @@ func readMachine(storageDir string) (machineInfo, error) {
 	mi.bootID = readTrim("/proc/sys/kernel/random/boot_id")
 	mi.systemUUID = readTrim("/sys/class/dmi/id/product_uuid")
 	return mi, nil
-}
-
-func readMeminfo() (map[string]int64, error) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return nil, fmt.Errorf("read /proc/meminfo: %w", err)
-	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) == 3 && f[2] == "kB" {
-			v *= 1024
-		}
-		out[strings.TrimSuffix(f[0], ":")] = v
-	}
-	if out["MemTotal"] == 0 {
-		return nil, fmt.Errorf("/proc/meminfo has no MemTotal")
-	}
-	return out, nil
 }
 
 func osImage() string {
