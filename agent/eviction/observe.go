@@ -3,11 +3,11 @@ package eviction
 import (
 	"context"
 	"fmt"
-	"github.com/holdfast-dev/holdfast/internal/procfs"
 	"os"
 	"strconv"
 	"strings"
 
+	"github.com/holdfast-dev/holdfast/internal/procfs"
 	"golang.org/x/sys/unix"
 )
 

@@ -2,7 +2,6 @@ package node
 
 import (
 	"fmt"
-	"github.com/holdfast-dev/holdfast/internal/procfs"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
+	"github.com/holdfast-dev/holdfast/internal/procfs"
 )
 
 // machineInfo is what the node reports about the machine it runs on.
