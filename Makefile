@@ -184,9 +184,10 @@ bench: deps bench-kubelet
 # See conformance/conformance_test.go for every flag.
 CONFORMANCE_FLAGS ?=
 
-# conformance runs Kubernetes' node conformance tests (e2e.test) against holdfast, then the
-# upstream kubelet through the same harness, each as the only node of its own cluster, and
-# writes docs/conformance.md (as root; an hour or more per agent on 2 cores).
+# conformance runs Kubernetes' node conformance tests (e2e.test) against holdfast and the
+# upstream kubelet through the same harness, each as the only node of its own cluster, both at
+# once with one ginkgo seed, and writes docs/conformance.md (as root; about 50 minutes on 2
+# cores without the [Slow] tests).
 conformance: deps conformance-tools bench-kubelet
 	$(GO) test -count=1 -timeout 300m -run '^TestConformance$$' -v ./conformance/ -args -conformance.full $(CONFORMANCE_FLAGS)
 
