@@ -22,8 +22,6 @@ type Cluster struct {
 	*testenv.ControlPlane
 	// AdminKubeconfig is a kubeconfig file for an admin (group system:masters): the suite's.
 	AdminKubeconfig string
-	// CA signs the client certificates of the controller-manager and the scheduler.
-	CA *ca
 }
 
 // StartCluster starts the cluster for node, whose token the node agent uses. Everything stops
@@ -31,19 +29,11 @@ type Cluster struct {
 func StartCluster(t testing.TB, node string) *Cluster {
 	t.Helper()
 	pkiDir := t.TempDir()
-	authority, err := newCA(pkiDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{
-		Nodes: []string{node},
-		ExtraAPIServerArgs: []string{
-			"--client-ca-file=" + authority.CertFile,
-			// testenv gives the apiserver its kubelet client certificate (KubeletClientCAFile)
-			// and has it dial nodes at their InternalIP: conformance-node resolves nowhere.
-		},
-	})
-	c := &Cluster{ControlPlane: cp, CA: authority}
+	// The cluster CA signs the controller-manager's and the scheduler's client certificates.
+	// testenv also gives the apiserver its kubelet client certificate (KubeletClientCAFile) and
+	// has it dial nodes at their InternalIP: conformance-node resolves nowhere.
+	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{Nodes: []string{node}, ClusterCA: true})
+	c := &Cluster{ControlPlane: cp}
 
 	// The apiserver's serving certificate: the root CA the controller-manager publishes in
 	// every namespace (kube-root-ca.crt) for pods' service account tokens.
@@ -104,7 +94,7 @@ func startDaemon(t testing.TB, p *testenv.Process) {
 // clientKubeconfig issues a client certificate for user and writes a kubeconfig using it.
 func (c *Cluster) clientKubeconfig(t testing.TB, dir, name, user string) string {
 	t.Helper()
-	certFile, keyFile, err := c.CA.issueClient(dir, name, user)
+	certFile, keyFile, err := c.ClusterCA.IssueClient(dir, name, user)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,15 +2,9 @@ package testenv
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,54 +30,17 @@ const BootstrapTokenGroup = "system:bootstrappers:kubeadm:default-node-token"
 func (cp *ControlPlane) clusterArgs(opts ControlPlaneOptions) ([]string, error) {
 	var args []string
 	if opts.ClusterCA {
-		if err := writeClusterCA(cp.ClusterCAFile(), cp.ClusterCAKeyFile()); err != nil {
+		ca, err := NewCA(cp.Dir, "cluster-ca", "testenv-cluster-ca")
+		if err != nil {
 			return nil, err
 		}
-		args = append(args, "--client-ca-file="+cp.ClusterCAFile())
+		cp.ClusterCA = ca
+		args = append(args, "--client-ca-file="+ca.CertFile)
 	}
 	if opts.BootstrapTokenAuth {
 		args = append(args, "--enable-bootstrap-token-auth=true")
 	}
 	return args, nil
-}
-
-// ClusterCAFile and ClusterCAKeyFile are the cluster CA of ControlPlaneOptions.ClusterCA: the
-// apiserver trusts client certificates it signed, and the controller-manager signs with it.
-func (cp *ControlPlane) ClusterCAFile() string { return filepath.Join(cp.Dir, "cluster-ca.crt") }
-
-// ClusterCAKeyFile is the cluster CA's private key (see ClusterCAFile).
-func (cp *ControlPlane) ClusterCAKeyFile() string { return filepath.Join(cp.Dir, "cluster-ca.key") }
-
-func writeClusterCA(certPath, keyPath string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return fmt.Errorf("cluster CA key: %w", err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(now.UnixNano()),
-		Subject:               pkix.Name{CommonName: "testenv-cluster-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return fmt.Errorf("cluster CA certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return fmt.Errorf("cluster CA key: %w", err)
-	}
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		return fmt.Errorf("write cluster CA: %w", err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return fmt.Errorf("write cluster CA key: %w", err)
-	}
-	return nil
 }
 
 // CreateBootstrapToken creates a bootstrap token as `kubeadm token create` does (a Secret
@@ -166,8 +123,8 @@ type ControllerManagerOptions struct {
 // the test ends. It waits until its /healthz answers.
 func (cp *ControlPlane) StartControllerManager(opts ControllerManagerOptions) {
 	cp.t.Helper()
-	if _, err := os.Stat(cp.ClusterCAKeyFile()); err != nil {
-		cp.t.Fatalf("start kube-controller-manager: the control plane has no cluster CA (set ControlPlaneOptions.ClusterCA): %v", err)
+	if cp.ClusterCA == nil {
+		cp.t.Fatalf("start kube-controller-manager: the control plane has no cluster CA (set ControlPlaneOptions.ClusterCA)")
 	}
 	if err := checkExecutable(KubeControllerManagerPath()); err != nil {
 		cp.t.Fatalf("start kube-controller-manager: %v (built by hack/build-tools.sh)", err)
@@ -199,8 +156,8 @@ func (cp *ControlPlane) StartControllerManager(opts ControllerManagerOptions) {
 		"--cert-dir=" + filepath.Join(cp.Dir, "kube-controller-manager-certs"),
 		"--leader-elect=false",
 		"--controllers=" + strings.Join(controllers, ","),
-		"--cluster-signing-cert-file=" + cp.ClusterCAFile(),
-		"--cluster-signing-key-file=" + cp.ClusterCAKeyFile(),
+		"--cluster-signing-cert-file=" + cp.ClusterCA.CertFile,
+		"--cluster-signing-key-file=" + cp.ClusterCA.KeyFile,
 		"--profiling=false",
 	}
 	if opts.ClusterSigningDuration > 0 {

@@ -49,7 +49,7 @@ type ControlPlaneOptions struct {
 	ServiceClusterIPRange string
 	// ExtraAPIServerArgs are appended to kube-apiserver's command line (a later flag wins).
 	ExtraAPIServerArgs []string
-	// ClusterCA makes a cluster CA (ClusterCAFile) whose certificates the apiserver accepts as
+	// ClusterCA makes a cluster CA (ControlPlane.ClusterCA) whose certificates the apiserver accepts as
 	// client certificates (--client-ca-file), and StartControllerManager's signer signs with.
 	ClusterCA bool
 	// BootstrapTokenAuth enables bootstrap token authentication (see CreateBootstrapToken).
@@ -70,12 +70,17 @@ type ControlPlane struct {
 	Admin kubernetes.Interface
 	// Dir holds the control plane's files: etcd data, certificates, tokens, logs.
 	Dir string
+	// ClusterCA is the cluster CA of ControlPlaneOptions.ClusterCA (nil without it): the
+	// apiserver trusts the client certificates it signs, and StartControllerManager's signer
+	// signs with it.
+	ClusterCA *CA
 
 	t          testing.TB
 	etcd       *Process
 	apiserver  *Process
 	adminToken string
 	caData     []byte            // the apiserver's self-signed serving certificate chain
+	kubeletCA  *CA               // signs the apiserver's kubelet client certificate
 	nodeTokens map[string]string // node name -> bearer token
 }
 

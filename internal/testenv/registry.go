@@ -3,18 +3,12 @@ package testenv
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -306,55 +300,12 @@ func (r *Registry) pushLayout(ctx context.Context, ref string, layout io.Reader)
 	return manifest.Digest, nil
 }
 
-// writeTLS makes a CA and a serving certificate for 127.0.0.1 signed by it.
+// writeTLS makes a CA (CAFile) and a serving certificate for 127.0.0.1 signed by it.
 func (r *Registry) writeTLS() (certFile, keyFile string, err error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := NewCA(r.dir, "ca", "holdfast test registry CA")
 	if err != nil {
 		return "", "", err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "holdfast test registry CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return "", "", err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return "", "", err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return "", "", err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return "", "", err
-	}
-	r.CAFile = filepath.Join(r.dir, "ca.crt")
-	certFile = filepath.Join(r.dir, "registry.crt")
-	keyFile = filepath.Join(r.dir, "registry.key")
-	for path, block := range map[string]*pem.Block{
-		r.CAFile: {Type: "CERTIFICATE", Bytes: caDER},
-		certFile: {Type: "CERTIFICATE", Bytes: der},
-		keyFile:  {Type: "PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-			return "", "", err
-		}
-	}
-	return certFile, keyFile, nil
+	r.CAFile = ca.CertFile
+	return ca.IssueServing(r.dir, "registry", []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
 }
