@@ -145,19 +145,31 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, opts ExecOp
 	select {
 	case st = <-exitCh:
 	case <-runCtx.Done():
-		if err := proc.Kill(cleanupCtx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
-			r.log.Warn("kill exec process", "container", id, "exec", execID, "err", err)
-		}
-		select {
-		case <-exitCh:
-		case <-cleanupCtx.Done():
-		}
+		r.killExec(cleanupCtx, proc, exitCh, id, execID)
 		return ExecResult{Output: out.Bytes(), Truncated: out.Truncated()}, r.execErr(runCtx, ctx, cmd, opts, runCtx.Err())
 	}
 	if err := st.Error(); err != nil {
 		return ExecResult{}, fmt.Errorf("exec in %s: wait: %w", id, err)
 	}
-	// The command exited; its output may still be in the pipes. Read it, for a bounded time.
+	drainExecIO(proc)
+	return ExecResult{ExitCode: int(st.ExitCode()), Output: out.Bytes(), Truncated: out.Truncated()}, nil
+}
+
+// killExec kills an exec process whose caller gave up and waits, until cleanupCtx ends, for
+// its exit.
+func (r *Runtime) killExec(cleanupCtx context.Context, proc client.Process, exitCh <-chan client.ExitStatus, id, execID string) {
+	if err := proc.Kill(cleanupCtx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+		r.log.Warn("kill exec process", "container", id, "exec", execID, "err", err)
+	}
+	select {
+	case <-exitCh:
+	case <-cleanupCtx.Done():
+	}
+}
+
+// drainExecIO waits for the output an exited exec process left in its pipes, for at most
+// execDrainTimeout: a child it left in the background may hold them open.
+func drainExecIO(proc client.Process) {
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -171,7 +183,6 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, opts ExecOp
 		proc.IO().Cancel() // closes our ends of the pipes: the copy stops, Wait returns
 		<-drained
 	}
-	return ExecResult{ExitCode: int(st.ExitCode()), Output: out.Bytes(), Truncated: out.Truncated()}, nil
 }
 
 // deleteExec removes the exec process from the shim, killing it first if it still runs

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"syscall"
-	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
@@ -124,34 +122,14 @@ wait:
 				r.log.Debug("close exec stdin", "container", id, "exec", execID, "err", err)
 			}
 		case <-ctx.Done():
-			if err := proc.Kill(cleanupCtx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
-				r.log.Warn("kill exec process", "container", id, "exec", execID, "err", err)
-			}
-			select {
-			case <-exitCh:
-			case <-cleanupCtx.Done():
-			}
+			r.killExec(cleanupCtx, proc, exitCh, id, execID)
 			return 0, fmt.Errorf("exec in %s: %w", id, ctx.Err())
 		}
 	}
 	if err := st.Error(); err != nil {
 		return 0, fmt.Errorf("exec in %s: wait: %w", id, err)
 	}
-	// The command exited; the rest of its output is still in the pipes. Read it, for a
-	// bounded time: a child it left in the background may hold them open.
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		proc.IO().Wait()
-	}()
-	drainTimer := time.NewTimer(execDrainTimeout)
-	defer drainTimer.Stop()
-	select {
-	case <-drained:
-	case <-drainTimer.C:
-		proc.IO().Cancel()
-		<-drained
-	}
+	drainExecIO(proc)
 	return int(st.ExitCode()), nil
 }
 
