@@ -102,6 +102,22 @@ type target struct {
 	container *runtime.Container // the latest attempt, or the previous one when asked
 }
 
+// findTarget resolves the path's pod and container (findPod, findContainer). When it cannot,
+// it writes the error and returns false.
+func (s *Server) findTarget(w http.ResponseWriter, r *http.Request, previous bool) (target, bool) {
+	pod, err := s.findPod(r)
+	if err != nil {
+		writeError(w, err)
+		return target{}, false
+	}
+	c, err := s.findContainer(r.Context(), pod, r.PathValue("container"), previous)
+	if err != nil {
+		writeError(w, err)
+		return target{}, false
+	}
+	return target{pod: pod, container: c}, true
+}
+
 // findPod resolves the path's namespace, pod name and optional UID. Names are checked as
 // Kubernetes names first: nothing else reaches the lookup.
 func (s *Server) findPod(r *http.Request) (*v1.Pod, error) {
@@ -233,16 +249,11 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	pod, err := s.findPod(r)
-	if err != nil {
-		writeError(w, err)
+	tg, ok := s.findTarget(w, r, previous)
+	if !ok {
 		return
 	}
-	c, err := s.findContainer(r.Context(), pod, r.PathValue("container"), previous)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+	pod, c := tg.pod, tg.container
 	if c.LogPath == "" {
 		http.Error(w, fmt.Sprintf("container %q in pod %q has no log", c.Name, pod.Namespace+"/"+pod.Name), http.StatusNotFound)
 		return
@@ -318,16 +329,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no command given (command=...)", http.StatusBadRequest)
 		return
 	}
-	pod, err := s.findPod(r)
-	if err != nil {
-		writeError(w, err)
+	tg, ok := s.findTarget(w, r, false)
+	if !ok {
 		return
 	}
-	c, err := s.findContainer(r.Context(), pod, r.PathValue("container"), false)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+	pod, c := tg.pod, tg.container
 	if c.State != runtime.StateRunning {
 		http.Error(w, fmt.Sprintf("container %q in pod %q is not running (%s)", c.Name, pod.Namespace+"/"+pod.Name, c.State), http.StatusBadRequest)
 		return
