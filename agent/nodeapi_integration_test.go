@@ -60,12 +60,13 @@ func TestNodeAPI(t *testing.T) {
 		return fmt.Errorf("no InternalIP in %v", n.Status.Addresses)
 	})
 
+	// As users write pods: the service account token mounted by default.
+	publishRootCA(t, e, "default")
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "nodeapi"},
 		Spec: v1.PodSpec{
 			NodeName:                      node,
 			TerminationGracePeriodSeconds: int64p(1),
-			AutomountServiceAccountToken:  boolp(false),
 			Volumes:                       []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}},
 			Containers: []v1.Container{
 				{
