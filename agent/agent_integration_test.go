@@ -368,12 +368,14 @@ func TestNodeAdmission(t *testing.T) {
 	elsewhere.Spec.NodeSelector = map[string]string{"site": "plant-8"}
 	here := mk("here")
 	here.Spec.NodeSelector = map[string]string{"site": "plant-7"}
-	for _, p := range []*v1.Pod{big, elsewhere, here} {
+	windows := mk("windows")
+	windows.Spec.OS = &v1.PodOS{Name: v1.Windows}
+	for _, p := range []*v1.Pod{big, elsewhere, here, windows} {
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for name, reason := range map[string]string{"big": "OutOfcpu", "elsewhere": "NodeAffinity"} {
+	for name, reason := range map[string]string{"big": "OutOfcpu", "elsewhere": "NodeAffinity", "windows": "PodOSNotSupported"} {
 		testenv.Eventually(t, 60*time.Second, name+" rejected with "+reason, func() error {
 			p, err := pods.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {

@@ -7,6 +7,7 @@ package admission
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -23,6 +24,10 @@ const (
 	ReasonOutOfPods     = "OutOfpods"
 	ReasonNodeAffinity  = "NodeAffinity"
 	ReasonUnexpectedErr = "UnexpectedAdmissionError"
+	// ReasonPodOSNotSupported: spec.os.name names another OS than the node's.
+	ReasonPodOSNotSupported = "PodOSNotSupported"
+	// ReasonPodOSSelector: the pod's own kubernetes.io/os label names another OS.
+	ReasonPodOSSelector = "PodOSSelectorNodeLabelDoesNotMatch"
 )
 
 // Result is an admission decision.
@@ -48,6 +53,9 @@ type Node struct {
 
 // Check runs the built-in checks for pod, given the pods already admitted and running.
 func Check(pod *v1.Pod, node Node, admitted []*v1.Pod) Result {
+	if r := checkOS(pod); !r.Admitted {
+		return r
+	}
 	if r := checkSupported(pod); !r.Admitted {
 		return r
 	}
@@ -64,6 +72,19 @@ func Check(pod *v1.Pod, node Node, admitted []*v1.Pod) Result {
 		return r
 	}
 	return checkHostPorts(pod, admitted)
+}
+
+// checkOS rejects a pod meant for another operating system, as kubelet's predicate admission
+// does before anything else: by spec.os.name, and by the pod's own kubernetes.io/os label
+// (kubelet compares the label with the node's, which is always runtime.GOOS).
+func checkOS(pod *v1.Pod) Result {
+	if os, ok := pod.Labels[v1.LabelOSStable]; ok && os != runtime.GOOS {
+		return Result{Reason: ReasonPodOSSelector, Message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"}
+	}
+	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != runtime.GOOS {
+		return Result{Reason: ReasonPodOSNotSupported, Message: "Failed to admit pod as the OS field doesn't match node OS"}
+	}
+	return Admit
 }
 
 func checkAffinity(pod *v1.Pod, node Node) Result {

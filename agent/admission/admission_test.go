@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -18,6 +19,17 @@ func pod(cpu, mem string, selector map[string]string) *v1.Pod {
 		req[v1.ResourceMemory] = resource.MustParse(mem)
 	}
 	p.Spec.Containers[0].Resources.Requests = req
+	return p
+}
+
+func withOS(p *v1.Pod, os string) *v1.Pod {
+	p.Spec.OS = &v1.PodOS{Name: v1.OSName(os)}
+	return p
+}
+
+// withOSLabel sets the pod's own kubernetes.io/os label, which kubelet compares with the node's.
+func withOSLabel(p *v1.Pod, os string) *v1.Pod {
+	p.Labels = map[string]string{v1.LabelOSStable: os}
 	return p
 }
 
@@ -42,6 +54,10 @@ func TestCheck(t *testing.T) {
 		{"too many pods", pod("", "", nil), []*v1.Pod{pod("", "", nil), pod("", "", nil), pod("", "", nil)}, ReasonOutOfPods, "pods"},
 		{"selector matches", pod("", "", map[string]string{"site": "plant-7"}), nil, "", ""},
 		{"selector does not match", pod("", "", map[string]string{"site": "plant-8"}), nil, ReasonNodeAffinity, "nodeSelector"},
+		{"os field matches", withOS(pod("", "", nil), runtime.GOOS), nil, "", ""},
+		{"os field does not match", withOS(pod("", "", nil), "windows"), nil, ReasonPodOSNotSupported, "OS field"},
+		{"os label does not match", withOSLabel(pod("", "", nil), "windows"), nil, ReasonPodOSSelector, "kubernetes.io/os"},
+		{"os label matches", withOSLabel(pod("", "", nil), runtime.GOOS), nil, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Check(tc.pod, node, tc.admitted)
