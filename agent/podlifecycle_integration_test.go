@@ -168,7 +168,7 @@ func TestActiveDeadlineSeconds(t *testing.T) {
 
 // TestReadinessGates: a pod with a readiness gate is Ready only once the gate's condition,
 // set by another writer through the status subresource, is True; the agent's own status
-// writes keep that condition.
+// writes keep that condition, and follow the pod's generation.
 func TestReadinessGates(t *testing.T) {
 	e := startEnv(t, true, quickBackoff)
 	ctx := context.Background()
@@ -222,6 +222,33 @@ func TestReadinessGates(t *testing.T) {
 		}
 		if !hasCondition(p.Status, gate, v1.ConditionTrue) || !hasCondition(p.Status, v1.PodReady, v1.ConditionTrue) {
 			return fmt.Errorf("conditions %+v", p.Status.Conditions)
+		}
+		return nil
+	})
+
+	// A spec update the pod keeps running through (a new toleration) bumps the generation: the
+	// status and the agent's conditions say they describe it, as kubelet's do since 1.35.
+	p, err := pods.Get(ctx, "gated", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Tolerations = append(p.Spec.Tolerations, v1.Toleration{Key: "example.com/maintenance", Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoSchedule})
+	if p, err = pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gen := p.Generation
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("status observes generation %d", gen), func() error {
+		p, err := pods.Get(ctx, "gated", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.ObservedGeneration != gen {
+			return fmt.Errorf("observedGeneration %d", p.Status.ObservedGeneration)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type != gate && c.ObservedGeneration != gen {
+				return fmt.Errorf("condition %s observedGeneration %d", c.Type, c.ObservedGeneration)
+			}
 		}
 		return nil
 	})

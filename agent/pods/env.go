@@ -284,9 +284,9 @@ func fieldRefValue(in envInput, envName, path string) (string, error) {
 	case path == "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
 	case path == "status.podIP":
-		return first(in.podIPs), nil
+		return first(podAddresses(pod, in.podIPs, in.hostIPs)), nil
 	case path == "status.podIPs":
-		return strings.Join(in.podIPs, ","), nil
+		return strings.Join(podAddresses(pod, in.podIPs, in.hostIPs), ","), nil
 	case path == "status.hostIP":
 		return first(in.hostIPs), nil
 	case path == "status.hostIPs":
@@ -297,6 +297,14 @@ func fieldRefValue(in envInput, envName, path string) (string, error) {
 		return pod.Annotations[path[len("metadata.annotations['"):len(path)-2]], nil
 	}
 	return "", &errConfig{fmt.Sprintf("container %q: env %q: unsupported fieldPath %q", in.container.Name, envName, path)}
+}
+
+// podAddresses are the pod's IPs as kubelet reports them: a host-network pod has the node's.
+func podAddresses(pod *v1.Pod, podIPs, hostIPs []string) []string {
+	if pod.Spec.HostNetwork {
+		return hostIPs
+	}
+	return podIPs
 }
 
 func first(s []string) string {

@@ -56,6 +56,7 @@ func TestResolveEnv(t *testing.T) {
 		envFrom []v1.EnvFromSource
 		limits  v1.ResourceList
 		source  EnvSource // defaults to vm
+		hostNet bool      // the pod uses the host's network
 		noAPI   bool
 		want    []string // exact KEY=VALUE list, in order
 		wantErr string   // substring of the errConfig message
@@ -179,6 +180,16 @@ func TestResolveEnv(t *testing.T) {
 			wantErr: "without an apiserver",
 		},
 		{
+			name: "a host-network pod's IPs are the node's",
+			env: []v1.EnvVar{
+				{Name: "POD_IP", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+				{Name: "POD_IPS", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.podIPs"}}},
+				{Name: "HOST_IP", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+			},
+			hostNet: true,
+			want:    []string{"POD_IP=192.168.1.2", "POD_IPS=192.168.1.2", "HOST_IP=192.168.1.2"},
+		},
+		{
 			name:    "unsupported fieldPath",
 			env:     []v1.EnvVar{{Name: "X", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "spec.hostname"}}}},
 			wantErr: `unsupported fieldPath "spec.hostname"`,
@@ -193,6 +204,7 @@ func TestResolveEnv(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "uid-1", Labels: map[string]string{"app": "demo"}},
 				Spec:       v1.PodSpec{NodeName: "gw", Containers: []v1.Container{*c}},
 			}
+			pod.Spec.HostNetwork = tc.hostNet
 			var src EnvSource = vm
 			if tc.source != nil {
 				src = tc.source

@@ -50,16 +50,11 @@ func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, con
 
 // podIP is the address hooks reach the pod at.
 func (m *Manager) podIP(pod *v1.Pod) string {
-	if pod.Spec.HostNetwork {
-		if ips := m.hostIPs(); len(ips) > 0 {
-			return ips[0]
-		}
-		return ""
+	var ips []string
+	if pn := m.net.Get(string(pod.UID)); pn != nil && !pod.Spec.HostNetwork {
+		ips = pn.IPs
 	}
-	if pn := m.net.Get(string(pod.UID)); pn != nil && len(pn.IPs) > 0 {
-		return pn.IPs[0]
-	}
-	return ""
+	return first(podAddresses(pod, ips, m.hostIPs()))
 }
 
 // stopWithPreStop runs the container's preStop hook (bounded by the grace period), then

@@ -103,10 +103,7 @@ func computeStatus(in statusInput) v1.PodStatus {
 	if len(in.hostIPs) > 0 {
 		st.HostIP = in.hostIPs[0]
 	}
-	ips := in.podIPs
-	if pod.Spec.HostNetwork {
-		ips = in.hostIPs
-	}
+	ips := podAddresses(pod, in.podIPs, in.hostIPs)
 	for _, ip := range ips {
 		st.PodIPs = append(st.PodIPs, v1.PodIP{IP: ip})
 	}
@@ -118,6 +115,11 @@ func computeStatus(in statusInput) v1.PodStatus {
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		cs := containerStatus(c, byName[c.Name], in)
+		if len(byName[c.Name]) == 0 && cs.State.Waiting != nil && cs.State.Waiting.Reason == ReasonContainerCreating {
+			// kubelet's default waiting reason for every container of a pod with init
+			// containers, its init containers included.
+			cs.State.Waiting.Reason = ReasonPodInitializing
+		}
 		if cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 && !isSidecar(c) {
 			cs.Ready = true // a completed init container counts as ready, as kubelet reports it
 		}
@@ -171,6 +173,12 @@ func computeStatus(in statusInput) v1.PodStatus {
 		// As kubelet's eviction manager: the pod says it was disrupted by the node.
 		c := condition(old, v1.DisruptionTarget, true, v1.PodReasonTerminationByKubelet, in.evicted.message, in.now)
 		st.Conditions = append(st.Conditions, c)
+	}
+	// The status and the conditions computed here describe the spec of this generation
+	// (kubelet's PodObservedGenerationTracking, GA since 1.35); the status never goes back.
+	st.ObservedGeneration = max(pod.Generation, old.ObservedGeneration)
+	for i := range st.Conditions {
+		st.Conditions[i].ObservedGeneration = pod.Generation
 	}
 	// Conditions other writers own (DisruptionTarget, readiness gates...) are kept as they are.
 	for _, oc := range old.Conditions {

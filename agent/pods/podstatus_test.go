@@ -235,3 +235,25 @@ func TestComputeStatusContainerResources(t *testing.T) {
 		t.Errorf("the status aliases the spec: spec cpu now %s", q.String())
 	}
 }
+
+// A pod whose first init container fails reports every container not yet created as waiting
+// in PodInitializing, the init containers after it included, as kubelet does (the upstream
+// test "should not start app containers if init containers fail on a RestartAlways pod").
+func TestComputeStatusInitContainersNotStarted(t *testing.T) {
+	now := time.Unix(2000, 0)
+	pod := testPod(v1.RestartPolicyAlways, "run1")
+	pod.Spec.InitContainers = []v1.Container{{Name: "init1", Image: "img"}, {Name: "init2", Image: "img"}}
+	failed := runtime.Container{
+		ID: runtime.ContainerID(string(pod.UID), "init1", 0), PodUID: string(pod.UID), Name: "init1",
+		State: runtime.StateExited, ExitCode: 1, SpecHash: containerHash(&pod.Spec.InitContainers[0]),
+	}
+	st := computeStatus(statusInput{pod: pod, observed: []runtime.Container{failed}, startTime: now, now: now})
+	for _, cs := range append(st.InitContainerStatuses[1:], st.ContainerStatuses...) {
+		if w := cs.State.Waiting; w == nil || w.Reason != ReasonPodInitializing {
+			t.Errorf("container %s: state %+v, want waiting in %s", cs.Name, cs.State, ReasonPodInitializing)
+		}
+	}
+	if st.Phase != v1.PodPending {
+		t.Errorf("phase %s, want Pending", st.Phase)
+	}
+}

@@ -556,7 +556,7 @@ func (w *worker) updateProber(pod *v1.Pod, observed []runtime.Container, podIPs,
 		return nil, nil
 	}
 	running := prober.RunningContainers(observed)
-	pr.UpdatePod(pod, probeIP(pod, podIPs, hostIPs), running)
+	pr.UpdatePod(pod, first(podAddresses(pod, podIPs, hostIPs)), running)
 	ready, started = map[string]bool{}, map[string]bool{}
 	for name := range running {
 		ready[name] = pr.Ready(pod.UID, name)
@@ -590,18 +590,6 @@ func (w *worker) probeKills(pod *v1.Pod, observed []runtime.Container, already [
 		out = append(out, k)
 	}
 	return out
-}
-
-// probeIP is where probes reach the pod: its own address, the node's for host-network pods.
-func probeIP(pod *v1.Pod, podIPs, hostIPs []string) string {
-	ips := podIPs
-	if pod.Spec.HostNetwork {
-		ips = hostIPs
-	}
-	if len(ips) == 0 {
-		return ""
-	}
-	return ips[0]
 }
 
 // startContainer pulls (per policy), creates and starts one container attempt, recording
