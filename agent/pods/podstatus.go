@@ -125,7 +125,6 @@ func computeStatus(in statusInput) v1.PodStatus {
 		}
 		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
 	}
-	ready := 0
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cs := containerStatus(c, byName[c.Name], in)
@@ -136,9 +135,6 @@ func computeStatus(in statusInput) v1.PodStatus {
 			cs.State.Waiting.Reason == ReasonContainerCreating && prev.State.Waiting != nil {
 			// Keep a more specific waiting reason from the previous status until something changes.
 			cs.State.Waiting = prev.State.Waiting
-		}
-		if cs.Ready {
-			ready++
 		}
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
@@ -153,8 +149,8 @@ func computeStatus(in statusInput) v1.PodStatus {
 	case !isInit && st.Phase != v1.PodFailed && st.Phase != v1.PodSucceeded:
 		st.Phase = v1.PodPending
 	}
-	n := len(pod.Spec.Containers)
-	allReady := ready == n && st.Phase == v1.PodRunning
+	unready := unreadyContainers(pod, st)
+	allReady := len(unready) == 0 && st.Phase == v1.PodRunning
 	initCond := condition(old, v1.PodInitialized, true, "", "", in.now)
 	if !isInit {
 		initCond = condition(old, v1.PodInitialized, false, ReasonContainersNotInitialzed, notInitializedMessage(st), in.now)
@@ -162,8 +158,8 @@ func computeStatus(in statusInput) v1.PodStatus {
 	st.Conditions = []v1.PodCondition{
 		condition(old, v1.PodScheduled, true, "", "", in.now),
 		initCond,
-		containersReady(old, allReady, st, in.now),
-		readyCondition(old, pod.Spec.ReadinessGates, allReady, st, in.now),
+		containersReady(old, allReady, unready, in.now),
+		readyCondition(old, pod.Spec.ReadinessGates, allReady, unready, in.now),
 	}
 	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
 		st.Conditions[2] = condition(old, v1.ContainersReady, false, ReasonPodCompleted, "", in.now)
@@ -189,20 +185,20 @@ func computeStatus(in statusInput) v1.PodStatus {
 	return st
 }
 
-func containersReady(old v1.PodStatus, ok bool, st v1.PodStatus, now time.Time) v1.PodCondition {
+func containersReady(old v1.PodStatus, ok bool, unready []string, now time.Time) v1.PodCondition {
 	if ok {
 		return condition(old, v1.ContainersReady, true, "", "", now)
 	}
-	return condition(old, v1.ContainersReady, false, ReasonContainersNotReady, notReadyMessage(st), now)
+	return condition(old, v1.ContainersReady, false, ReasonContainersNotReady, notReadyMessage(unready), now)
 }
 
 // readyCondition is kubelet's GeneratePodReadyCondition: Ready once the containers are, and
 // every readiness gate's condition (set by other writers, read from the pod's status) is True.
-func readyCondition(old v1.PodStatus, gates []v1.PodReadinessGate, ok bool, st v1.PodStatus, now time.Time) v1.PodCondition {
+func readyCondition(old v1.PodStatus, gates []v1.PodReadinessGate, ok bool, unready []string, now time.Time) v1.PodCondition {
 	if !ok {
-		return condition(old, v1.PodReady, false, ReasonContainersNotReady, notReadyMessage(st), now)
+		return condition(old, v1.PodReady, false, ReasonContainersNotReady, notReadyMessage(unready), now)
 	}
-	var unready []string
+	var gatesUnready []string
 	for _, g := range gates {
 		var gc *v1.PodCondition
 		for i := range old.Conditions {
@@ -212,13 +208,13 @@ func readyCondition(old v1.PodStatus, gates []v1.PodReadinessGate, ok bool, st v
 		}
 		switch {
 		case gc == nil:
-			unready = append(unready, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", string(g.ConditionType)))
+			gatesUnready = append(gatesUnready, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", string(g.ConditionType)))
 		case gc.Status != v1.ConditionTrue:
-			unready = append(unready, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", string(g.ConditionType), gc.Status))
+			gatesUnready = append(gatesUnready, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", string(g.ConditionType), gc.Status))
 		}
 	}
-	if len(unready) > 0 {
-		return condition(old, v1.PodReady, false, ReasonReadinessGatesNotReady, strings.Join(unready, ", "), now)
+	if len(gatesUnready) > 0 {
+		return condition(old, v1.PodReady, false, ReasonReadinessGatesNotReady, strings.Join(gatesUnready, ", "), now)
 	}
 	return condition(old, v1.PodReady, true, "", "", now)
 }
@@ -233,14 +229,25 @@ func notInitializedMessage(st v1.PodStatus) string {
 	return fmt.Sprintf("containers with incomplete status: %v", names)
 }
 
-func notReadyMessage(st v1.PodStatus) string {
+// unreadyContainers are the containers the pod's readiness waits for, in kubelet's order: the
+// sidecars (restartable init containers), then the app containers.
+func unreadyContainers(pod *v1.Pod, st v1.PodStatus) []string {
 	var names []string
+	for i, cs := range st.InitContainerStatuses {
+		if isSidecar(&pod.Spec.InitContainers[i]) && !cs.Ready {
+			names = append(names, cs.Name)
+		}
+	}
 	for _, cs := range st.ContainerStatuses {
 		if !cs.Ready {
 			names = append(names, cs.Name)
 		}
 	}
-	return fmt.Sprintf("containers with unready status: %v", names)
+	return names
+}
+
+func notReadyMessage(unready []string) string {
+	return fmt.Sprintf("containers with unready status: %v", unready)
 }
 
 // condition builds a condition, keeping the previous transition time if its status is the same.

@@ -257,3 +257,30 @@ func TestComputeStatusInitContainersNotStarted(t *testing.T) {
 		t.Errorf("phase %s, want Pending", st.Phase)
 	}
 }
+
+// A sidecar (restartable init container) counts in ContainersReady and Ready as kubelet counts
+// it: a pod whose sidecar's readiness probe has not passed is not Ready.
+func TestComputeStatusSidecarReadiness(t *testing.T) {
+	now := time.Unix(2000, 0)
+	pod := testPod(v1.RestartPolicyAlways, "main")
+	always := v1.ContainerRestartPolicyAlways
+	pod.Spec.InitContainers = []v1.Container{{Name: "web", Image: "img", RestartPolicy: &always}}
+	sidecar := runtime.Container{
+		ID: runtime.ContainerID(string(pod.UID), "web", 0), PodUID: string(pod.UID), Name: "web",
+		State: runtime.StateRunning, SpecHash: containerHash(&pod.Spec.InitContainers[0]),
+	}
+	in := statusInput{pod: pod, observed: []runtime.Container{sidecar, ctr(pod, "main", 0, runtime.StateRunning, 0)}, now: now,
+		ready: map[string]bool{"web": false, "main": true}, started: map[string]bool{"web": true, "main": true}}
+	st := computeStatus(in)
+	for _, ct := range []v1.PodConditionType{v1.ContainersReady, v1.PodReady} {
+		for _, c := range st.Conditions {
+			if c.Type == ct && (c.Status != v1.ConditionFalse || c.Message != "containers with unready status: [web]") {
+				t.Errorf("sidecar not ready: %s %+v", ct, c)
+			}
+		}
+	}
+	in.ready["web"] = true
+	if st := computeStatus(in); !hasTrue(st, v1.PodReady) || !hasTrue(st, v1.ContainersReady) {
+		t.Errorf("every container ready, the pod is not: %+v", st.Conditions)
+	}
+}
