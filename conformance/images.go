@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -27,6 +28,10 @@ func kubeletPath() string { return filepath.Join(testenv.BinDir(), "kubelet-"+Ku
 
 // busyboxPath is the host's static busybox (Debian package busybox-static).
 const busyboxPath = "/bin/busybox"
+
+// curlPath is the host's curl (Debian package curl): upstream's agnhost image has curl, and
+// the suite's exec lifecycle hooks run it inside agnhost containers.
+const curlPath = "/usr/bin/curl"
 
 // The registries of test/utils/image/manifest.go that the suite is pointed at, as repository
 // prefixes in the local registry. Images under the other keys are not built here: their
@@ -54,7 +59,7 @@ func writeRepoList(path, host string) error {
 // suiteImages are the images the selected tests run, as manifest.go names them (registry key,
 // name, tag), built from what this machine has: the static busybox for every base, agnhost
 // and nnp built from the Kubernetes module. What upstream's Dockerfiles add that a test looks
-// at is added too (agnhost's users, /uploads, the porter certificates).
+// at is added too (agnhost's users, /uploads, the porter certificates, curl).
 func suiteImages(host string) ([]ociimage.Image, error) {
 	busybox, err := os.ReadFile(busyboxPath)
 	if err != nil {
@@ -67,6 +72,10 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 	nnp, err := os.ReadFile(nnpPath())
 	if err != nil {
 		return nil, fmt.Errorf("read nnp (hack/build-conformance-tools.sh): %w", err)
+	}
+	curl, err := hostBinaryLayer(curlPath)
+	if err != nil {
+		return nil, err
 	}
 	base := ociimage.BusyboxLayer(busybox)
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -90,7 +99,7 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 		return ociimage.Image{
 			Name:   ref,
 			Config: ocispec.ImageConfig{Env: env, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, WorkingDir: "/"},
-			Layers: [][]ociimage.Entry{base, agnhostLayer},
+			Layers: [][]ociimage.Entry{base, curl, agnhostLayer},
 		}
 	}
 	return []ociimage.Image{
@@ -133,4 +142,33 @@ func pushImages(ctx context.Context, r *testenv.Registry) ([]string, error) {
 		names = append(names, img.Name)
 	}
 	return names, nil
+}
+
+// hostBinaryLayer is a layer holding a dynamically linked host binary with the shared
+// libraries and the loader ldd(1) resolves for it, at the same paths.
+func hostBinaryLayer(bin string) ([]ociimage.Entry, error) {
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s (Debian package %s): %w", bin, filepath.Base(bin), err)
+	}
+	paths := []string{bin}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)", "/lib64/ld-linux-x86-64.so.2 (0x...)"
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && filepath.IsAbs(f[2]):
+			paths = append(paths, f[2])
+		case len(f) >= 1 && filepath.IsAbs(f[0]):
+			paths = append(paths, f[0])
+		}
+	}
+	var layer []ociimage.Entry
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("read %s for %s: %w", p, bin, err)
+		}
+		layer = append(layer, ociimage.File(strings.TrimPrefix(p, "/"), 0o755, data))
+	}
+	return layer, nil
 }

@@ -12,7 +12,8 @@ packages=(
 	runc                         # containerd's OCI runtime
 	containernetworking-plugins  # bridge, host-local, loopback, portmap in /usr/lib/cni
 	iptables                     # used by the bridge and portmap plugins
-	busybox-static               # /bin/busybox, the only binary in the test images
+	busybox-static               # /bin/busybox, the base of every test image
+	curl                         # in the conformance suite's agnhost image, as upstream's has it
 	iproute2                     # ip(8), to inspect and clean up bridges and netns
 	wabt                         # wat2wasm, for tiny hand-written Wasm test modules
 	clang                        # C to wasm32 test modules
