@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -77,7 +78,18 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Upstream's busybox image links every applet (the sysctl tests run /bin/sysctl), where
+	// BusyboxLayer links the set holdfast's own tests use.
+	applets, err := exec.Command(busyboxPath, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list: %w", busyboxPath, err)
+	}
 	base := ociimage.BusyboxLayer(busybox)
+	for _, a := range strings.Fields(string(applets)) {
+		if !slices.Contains(ociimage.BusyboxApplets, a) {
+			base = append(base, ociimage.Symlink("bin/"+a, "busybox"))
+		}
+	}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	agnhostLayer := []ociimage.Entry{
 		ociimage.File("agnhost", 0o755, agnhost),
