@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -112,6 +114,49 @@ func TestInitContainersAndSidecar(t *testing.T) {
 		if o.after.Before(o.before) {
 			t.Errorf("%s: %s vs %s", o.name, o.before, o.after)
 		}
+	}
+}
+
+// TestSidecarsStopLast: a deleted pod stops its app containers first and its sidecars after
+// them, the later sidecar first, as kubelet orders termination; so an app container can still
+// use its sidecar while it shuts down. Each container records when SIGTERM reached it (the app
+// takes 2 s to finish) in a hostPath file that outlives the pod.
+func TestSidecarsStopLast(t *testing.T) {
+	e := startEnv(t, true, nil)
+	publishRootCA(t, e, "default")
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	always := v1.ContainerRestartPolicyAlways
+	report := t.TempDir()
+	dirOrCreate := v1.HostPathDirectoryOrCreate
+	onTerm := func(name, cleanup string) v1.Container {
+		c := step(name, fmt.Sprintf(`trap '%s echo %s >> /report/order; exit 0' TERM; while true; do sleep 0.2; done`, cleanup, name))
+		c.VolumeMounts = []v1.VolumeMount{{Name: "report", MountPath: "/report"}}
+		return c
+	}
+	proxy, logs := onTerm("proxy", ""), onTerm("logs", "")
+	proxy.RestartPolicy, logs.RestartPolicy = &always, &always
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sidecars"}, Spec: v1.PodSpec{
+		NodeName: node, TerminationGracePeriodSeconds: int64p(20),
+		InitContainers: []v1.Container{proxy, logs},
+		Containers:     []v1.Container{onTerm("app", "sleep 2;")},
+		Volumes: []v1.Volume{{Name: "report", VolumeSource: v1.VolumeSource{
+			HostPath: &v1.HostPathVolumeSource{Path: report, Type: &dirOrCreate}}}},
+	}}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAPIRunning(t, "sidecars")
+	if err := pods.Delete(ctx, "sidecars", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPodGone(t, "sidecars")
+	b, err := os.ReadFile(filepath.Join(report, "order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(string(b)); !slices.Equal(got, []string{"app", "logs", "proxy"}) {
+		t.Errorf("containers finished in the order %v, want app, then logs, then proxy", got)
 	}
 }
 

@@ -57,18 +57,25 @@ func (m *Manager) podIP(pod *v1.Pod) string {
 	return first(podAddresses(pod, ips, m.hostIPs()))
 }
 
-// stopWithPreStop runs the container's preStop hook (bounded by the grace period), then
-// stops it with what is left of the grace period (at least minKillGrace).
-func (w *worker) stopWithPreStop(ctx context.Context, pod *v1.Pod, name, id string, pid uint32, grace time.Duration) error {
+// stopWithPreStop runs the container's preStop hook (bounded by the grace period), waits for
+// its turn when the whole pod stops (order; nil when one container is killed), then stops it
+// with what is left of the grace period (at least minKillGrace).
+func (w *worker) stopWithPreStop(ctx context.Context, pod *v1.Pod, name, id string, pid uint32, grace time.Duration, order *terminationOrder) error {
+	if order != nil {
+		defer order.exitedNow(name)
+	}
 	c := findContainer(pod, name)
 	if c != nil && c.Lifecycle != nil && c.Lifecycle.PreStop != nil && grace > 0 {
 		start := time.Now()
 		if err := w.m.runHook(ctx, pod, c, id, pid, c.Lifecycle.PreStop, grace); err != nil {
 			w.m.event(pod, v1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
 		}
-		grace = max(grace-time.Since(start), minKillGrace)
+		grace -= time.Since(start)
 	}
-	return w.m.rt.StopContainer(ctx, id, grace)
+	if order != nil {
+		grace -= order.waitTurn(ctx, name, grace)
+	}
+	return w.m.rt.StopContainer(ctx, id, max(grace, minKillGrace))
 }
 
 func findContainer(pod *v1.Pod, name string) *v1.Container {

@@ -504,7 +504,7 @@ func (w *worker) apply(ctx context.Context, log *slog.Logger, pod *v1.Pod, obser
 				pid = c.Pid
 			}
 		}
-		if err := w.stopWithPreStop(ctx, pod, k.name, k.id, pid, grace); err != nil {
+		if err := w.stopWithPreStop(ctx, pod, k.name, k.id, pid, grace, nil); err != nil {
 			log.Warn("stop container", "container", k.name, "err", err)
 		}
 	}
@@ -923,9 +923,17 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	return nil
 }
 
-// stopRunning stops every running container of the pod, all at once, each with the grace
-// period (the pod's, or an eviction's) and its preStop hook.
+// stopRunning stops every running container of the pod, each with the grace period (the
+// pod's, or an eviction's) and its preStop hook: all at once, the sidecars last, in kubelet's
+// terminationOrder.
 func (w *worker) stopRunning(ctx context.Context, pod *v1.Pod, observed []runtime.Container, grace time.Duration, reason string) error {
+	running := map[string]bool{}
+	for _, c := range observed {
+		if c.State == runtime.StateRunning {
+			running[c.Name] = true
+		}
+	}
+	order := newTerminationOrder(pod, running)
 	var wg sync.WaitGroup
 	errs := make([]error, len(observed))
 	for i, c := range observed {
@@ -936,7 +944,7 @@ func (w *worker) stopRunning(ctx context.Context, pod *v1.Pod, observed []runtim
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = w.stopWithPreStop(ctx, pod, c.Name, c.ID, c.Pid, grace)
+			errs[i] = w.stopWithPreStop(ctx, pod, c.Name, c.ID, c.Pid, grace, order)
 		}()
 	}
 	wg.Wait()
