@@ -112,8 +112,13 @@ func securitySpecOpts(pod *v1.Pod, c *v1.Container, node NodeSecurity) []runtime
 	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
 		opts = append(opts, oci.WithRootFSReadonly())
 	}
+	// kubelet's AddNoNewPrivileges: no_new_privs only when allowPrivilegeEscalation is false.
+	// containerd's default spec turns it on, which would stop the setuid binaries of pods
+	// that did not ask for it.
 	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
 		opts = append(opts, oci.WithNoNewPrivileges)
+	} else {
+		opts = append(opts, oci.WithNewPrivileges)
 	}
 	// After the capabilities: the default seccomp profile allows syscalls by capability.
 	profile := sc.SeccompProfile

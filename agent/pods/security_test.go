@@ -90,6 +90,32 @@ func TestRunAsGroupAlone(t *testing.T) {
 	}
 }
 
+// no_new_privs is set only when allowPrivilegeEscalation is false, as kubelet sets it
+// (AddNoNewPrivileges): containerd's default spec sets it always, which would stop a setuid
+// binary of a pod that did not ask for that.
+func TestNoNewPrivilegesOnlyWhenAsked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sc   *v1.SecurityContext
+		want bool
+	}{
+		{"no securityContext", nil, false},
+		{"allowPrivilegeEscalation unset", &v1.SecurityContext{RunAsUser: ptr.To[int64](1000)}, false},
+		{"allowPrivilegeEscalation true", &v1.SecurityContext{AllowPrivilegeEscalation: ptr.To(true)}, false},
+		{"allowPrivilegeEscalation false", &v1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := specFor(t, securityPod(tc.sc), NodeSecurity{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Process.NoNewPrivileges != tc.want {
+				t.Errorf("noNewPrivileges %v, want %v", s.Process.NoNewPrivileges, tc.want)
+			}
+		})
+	}
+}
+
 func hasNamespace(s *oci.Spec, t specs.LinuxNamespaceType) bool {
 	return slices.ContainsFunc(s.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == t })
 }
