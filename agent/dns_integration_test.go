@@ -72,7 +72,8 @@ func TestPodDNSPolicies(t *testing.T) {
 		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
 		DNSPolicy: v1.DNSNone, DNSConfig: &v1.PodDNSConfig{Nameservers: []string{"192.0.2.53"}, Searches: []string{"plant.example"},
 			Options: []v1.PodDNSConfigOption{{Name: "ndots", Value: &ndots}}},
-		Containers: []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sh", "-c", script}}},
+		HostAliases: []v1.HostAlias{{IP: "192.0.2.8", Hostnames: []string{"historian"}}},
+		Containers:  []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sh", "-c", script}}},
 	}}
 	for _, p := range []*v1.Pod{clusterFirst, none} {
 		created, err := pods.Create(ctx, p, metav1.CreateOptions{})
@@ -101,6 +102,15 @@ func TestPodDNSPolicies(t *testing.T) {
 	out = waitOutput(t, e, none, "c", "END")
 	if want := "search plant.example\nnameserver 192.0.2.53\noptions ndots:2\nHOSTNAME="; !strings.HasPrefix(out, want) {
 		t.Errorf("dnsPolicy None pod printed:\n%s\nwant it to start with %q", out, want)
+	}
+	// A host-network pod's /etc/hosts is the node's, with its hostAliases after it.
+	hosts, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# Kubernetes-managed hosts file (host network).\n" + string(hosts) + "\n# Entries added by HostAliases.\n192.0.2.8\thistorian\nEND\n"
+	if !strings.HasSuffix(out, want) {
+		t.Errorf("host-network pod printed:\n%s\nwant it to end with:\n%s", out, want)
 	}
 }
 

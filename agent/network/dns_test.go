@@ -153,6 +153,11 @@ func TestPodHostnameAndHostsFile(t *testing.T) {
 	if got := string(HostsFile([]string{"10.1.2.3"}, h, d, pod.Spec.HostAliases)); got != want {
 		t.Errorf("hosts file:\n%s\nwant:\n%s", got, want)
 	}
+	node := "127.0.0.1 localhost\n192.0.2.1 gw\n"
+	want = "# Kubernetes-managed hosts file (host network).\n" + node + "\n# Entries added by HostAliases.\n192.0.2.7\tplc\tplc.lan\n"
+	if got := string(NodeHostsFile([]byte(node), pod.Spec.HostAliases)); got != want {
+		t.Errorf("host-network hosts file:\n%s\nwant:\n%s", got, want)
+	}
 	long := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 62) + "-b"}}
 	if h, _, _ := PodHostnameAndDomain(long, "cluster.local"); h != strings.Repeat("a", 62) {
 		t.Errorf("truncated hostname %q", h)

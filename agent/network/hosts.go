@@ -85,11 +85,26 @@ func HostsFile(podIPs []string, hostname, domain string, aliases []v1.HostAlias)
 			fmt.Fprintf(&b, "%s\t%s\n", ip, hostname)
 		}
 	}
-	if len(aliases) > 0 {
-		b.WriteString("\n# Entries added by HostAliases.\n")
-		for _, a := range aliases {
-			fmt.Fprintf(&b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
-		}
-	}
+	writeHostAliases(&b, aliases)
 	return []byte(b.String())
+}
+
+// NodeHostsFile is a host-network pod's /etc/hosts, as the kubelet writes it: the node's own
+// hosts file under a header, then the pod's hostAliases.
+func NodeHostsFile(node []byte, aliases []v1.HostAlias) []byte {
+	var b strings.Builder
+	b.WriteString("# Kubernetes-managed hosts file (host network).\n")
+	b.Write(node)
+	writeHostAliases(&b, aliases)
+	return []byte(b.String())
+}
+
+func writeHostAliases(b *strings.Builder, aliases []v1.HostAlias) {
+	if len(aliases) == 0 {
+		return
+	}
+	b.WriteString("\n# Entries added by HostAliases.\n")
+	for _, a := range aliases {
+		fmt.Fprintf(b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
+	}
 }

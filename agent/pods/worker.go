@@ -822,7 +822,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 // podEtcFiles writes the pod's /etc/hosts and /etc/resolv.conf (shared by its containers)
 // and returns the mounts for them. resolv.conf is composed once per pod, as a sandbox's is
 // (its events are recorded then); /etc/hosts at every container start, as the kubelet does. A
-// host-network pod gets a copy of the host's /etc/hosts, as containerd's CRI plugin gives it.
+// host-network pod gets the host's /etc/hosts with its hostAliases, as the kubelet writes it.
 func (w *worker) podEtcFiles(pod *v1.Pod, podIPs []string, hostname, domain string) ([]specs.Mount, error) {
 	dir := w.m.podDir(pod.UID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -830,10 +830,11 @@ func (w *worker) podEtcFiles(pod *v1.Pod, podIPs []string, hostname, domain stri
 	}
 	hosts := network.HostsFile(podIPs, hostname, domain, pod.Spec.HostAliases)
 	if pod.Spec.HostNetwork {
-		var err error
-		if hosts, err = os.ReadFile(w.m.cfg.hostsFile()); err != nil && !os.IsNotExist(err) {
+		node, err := os.ReadFile(w.m.cfg.hostsFile())
+		if err != nil && !os.IsNotExist(err) {
 			return nil, fmt.Errorf("read the host's hosts file: %w", err)
 		}
+		hosts = network.NodeHostsFile(node, pod.Spec.HostAliases)
 	}
 	hostsPath := filepath.Join(dir, "etc-hosts")
 	if err := os.WriteFile(hostsPath, hosts, 0o644); err != nil {
