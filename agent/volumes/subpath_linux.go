@@ -145,7 +145,8 @@ func openBeneath(root, rel string) (int, error) {
 // safeMkdirAll creates the missing directories of root/sub, as kubelet does for a subPath that
 // does not exist yet. Existing components may be symlinks that stay inside root (they are
 // resolved and checked); new directories are made with mkdirat under a descriptor opened
-// without following symlinks.
+// without following symlinks, with the mode of root (special bits included, past the umask:
+// kubelet's SafeMakeDir), so a volume given to an fsGroup gives its new directories too.
 func safeMkdirAll(root, sub string) error {
 	full := filepath.Join(root, sub)
 	if _, err := os.Stat(full); err == nil {
@@ -153,6 +154,11 @@ func safeMkdirAll(root, sub string) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	rootInfo, err := os.Stat(root)
+	if err != nil {
+		return err
+	}
+	mode := unixMode(rootInfo.Mode())
 	// Find the deepest existing ancestor and check where it really is.
 	existing := full
 	var missing []string
@@ -182,17 +188,36 @@ func safeMkdirAll(root, sub string) error {
 		return err
 	}
 	for _, name := range missing {
-		if err := unix.Mkdirat(fd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := unix.Mkdirat(fd, name, mode); err != nil && !errors.Is(err, unix.EEXIST) {
 			unix.Close(fd)
 			return fmt.Errorf("create subPath directory %s: %w", name, err)
 		}
-		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		unix.Close(fd)
 		if err != nil {
 			return fmt.Errorf("open new subPath directory %s: %w", name, err)
 		}
 		fd = next
+		if err := unix.Fchmod(fd, mode); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("set the mode of new subPath directory %s: %w", name, err)
+		}
 	}
 	unix.Close(fd)
 	return nil
+}
+
+// unixMode is m's permission and special bits as chmod(2) takes them.
+func unixMode(m fs.FileMode) uint32 {
+	mode := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= unix.S_ISUID
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= unix.S_ISGID
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= unix.S_ISVTX
+	}
+	return mode
 }

@@ -155,3 +155,29 @@ func countMounts(t *testing.T, path string) int {
 	}
 	return n
 }
+
+// A subPath that does not exist yet is created with the mode of its volume's root, special bits
+// included and past the umask, as kubelet creates it: a volume given to an fsGroup (g+rwx,
+// setgid) must give its new subdirectories to the group too.
+func TestSubPathCreatedWithTheVolumeMode(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "vol")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	want := os.ModeDir | os.ModeSetgid | os.ModeSticky | 0o777
+	if err := os.Chmod(root, want.Perm()|os.ModeSetgid|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := safeMkdirAll(root, "a/b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "a/b"} {
+		fi, err := os.Stat(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != want {
+			t.Errorf("%s: mode %v, want %v (the volume's)", p, fi.Mode(), want)
+		}
+	}
+}
