@@ -30,9 +30,10 @@ func kubeletPath() string { return filepath.Join(testenv.BinDir(), "kubelet-"+Ku
 // busyboxPath is the host's static busybox (Debian package busybox-static).
 const busyboxPath = "/bin/busybox"
 
-// curlPath is the host's curl (Debian package curl): upstream's agnhost image has curl, and
-// the suite's exec lifecycle hooks run it inside agnhost containers.
-const curlPath = "/usr/bin/curl"
+// agnhostHostBinaries are host binaries (Debian packages curl and bash) that upstream's
+// agnhost image has and the suite runs inside agnhost containers: curl in the exec lifecycle
+// hooks, bash in the probing tests' scripts.
+var agnhostHostBinaries = []string{"/usr/bin/curl", "/bin/bash"}
 
 // The registries of test/utils/image/manifest.go that the suite is pointed at, as repository
 // prefixes in the local registry. Images under the other keys are not built here: their
@@ -60,7 +61,7 @@ func writeRepoList(path, host string) error {
 // suiteImages are the images the selected tests run, as manifest.go names them (registry key,
 // name, tag), built from what this machine has: the static busybox for every base, agnhost
 // and nnp built from the Kubernetes module. What upstream's Dockerfiles add that a test looks
-// at is added too (agnhost's users, /uploads, the porter certificates, curl).
+// at is added too (agnhost's users, /uploads, the porter certificates, curl and bash).
 func suiteImages(host string) ([]ociimage.Image, error) {
 	busybox, err := os.ReadFile(busyboxPath)
 	if err != nil {
@@ -74,7 +75,7 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read nnp (hack/build-conformance-tools.sh): %w", err)
 	}
-	curl, err := hostBinaryLayer(curlPath)
+	hostBinaries, err := hostBinariesLayer(agnhostHostBinaries...)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 		return ociimage.Image{
 			Name:   ref,
 			Config: ocispec.ImageConfig{Env: env, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, WorkingDir: "/"},
-			Layers: [][]ociimage.Entry{base, curl, agnhostLayer},
+			Layers: [][]ociimage.Entry{base, hostBinaries, agnhostLayer},
 		}
 	}
 	return []ociimage.Image{
@@ -156,29 +157,33 @@ func pushImages(ctx context.Context, r *testenv.Registry) ([]string, error) {
 	return names, nil
 }
 
-// hostBinaryLayer is a layer holding a dynamically linked host binary with the shared
-// libraries and the loader ldd(1) resolves for it, at the same paths.
-func hostBinaryLayer(bin string) ([]ociimage.Entry, error) {
-	out, err := exec.Command("ldd", bin).Output()
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s (Debian package %s): %w", bin, filepath.Base(bin), err)
-	}
-	paths := []string{bin}
-	for _, line := range strings.Split(string(out), "\n") {
-		// "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)", "/lib64/ld-linux-x86-64.so.2 (0x...)"
-		f := strings.Fields(line)
-		switch {
-		case len(f) >= 3 && f[1] == "=>" && filepath.IsAbs(f[2]):
-			paths = append(paths, f[2])
-		case len(f) >= 1 && filepath.IsAbs(f[0]):
-			paths = append(paths, f[0])
+// hostBinariesLayer is a layer holding dynamically linked host binaries with the shared
+// libraries and the loader ldd(1) resolves for them, at the same paths.
+func hostBinariesLayer(bins ...string) ([]ociimage.Entry, error) {
+	var paths []string
+	for _, bin := range bins {
+		out, err := exec.Command("ldd", bin).Output()
+		if err != nil {
+			return nil, fmt.Errorf("ldd %s (Debian package %s): %w", bin, filepath.Base(bin), err)
+		}
+		paths = append(paths, bin)
+		for _, line := range strings.Split(string(out), "\n") {
+			// "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)", "/lib64/ld-linux-x86-64.so.2 (0x...)"
+			f := strings.Fields(line)
+			switch {
+			case len(f) >= 3 && f[1] == "=>" && filepath.IsAbs(f[2]):
+				paths = append(paths, f[2])
+			case len(f) >= 1 && filepath.IsAbs(f[0]):
+				paths = append(paths, f[0])
+			}
 		}
 	}
+	slices.Sort(paths)
 	var layer []ociimage.Entry
-	for _, p := range paths {
+	for _, p := range slices.Compact(paths) {
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("read %s for %s: %w", p, bin, err)
+			return nil, fmt.Errorf("read %s: %w", p, err)
 		}
 		layer = append(layer, ociimage.File(strings.TrimPrefix(p, "/"), 0o755, data))
 	}
