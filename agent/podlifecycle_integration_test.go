@@ -166,6 +166,46 @@ func TestActiveDeadlineSeconds(t *testing.T) {
 	})
 }
 
+// TestContainerRestartRules: a container's own restartPolicy and restartPolicyRules override
+// the pod's (ContainerRestartRules): a container of a Never pod whose exit code matches a
+// Restart rule is restarted and the pod stays Running; a container with restartPolicy Never
+// in an Always pod is not, and the pod ends Failed.
+func TestContainerRestartRules(t *testing.T) {
+	e := startEnv(t, true, quickBackoff)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	never := v1.ContainerRestartPolicyNever
+	rule := sleeperPod("rule", true)
+	rule.Spec.RestartPolicy = v1.RestartPolicyNever
+	rule.Spec.Containers[0].Command = []string{"sh", "-c", "exit 42"}
+	rule.Spec.Containers[0].RestartPolicy = &never
+	rule.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	once := sleeperPod("once", true)
+	once.Spec.RestartPolicy = v1.RestartPolicyAlways
+	once.Spec.Containers[0].Command = []string{"sh", "-c", "exit 1"}
+	once.Spec.Containers[0].RestartPolicy = &never
+	for _, p := range []*v1.Pod{rule, once} {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 60*time.Second, "rule: restarted by its rule, the pod Running", func() error {
+		p, err := pods.Get(ctx, "rule", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].RestartCount < 2 || p.Status.Phase != v1.PodRunning {
+			return fmt.Errorf("phase %s statuses %+v", p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		return nil
+	})
+	p := e.waitFailed(t, "once", "", 60*time.Second)
+	if cs := p.Status.ContainerStatuses[0]; cs.RestartCount != 0 || cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 1 {
+		t.Errorf("once: a container with restartPolicy Never was restarted or is not terminated: %+v", cs)
+	}
+}
+
 // TestReadinessGates: a pod with a readiness gate is Ready only once the gate's condition,
 // set by another writer through the status subresource, is True; the agent's own status
 // writes keep that condition, and follow the pod's generation.

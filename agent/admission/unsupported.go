@@ -57,16 +57,31 @@ var unsupportedChecks = []struct {
 
 	{"spec.resourceClaims (dynamic resource allocation)", func(p *v1.Pod) bool { return len(p.Spec.ResourceClaims) > 0 }},
 
-	// Per-container restart policies and rules (ContainerRestartRules, beta and on by default):
-	// holdfast restarts a regular container by the pod's restartPolicy only. Sidecars, init
-	// containers with restartPolicy Always, are implemented.
-	{"containers[].restartPolicy and restartPolicyRules (per-container restart rules)", func(p *v1.Pod) bool {
-		for i := range p.Spec.Containers {
-			if c := &p.Spec.Containers[i]; c.RestartPolicy != nil || len(c.RestartPolicyRules) > 0 {
+	// Per-container restart policies and rules (ContainerRestartRules, beta and on by default)
+	// are implemented for app containers with the Restart action. RestartAllContainers is an
+	// alpha action; init containers other than sidecars restart by the pod's policy only.
+	{"restartPolicyRules with an action other than Restart, or on an init container", func(p *v1.Pod) bool {
+		for i := range p.Spec.InitContainers {
+			if len(p.Spec.InitContainers[i].RestartPolicyRules) > 0 {
 				return true
 			}
 		}
-		return anyContainer(p, func(c *v1.Container) bool { return len(c.RestartPolicyRules) > 0 })
+		return anyContainer(p, func(c *v1.Container) bool {
+			for _, r := range c.RestartPolicyRules {
+				if r.Action != v1.ContainerRestartRuleActionRestart {
+					return true
+				}
+			}
+			return false
+		})
+	}},
+	{"initContainers[].restartPolicy other than Always", func(p *v1.Pod) bool {
+		for i := range p.Spec.InitContainers {
+			if rp := p.Spec.InitContainers[i].RestartPolicy; rp != nil && *rp != v1.ContainerRestartPolicyAlways {
+				return true
+			}
+		}
+		return false
 	}},
 
 	// Pod-level requests and limits bound the pod's cgroup; holdfast makes one cgroup per

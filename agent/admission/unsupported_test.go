@@ -27,10 +27,18 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debug"}}}
 		}},
 		{"spec.runtimeClassName", func(p *v1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }},
-		{"containers[].restartPolicy", func(p *v1.Pod) { p.Spec.Containers[0].RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever) }},
-		{"restartPolicyRules", func(p *v1.Pod) {
-			p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		{"initContainers[].restartPolicy other than Always", func(p *v1.Pod) {
+			p.Spec.InitContainers = []v1.Container{{Name: "init", RestartPolicy: ptr.To(v1.ContainerRestartPolicyNever)}}
+		}},
+		{"restartPolicyRules with an action other than Restart", func(p *v1.Pod) {
+			p.Spec.Containers[0].RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever)
+			p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: "RestartAllContainers",
 				ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+		}},
+		{"or on an init container", func(p *v1.Pod) {
+			p.Spec.InitContainers = []v1.Container{{Name: "init", RestartPolicy: ptr.To(v1.ContainerRestartPolicyAlways),
+				RestartPolicyRules: []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+					ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}}}
 		}},
 		{"spec.resources", func(p *v1.Pod) {
 			p.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
@@ -67,6 +75,9 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 	p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](2000), FSGroupChangePolicy: ptr.To(v1.FSGroupChangeOnRootMismatch),
 		SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("audit.json")}}
 	p.Spec.InitContainers = []v1.Container{{Name: "sidecar", Image: "img", RestartPolicy: ptr.To(v1.ContainerRestartPolicyAlways)}}
+	p.Spec.Containers[0].RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever)
+	p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
 	if r := Check(p, node, nil); !r.Admitted {
 		t.Fatalf("a pod using implemented fields was rejected: %+v", r)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"sort"
 	"time"
 
@@ -121,7 +122,7 @@ func (p *plan) planContainer(pod *v1.Pod, c *v1.Container, attempts []runtime.Co
 		}
 	case runtime.StateExited:
 		specChanged := latest.SpecHash != "" && latest.SpecHash != hash
-		if !specChanged && !shouldRestart(policy, latest.ExitCode) {
+		if !specChanged && !shouldRestart(c, policy, latest.ExitCode) {
 			return
 		}
 		if wait, delay := backoff.inBackOff(backoffKey(pod, c.Name), latest.FinishedAt); wait && !specChanged {
@@ -179,7 +180,24 @@ func initFailed(pod *v1.Pod, byName map[string][]runtime.Container) bool {
 	return false
 }
 
-func shouldRestart(policy v1.RestartPolicy, exitCode int32) bool {
+// shouldRestart is kubelet's ContainerShouldRestart (ContainerRestartRules): a container
+// with its own restartPolicy is restarted by the first of its restartPolicyRules that matches
+// the exit code, else by that policy; any other by policy, the pod's (or what it means for
+// the container: an init container is retried on failure, a sidecar always).
+func shouldRestart(c *v1.Container, policy v1.RestartPolicy, exitCode int32) bool {
+	if c.RestartPolicy != nil {
+		if rule, ok := matchingRestartRule(c, exitCode); ok && rule.Action == v1.ContainerRestartRuleActionRestart {
+			return true
+		}
+		switch *c.RestartPolicy {
+		case v1.ContainerRestartPolicyAlways:
+			return true
+		case v1.ContainerRestartPolicyOnFailure:
+			return exitCode != 0
+		case v1.ContainerRestartPolicyNever:
+			return false
+		}
+	}
 	switch policy {
 	case v1.RestartPolicyNever:
 		return false
@@ -188,6 +206,27 @@ func shouldRestart(policy v1.RestartPolicy, exitCode int32) bool {
 	default:
 		return true
 	}
+}
+
+// matchingRestartRule is the first of c's restartPolicyRules whose exit codes match.
+func matchingRestartRule(c *v1.Container, exitCode int32) (v1.ContainerRestartRule, bool) {
+	for _, rule := range c.RestartPolicyRules {
+		if rule.ExitCodes == nil {
+			continue
+		}
+		in := slices.Contains(rule.ExitCodes.Values, exitCode)
+		switch rule.ExitCodes.Operator {
+		case v1.ContainerRestartRuleOnExitCodesOpIn:
+			if in {
+				return rule, true
+			}
+		case v1.ContainerRestartRuleOnExitCodesOpNotIn:
+			if !in {
+				return rule, true
+			}
+		}
+	}
+	return v1.ContainerRestartRule{}, false
 }
 
 // groupByName returns each container name's attempts in increasing attempt order.

@@ -26,6 +26,12 @@ func testPod(policy v1.RestartPolicy, names ...string) *v1.Pod {
 	return p
 }
 
+func withRestart(p *v1.Pod, policy v1.ContainerRestartPolicy, rules ...v1.ContainerRestartRule) *v1.Pod {
+	p.Spec.Containers[0].RestartPolicy = &policy
+	p.Spec.Containers[0].RestartPolicyRules = rules
+	return p
+}
+
 func ctr(pod *v1.Pod, name string, attempt int, state runtime.State, exit int32) runtime.Container {
 	var spec *v1.Container
 	for i := range pod.Spec.Containers {
@@ -44,6 +50,13 @@ func TestComputePlan(t *testing.T) {
 	onFailure := testPod(v1.RestartPolicyOnFailure, "a")
 	never := testPod(v1.RestartPolicyNever, "a")
 	changed := testPod(v1.RestartPolicyAlways, "a")
+	// Per-container policies and rules (ContainerRestartRules) override the pod's.
+	alwaysInNever := withRestart(testPod(v1.RestartPolicyNever, "a"), v1.ContainerRestartPolicyAlways)
+	neverInAlways := withRestart(testPod(v1.RestartPolicyAlways, "a"), v1.ContainerRestartPolicyNever)
+	rule42 := withRestart(testPod(v1.RestartPolicyNever, "a"), v1.ContainerRestartPolicyNever, v1.ContainerRestartRule{
+		Action: v1.ContainerRestartRuleActionRestart, ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}})
+	notIn0 := withRestart(testPod(v1.RestartPolicyNever, "a"), v1.ContainerRestartPolicyNever, v1.ContainerRestartRule{
+		Action: v1.ContainerRestartRuleActionRestart, ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0}}})
 	stale := ctr(changed, "a", 0, runtime.StateRunning, 0)
 	stale.SpecHash = "older"
 
@@ -82,6 +95,18 @@ func TestComputePlan(t *testing.T) {
 				ctr(always, "a", 0, runtime.StateExited, 1), ctr(always, "a", 1, runtime.StateExited, 1),
 				ctr(always, "a", 2, runtime.StateRunning, 0), ctr(always, "b", 0, runtime.StateRunning, 0)},
 			wantRm: 1},
+		{name: "container Always in a Never pod restarts", pod: alwaysInNever,
+			observed: []runtime.Container{ctr(alwaysInNever, "a", 0, runtime.StateExited, 1)}, wantStart: map[string]int{"a": 1}},
+		{name: "container Never in an Always pod stays", pod: neverInAlways,
+			observed: []runtime.Container{ctr(neverInAlways, "a", 0, runtime.StateExited, 1)}},
+		{name: "a matching rule restarts", pod: rule42,
+			observed: []runtime.Container{ctr(rule42, "a", 0, runtime.StateExited, 42)}, wantStart: map[string]int{"a": 1}},
+		{name: "no rule matches: the container's policy", pod: rule42,
+			observed: []runtime.Container{ctr(rule42, "a", 0, runtime.StateExited, 1)}},
+		{name: "NotIn rule restarts a failure", pod: notIn0,
+			observed: []runtime.Container{ctr(notIn0, "a", 0, runtime.StateExited, 3)}, wantStart: map[string]int{"a": 1}},
+		{name: "NotIn rule keeps a success", pod: notIn0,
+			observed: []runtime.Container{ctr(notIn0, "a", 0, runtime.StateExited, 0)}},
 		{name: "spec changed: running container killed", pod: changed,
 			observed: []runtime.Container{stale}, wantKill: 1},
 	} {

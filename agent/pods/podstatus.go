@@ -138,7 +138,7 @@ func computeStatus(in statusInput) v1.PodStatus {
 		}
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
-	st.Phase = podPhase(pod.Spec.RestartPolicy, st.ContainerStatuses, in.terminated)
+	st.Phase = podPhase(pod, st.ContainerStatuses, in.terminated)
 	switch {
 	case in.evicted != nil:
 		st.Phase, st.Reason, st.Message = v1.PodFailed, ReasonEvicted, in.evicted.message
@@ -347,24 +347,28 @@ func terminatedStateOf(c runtime.Container, termMessage string, budget int) *v1.
 	}
 }
 
-// podPhase follows kubelet's getPhase for pods without init containers: a container waiting
-// to restart counts as stopped, one that never ran as waiting. A pod being torn down whose
-// containers have all stopped is terminal whatever its restart policy.
-func podPhase(policy v1.RestartPolicy, statuses []v1.ContainerStatus, terminated bool) v1.PodPhase {
-	var running, waiting, stopped, failed int
-	for _, cs := range statuses {
+// podPhase follows kubelet's getPhase (with ContainerRestartRules) for the app containers
+// (statuses, in spec order): a container waiting to restart counts as stopped, one that never
+// ran as waiting. Stopped containers keep the pod Running while one of them will be
+// restarted (shouldRestart). A pod being torn down whose containers have all stopped is
+// terminal whatever its restart policy.
+func podPhase(pod *v1.Pod, statuses []v1.ContainerStatus, terminated bool) v1.PodPhase {
+	var running, waiting, stopped, failed, restarting int
+	for i, cs := range statuses {
+		last := cs.State.Terminated
+		if last == nil && cs.State.Running == nil {
+			last = cs.LastTerminationState.Terminated
+		}
 		switch {
 		case cs.State.Running != nil:
 			running++
-		case cs.State.Terminated != nil:
+		case last != nil:
 			stopped++
-			if cs.State.Terminated.ExitCode != 0 {
+			if last.ExitCode != 0 {
 				failed++
 			}
-		case cs.LastTerminationState.Terminated != nil:
-			stopped++
-			if cs.LastTerminationState.Terminated.ExitCode != 0 {
-				failed++
+			if shouldRestart(&pod.Spec.Containers[i], pod.Spec.RestartPolicy, last.ExitCode) {
+				restarting++
 			}
 		default:
 			waiting++
@@ -380,26 +384,16 @@ func podPhase(policy v1.RestartPolicy, statuses []v1.ContainerStatus, terminated
 		return v1.PodPending
 	case running > 0:
 		return v1.PodRunning
+	case restarting > 0:
+		return v1.PodRunning
+	case stopped > 0 && failed > 0:
+		return v1.PodFailed
 	case stopped > 0:
-		switch policy {
-		case v1.RestartPolicyAlways:
-			return v1.PodRunning
-		case v1.RestartPolicyOnFailure:
-			if failed == 0 {
-				return v1.PodSucceeded
-			}
-			return v1.PodRunning
-		default:
-			if failed > 0 {
-				return v1.PodFailed
-			}
-			return v1.PodSucceeded
-		}
+		return v1.PodSucceeded
 	}
 	return v1.PodPending
 }
 
-// messageBudget is each container's share of maxPodTerminationMessages.
 func messageBudget(pod *v1.Pod) int {
 	if n := len(pod.Spec.Containers) + len(pod.Spec.InitContainers); n > 0 {
 		return maxPodTerminationMessages / n

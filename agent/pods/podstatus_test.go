@@ -55,6 +55,16 @@ func TestComputeStatusPhases(t *testing.T) {
 				return []runtime.Container{ctr(p, "a", 0, runtime.StateExited, 0)}
 			},
 			phase: v1.PodSucceeded},
+		{name: "container Always in a Never pod keeps it running", pod: withRestart(testPod(v1.RestartPolicyNever, "a"), v1.ContainerRestartPolicyAlways),
+			observed: func(p *v1.Pod) []runtime.Container {
+				return []runtime.Container{ctr(p, "a", 0, runtime.StateExited, 1)}
+			},
+			backOff: map[string]time.Duration{"a": 10 * time.Second}, phase: v1.PodRunning, reason: ReasonCrashLoopBackOff},
+		{name: "container Never in an Always pod ends it", pod: withRestart(testPod(v1.RestartPolicyAlways, "a"), v1.ContainerRestartPolicyNever),
+			observed: func(p *v1.Pod) []runtime.Container {
+				return []runtime.Container{ctr(p, "a", 0, runtime.StateExited, 1)}
+			},
+			phase: v1.PodFailed},
 		{name: "terminated pod with always policy is final", pod: testPod(v1.RestartPolicyAlways, "a"),
 			observed: func(p *v1.Pod) []runtime.Container {
 				return []runtime.Container{ctr(p, "a", 0, runtime.StateExited, 137)}
