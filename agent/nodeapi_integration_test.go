@@ -253,6 +253,54 @@ func TestNodeAPI(t *testing.T) {
 		}
 	})
 
+	// kubectl debug --target=web: an ephemeral container added to the running pod starts in
+	// web's PID namespace (it sees httpd), serves logs and exec, and is never restarted.
+	t.Run("ephemeral container", func(t *testing.T) {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, v1.EphemeralContainer{
+			EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debugger", Image: "docker.io/holdfast/busybox:test",
+				ImagePullPolicy: v1.PullNever, Stdin: true, TTY: true,
+				Command: []string{"sh", "-c", "echo polo; ps -o comm; exec sleep 3600"}},
+			TargetContainerName: "web",
+		})
+		if _, err := pods.UpdateEphemeralContainers(ctx, pod.Name, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 60*time.Second, "debugger running", func() error {
+			p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(p.Status.EphemeralContainerStatuses) != 1 || p.Status.EphemeralContainerStatuses[0].State.Running == nil {
+				return fmt.Errorf("ephemeral statuses %+v", p.Status.EphemeralContainerStatuses)
+			}
+			return nil
+		})
+		testenv.Eventually(t, 30*time.Second, "debugger's log shows its target's processes", func() error {
+			b, err := pods.GetLogs(pod.Name, &v1.PodLogOptions{Container: "debugger"}).Do(ctx).Raw()
+			if err != nil {
+				return err
+			}
+			if out := string(b); !strings.Contains(out, "polo\n") || !strings.Contains(out, "httpd") {
+				return fmt.Errorf("log %q: want polo and web's httpd", out)
+			}
+			return nil
+		})
+		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
+			VersionedParams(&v1.PodExecOptions{Container: "debugger", Command: []string{"echo", "marco"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+		ex, err := remotecommand.NewSPDYExecutor(e.cp.AdminConfig, "POST", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}); err != nil || out.String() != "marco\n" {
+			t.Errorf("exec in the ephemeral container: %q, %q, %v", out.String(), errOut.String(), err)
+		}
+	})
+
 	t.Run("direct", func(t *testing.T) {
 		base := "https://" + net.JoinHostPort(nodeIP, strconv.Itoa(e.agent.Config.NodeAPIPort()))
 		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}

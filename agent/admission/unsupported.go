@@ -49,8 +49,6 @@ var unsupportedChecks = []struct {
 		})
 	}},
 
-	{"spec.ephemeralContainers", func(p *v1.Pod) bool { return len(p.Spec.EphemeralContainers) > 0 }},
-
 	{"spec.runtimeClassName", func(p *v1.Pod) bool {
 		return p.Spec.RuntimeClassName != nil && *p.Spec.RuntimeClassName != ""
 	}},
@@ -115,7 +113,7 @@ func checkSupported(pod *v1.Pod) Result {
 		strings.Join(fields, ", "))}
 }
 
-// anyContainer reports whether f holds for any init or app container of p.
+// anyContainer reports whether f holds for any init, app or ephemeral container of p.
 func anyContainer(p *v1.Pod, f func(c *v1.Container) bool) bool {
 	for i := range p.Spec.InitContainers {
 		if f(&p.Spec.InitContainers[i]) {
@@ -124,6 +122,11 @@ func anyContainer(p *v1.Pod, f func(c *v1.Container) bool) bool {
 	}
 	for i := range p.Spec.Containers {
 		if f(&p.Spec.Containers[i]) {
+			return true
+		}
+	}
+	for i := range p.Spec.EphemeralContainers {
+		if f((*v1.Container)(&p.Spec.EphemeralContainers[i].EphemeralContainerCommon)) {
 			return true
 		}
 	}

@@ -23,8 +23,9 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		{"mountPropagation", func(p *v1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "v", MountPath: "/v", MountPropagation: ptr.To(v1.MountPropagationHostToContainer)}}
 		}},
-		{"spec.ephemeralContainers", func(p *v1.Pod) {
-			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debug"}}}
+		{"mountPropagation", func(p *v1.Pod) { // on an ephemeral container too
+			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debug",
+				VolumeMounts: []v1.VolumeMount{{Name: "v", MountPath: "/v", MountPropagation: ptr.To(v1.MountPropagationBidirectional)}}}}}
 		}},
 		{"spec.runtimeClassName", func(p *v1.Pod) { p.Spec.RuntimeClassName = ptr.To("kata") }},
 		{"initContainers[].restartPolicy other than Always", func(p *v1.Pod) {

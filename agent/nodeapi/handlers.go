@@ -149,6 +149,9 @@ func (s *Server) findContainer(ctx context.Context, pod *v1.Pod, name string, pr
 	for _, c := range pod.Spec.Containers {
 		declared = declared || c.Name == name
 	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		declared = declared || c.Name == name
+	}
 	if !declared {
 		return nil, errorf(http.StatusNotFound, "container %q not found in pod %q", name, pod.Namespace+"/"+pod.Name)
 	}

@@ -29,6 +29,9 @@ type plan struct {
 type startAction struct {
 	container *v1.Container
 	attempt   int
+	// pidNamespaceOf, when set, is the process whose PID namespace the container joins (an
+	// ephemeral container's target).
+	pidNamespaceOf uint32
 }
 
 type killAction struct {
@@ -56,6 +59,7 @@ type restartChecker interface {
 func computePlan(pod *v1.Pod, observed []runtime.Container, backoff restartChecker) plan {
 	p := plan{backOff: map[string]time.Duration{}}
 	byName := groupByName(observed)
+	p.planEphemeral(pod, byName)
 	if !initialized(pod, byName) {
 		for i := range pod.Spec.InitContainers {
 			c := &pod.Spec.InitContainers[i]

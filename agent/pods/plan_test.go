@@ -241,3 +241,48 @@ func initSpec(pod *v1.Pod) *v1.Pod {
 	c.Spec.Containers = c.Spec.InitContainers
 	return c
 }
+
+// Ephemeral containers start once, before the init containers are done, and are never
+// restarted; one with a target waits for it to run and joins its PID namespace.
+func TestComputePlanEphemeral(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, "app")
+	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: "img"}}
+	pod.Spec.EphemeralContainers = []v1.EphemeralContainer{
+		{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debug", Image: "img"}},
+		{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "peek", Image: "img"}, TargetContainerName: "app"},
+	}
+	named := func(name string, attempt int, state runtime.State, pid uint32) runtime.Container {
+		return runtime.Container{ID: runtime.ContainerID(string(pod.UID), name, attempt), PodUID: string(pod.UID), Name: name,
+			Attempt: attempt, State: state, Pid: pid}
+	}
+	starts := func(p plan) map[string]startAction {
+		m := map[string]startAction{}
+		for _, s := range p.start {
+			m[s.container.Name] = s
+		}
+		return m
+	}
+	// Init not done: debug starts beside the init container; peek waits for app.
+	got := starts(computePlan(pod, nil, fakeBackoff{}))
+	if _, ok := got["debug"]; !ok {
+		t.Errorf("debug not started before the init containers are done: %v", got)
+	}
+	if _, ok := got["peek"]; ok {
+		t.Errorf("peek started before its target runs")
+	}
+	// Initialized, app running: peek joins app's PID namespace; debug, exited, stays exited.
+	observed := []runtime.Container{named("init", 0, runtime.StateExited, 0), named("app", 0, runtime.StateRunning, 4242),
+		named("debug", 0, runtime.StateExited, 0)}
+	for i := range observed {
+		if observed[i].Name == "app" {
+			observed[i].SpecHash = containerHash(&pod.Spec.Containers[0])
+		}
+	}
+	got = starts(computePlan(pod, observed, fakeBackoff{}))
+	if s, ok := got["peek"]; !ok || s.pidNamespaceOf != 4242 {
+		t.Errorf("peek: %+v, want started in the PID namespace of pid 4242", s)
+	}
+	if _, ok := got["debug"]; ok || len(got) != 1 {
+		t.Errorf("starts %v: an exited ephemeral container is never restarted", got)
+	}
+}

@@ -138,6 +138,11 @@ func computeStatus(in statusInput) v1.PodStatus {
 		}
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
+	for _, c := range ephemeralContainers(pod) {
+		cs := containerStatus(c, byName[c.Name], in)
+		cs.Ready = false // no readiness for ephemeral containers: they serve nothing
+		st.EphemeralContainerStatuses = append(st.EphemeralContainerStatuses, cs)
+	}
 	st.Phase = podPhase(pod, st.ContainerStatuses, in.terminated)
 	switch {
 	case in.evicted != nil:

@@ -604,6 +604,13 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 		w.m.event(pod, v1.EventTypeWarning, "Failed", "Error: %s: %v", reason, err)
 		return err
 	}
+	if isEphemeral(pod, c.Name) {
+		// Added after the pod was admitted: its fields are checked here, as admission checks
+		// the others'.
+		if fields := admission.Unsupported(&v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{*c}}}); len(fields) > 0 {
+			return fail(ReasonCreateContainerConfig, fmt.Errorf("ephemeral container %q: holdfast does not implement %s", c.Name, strings.Join(fields, ", ")))
+		}
+	}
 	if err := w.ensureImage(ctx, pod, c); errors.Is(err, runtime.ErrImageNeverPull) {
 		return fail(ReasonErrImageNeverPull, err)
 	} else if err != nil {
@@ -612,6 +619,9 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 	cfg, err := w.containerConfig(ctx, pod, c, s.attempt, podIPs, hostIPs, vols)
 	if err != nil {
 		return fail(ReasonCreateContainerConfig, err)
+	}
+	if s.pidNamespaceOf != 0 {
+		cfg.SpecOpts = append(cfg.SpecOpts, withPIDNamespaceOf(s.pidNamespaceOf))
 	}
 	id, err := w.m.rt.CreateContainer(ctx, cfg)
 	var cfgErr *errConfig
@@ -962,16 +972,17 @@ func (w *worker) releaseResources(ctx context.Context, pod *v1.Pod) error {
 	return w.m.cfg.Volumes.Teardown(ctx, pod)
 }
 
-// allContainers lists the init containers then the app containers of a pod.
+// allContainers lists the init containers, the app containers, then the ephemeral
+// containers of a pod.
 func allContainers(pod *v1.Pod) []*v1.Container {
-	out := make([]*v1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	out := make([]*v1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers)+len(pod.Spec.EphemeralContainers))
 	for i := range pod.Spec.InitContainers {
 		out = append(out, &pod.Spec.InitContainers[i])
 	}
 	for i := range pod.Spec.Containers {
 		out = append(out, &pod.Spec.Containers[i])
 	}
-	return out
+	return append(out, ephemeralContainers(pod)...)
 }
 
 func gracePeriod(pod *v1.Pod) time.Duration {
