@@ -86,9 +86,14 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 		return nil, fmt.Errorf("%s --list: %w", busyboxPath, err)
 	}
 	base := ociimage.BusyboxLayer(busybox)
+	have := map[string]bool{}
+	for _, e := range base {
+		have[e.Path] = true
+	}
 	for _, a := range strings.Fields(string(applets)) {
-		if !slices.Contains(ociimage.BusyboxApplets, a) {
-			base = append(base, ociimage.Symlink("bin/"+a, "busybox"))
+		if p := "bin/" + a; !have[p] {
+			base = append(base, ociimage.Symlink(p, "busybox"))
+			have[p] = true
 		}
 	}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
