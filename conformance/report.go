@@ -221,13 +221,20 @@ func WriteDoc(w io.Writer, in DocInput) error {
 		fmt.Fprintf(&b, "\nBoth pass %d tests; the kubelet passes %d that holdfast does not; holdfast passes %d that the kubelet does not.\n", both, onlyKubelet, onlyHoldfast)
 	}
 
-	// holdfast's failures by cause.
+	// holdfast's failures by cause; those the kubelet fails too are the environment's.
 	byCause := map[string][]string{}
-	var unclassified []string
+	var unclassified, shared, exceptions []string
 	for _, n := range sorted {
 		r, ok := in.Holdfast[n]
 		if !ok || r.State != "failed" {
 			continue
+		}
+		switch k := state(in.Kubelet, n); {
+		case k == "failed":
+			shared = append(shared, n)
+			continue
+		case k == "passed":
+			exceptions = append(exceptions, n)
 		}
 		if c := classify(in.Causes, n, r); c != nil {
 			byCause[c.Name] = append(byCause[c.Name], n)
@@ -236,6 +243,9 @@ func WriteDoc(w io.Writer, in DocInput) error {
 		}
 	}
 	b.WriteString("\n## holdfast's failures by cause\n\n| cause | tests | the work it needs |\n|---|---:|---|\n")
+	if len(shared) > 0 {
+		fmt.Fprintf(&b, "| the kubelet fails them too | %d | none in holdfast: the harness's environment (an image not built here, a kernel module); each row below gives the message |\n", len(shared))
+	}
 	for _, c := range in.Causes {
 		if len(byCause[c.Name]) == 0 {
 			continue
@@ -244,6 +254,23 @@ func WriteDoc(w io.Writer, in DocInput) error {
 	}
 	if len(unclassified) > 0 {
 		fmt.Fprintf(&b, "| other (see the row's message) | %d | |\n", len(unclassified))
+	}
+
+	// The exceptions: what the kubelet passes and holdfast does not, each with its reason.
+	if in.Kubelet != nil {
+		fmt.Fprintf(&b, "\n## Passed by the kubelet, failed by holdfast (%d)\n\n", len(exceptions))
+		if len(exceptions) == 0 {
+			b.WriteString("None: holdfast passes every test the kubelet passes in this run.\n")
+		} else {
+			b.WriteString("| test | cause | the work it needs |\n|---|---|---|\n")
+		}
+		for _, n := range exceptions {
+			cause, work := "unexplained: "+firstLine(in.Holdfast[n].Message), ""
+			if c := classify(in.Causes, n, in.Holdfast[n]); c != nil {
+				cause, work = c.Name, c.Work
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", cell(n), cell(cause), cell(work))
+		}
 	}
 
 	b.WriteString("\n## Every test\n\nThe reason is given for each holdfast failure or skip: the cause above, then the first line of the suite's message.\n\n| test | kubelet | holdfast | reason (holdfast) |\n|---|---|---|---|\n")
