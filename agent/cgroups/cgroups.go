@@ -238,32 +238,49 @@ type Usage struct {
 	// MemoryWorkingSet is the memory in use less the inactive file cache, in bytes: what
 	// kubelet (through cAdvisor) calls the working set, and ranks evictions by.
 	MemoryWorkingSet int64
+	// MemoryUsage is all the memory charged to the cgroup, page cache included; MemoryRSS its
+	// anonymous memory.
+	MemoryUsage, MemoryRSS int64
+	// PageFaults and MajorPageFaults count the cgroup's page faults since it was made.
+	PageFaults, MajorPageFaults int64
+	// CPUUsageNanos is the CPU time the cgroup has used since it was made.
+	CPUUsageNanos uint64
 	// PIDs is the number of tasks in the pids cgroup; 0 when the controller is not there.
 	PIDs int64
 }
 
-// Usage reads the usage of the cgroups process pid is in.
+// Usage reads the usage of the cgroups process pid is in. Memory is required; CPU and tasks
+// are left at 0 when their controller is not there.
 func (h Hierarchy) Usage(pid int) (Usage, error) {
 	var u Usage
 	memDir, err := h.ProcessDir(pid, "memory")
 	if err != nil {
 		return u, err
 	}
-	usageFile, inactiveKey := "memory.usage_in_bytes", "total_inactive_file"
+	// memory.stat's keys: v1 gives the hierarchical totals with a "total_" prefix.
+	usageFile, prefix, rssKey := "memory.usage_in_bytes", "total_", "rss"
 	if h.Mode == Unified {
-		usageFile, inactiveKey = "memory.current", "inactive_file"
+		usageFile, prefix, rssKey = "memory.current", "", "anon"
 	}
 	used, err := readUint(filepath.Join(memDir, usageFile))
 	if err != nil {
 		return u, err
 	}
-	inactive, err := statValue(filepath.Join(memDir, "memory.stat"), inactiveKey)
+	stat, err := readStat(filepath.Join(memDir, "memory.stat"))
 	if err != nil {
 		return u, err
 	}
+	inactive, ok := stat[prefix+"inactive_file"]
+	if !ok {
+		return u, fmt.Errorf("%s has no %s", filepath.Join(memDir, "memory.stat"), prefix+"inactive_file")
+	}
+	u.MemoryUsage = int64(used)
 	if inactive < used {
 		u.MemoryWorkingSet = int64(used - inactive)
 	}
+	u.MemoryRSS = int64(stat[prefix+rssKey])
+	u.PageFaults, u.MajorPageFaults = int64(stat[prefix+"pgfault"]), int64(stat[prefix+"pgmajfault"])
+	u.CPUUsageNanos = h.cpuUsage(pid)
 	if pidsDir, err := h.ProcessDir(pid, "pids"); err == nil {
 		if n, err := readUint(filepath.Join(pidsDir, "pids.current")); err == nil {
 			u.PIDs = int64(n)
@@ -272,20 +289,43 @@ func (h Hierarchy) Usage(pid int) (Usage, error) {
 	return u, nil
 }
 
-// statValue reads one key of a "key value" per line file (memory.stat).
-func statValue(path, key string) (uint64, error) {
+// cpuUsage is the CPU time of pid's cgroup in nanoseconds: cpu.stat's usage_usec on v2,
+// cpuacct.usage on v1; 0 when neither can be read.
+func (h Hierarchy) cpuUsage(pid int) uint64 {
+	if h.Mode == Unified {
+		dir, err := h.ProcessDir(pid, "cpu")
+		if err != nil {
+			return 0
+		}
+		stat, err := readStat(filepath.Join(dir, "cpu.stat"))
+		if err != nil {
+			return 0
+		}
+		return stat["usage_usec"] * 1000
+	}
+	dir, err := h.ProcessDir(pid, "cpuacct")
+	if err != nil {
+		return 0
+	}
+	n, _ := readUint(filepath.Join(dir, "cpuacct.usage"))
+	return n
+}
+
+// readStat reads a "key value" per line file (memory.stat, cpu.stat).
+func readStat(path string) (map[string]uint64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := map[string]uint64{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, key+" "); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s: %s: %w", path, key, err)
-			}
-			return n, nil
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			out[k] = n // a key this reader does not know the form of is not an error
 		}
 	}
-	return 0, fmt.Errorf("%s has no %s", path, key)
+	return out, nil
 }

@@ -97,20 +97,25 @@ func TestUsage(t *testing.T) {
 	const ctr = "/holdfast/abc"
 	h := fakeHost(t, Unified, "0::"+ctr+"\n", map[string]string{
 		ctr + "/memory.current": "300000000\n",
-		ctr + "/memory.stat":    "anon 200000000\nfile 100000000\ninactive_file 80000000\nactive_file 20000000\n",
+		ctr + "/memory.stat":    "anon 200000000\nfile 100000000\ninactive_file 80000000\nactive_file 20000000\npgfault 1234\npgmajfault 5\n",
 		ctr + "/pids.current":   "7\n",
+		ctr + "/cpu.stat":       "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n",
 	})
 	u, err := h.Usage(42)
-	if want := (Usage{MemoryWorkingSet: 220000000, PIDs: 7}); err != nil || u != want {
+	want := Usage{MemoryWorkingSet: 220000000, PIDs: 7, MemoryUsage: 300000000, MemoryRSS: 200000000,
+		PageFaults: 1234, MajorPageFaults: 5, CPUUsageNanos: 2500000000}
+	if err != nil || u != want {
 		t.Errorf("v2 Usage = %+v, %v; want %+v", u, err, want)
 	}
-	h = fakeHost(t, Legacy, "4:memory:/holdfast/abc\n3:pids:/holdfast/abc\n", map[string]string{
+	h = fakeHost(t, Legacy, "5:cpu,cpuacct:/holdfast/abc\n4:memory:/holdfast/abc\n3:pids:/holdfast/abc\n", map[string]string{
 		"memory/holdfast/abc/memory.usage_in_bytes": "300000000\n",
-		"memory/holdfast/abc/memory.stat":           "cache 100000000\ninactive_file 5\ntotal_inactive_file 80000000\n",
+		"memory/holdfast/abc/memory.stat":           "cache 100000000\nrss 1\ninactive_file 5\ntotal_rss 200000000\ntotal_inactive_file 80000000\ntotal_pgfault 1234\ntotal_pgmajfault 5\n",
 		"pids/holdfast/abc/pids.current":            "3\n",
+		"cpuacct/holdfast/abc/cpuacct.usage":        "2500000000\n",
 	})
 	u, err = h.Usage(42)
-	if want := (Usage{MemoryWorkingSet: 220000000, PIDs: 3}); err != nil || u != want {
+	want.PIDs = 3
+	if err != nil || u != want {
 		t.Errorf("v1 Usage = %+v, %v; want %+v", u, err, want)
 	}
 }
