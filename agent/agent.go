@@ -41,6 +41,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/services"
 	"github.com/holdfast-dev/holdfast/agent/sources"
+	"github.com/holdfast-dev/holdfast/agent/stats"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/agent/systemd"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
@@ -190,7 +191,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("garbage collector: %w", err)
 	}
 
-	evictionMgr, err := a.evictionManager(rt, imageFS, podMgr, collector, recorder)
+	// What the node has and uses: eviction's signals, and the node API's stats.
+	host := eviction.HostObserver{NodeFS: cfg.StateDir, ImageFS: imageFS.Root}
+	usage := &stats.Provider{NodeName: cfg.NodeName, Cgroups: cgroups.Host(), Pods: podMgr.ActivePods, Runtime: rt, Host: host}
+	evictionMgr, err := a.evictionManager(rt, host, podMgr, collector, recorder)
 	if err != nil {
 		return err
 	}
@@ -300,7 +304,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cfg.HealthzAddress != "" {
 		g.Go(func() error { return a.serveHealthz(ctx, podMgr, statusMgr) })
 	}
-	if api, err := a.nodeAPI(client, hostIPs, statusMgr, rt, netMgr, podMgr); err != nil {
+	if api, err := a.nodeAPI(client, hostIPs, statusMgr, rt, netMgr, podMgr, usage); err != nil {
 		// Not worth stopping the agent, and with it the node's heartbeat, for.
 		a.log.Error("node API not served: fix the configuration and restart holdfast", "err", err)
 	} else if api != nil {
@@ -345,7 +349,7 @@ func (a *Agent) reservations() (func(capacity v1.ResourceList) v1.ResourceList, 
 // evictionManager builds the node-pressure eviction manager: the host's signals against the
 // configured thresholds, pods measured from their cgroups and directories, and image and
 // container collection as the node-level reclaim that comes before evicting for disk.
-func (a *Agent) evictionManager(rt *runtime.Runtime, imageFS gc.ImageFilesystem, podMgr *pods.Manager, collector *gc.GC, recorder record.EventRecorder) (*eviction.Manager, error) {
+func (a *Agent) evictionManager(rt *runtime.Runtime, host eviction.HostObserver, podMgr *pods.Manager, collector *gc.GC, recorder record.EventRecorder) (*eviction.Manager, error) {
 	thresholds, err := a.cfg.EvictionThresholds()
 	if err != nil {
 		return nil, err
@@ -356,7 +360,7 @@ func (a *Agent) evictionManager(rt *runtime.Runtime, imageFS gc.ImageFilesystem,
 		PressureTransitionPeriod: a.cfg.EvictionPressureTransitionPeriod.Duration,
 		MonitoringInterval:       a.cfg.EvictionMonitoringPeriod.Duration,
 		MaxPodGracePeriod:        time.Duration(a.cfg.EvictionMaxPodGracePeriod) * time.Second,
-	}, eviction.HostObserver{NodeFS: a.cfg.StateDir, ImageFS: imageFS.Root}, podMgr,
+	}, host, podMgr,
 		eviction.HostStats{Runtime: rt, Cgroups: cgroups.Host(), PodsDir: filepath.Join(a.cfg.StateDir, "pods"), PodLogDir: a.cfg.PodLogDir},
 		collector, recorder, a.log.With("component", "eviction")), nil
 }
@@ -492,7 +496,7 @@ func (a *Agent) preloadImages(ctx context.Context, rt *runtime.Runtime) []string
 // (port 0) or the node is standalone: with no apiserver to authorize requests, it would have
 // to refuse them all.
 func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, statusMgr *status.Manager, rt *runtime.Runtime,
-	netMgr *network.Manager, podMgr *pods.Manager) (*nodeapi.Server, error) {
+	netMgr *network.Manager, podMgr *pods.Manager, usage *stats.Provider) (*nodeapi.Server, error) {
 	cfg := a.cfg
 	if cfg.NodeAPIPort() == 0 {
 		return nil, nil
@@ -513,6 +517,7 @@ func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, st
 		Runtime:      rt,
 		NetNS:        netMgr.NetNSPath,
 		Healthy:      podMgr.RelistHealthy,
+		Stats:        usage,
 		Log:          a.log.With("component", "nodeapi"),
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
@@ -298,6 +300,52 @@ func TestNodeAPI(t *testing.T) {
 		var out, errOut bytes.Buffer
 		if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}); err != nil || out.String() != "marco\n" {
 			t.Errorf("exec in the ephemeral container: %q, %q, %v", out.String(), errOut.String(), err)
+		}
+	})
+
+	// What metrics-server and kubectl top read, through the apiserver's node proxy.
+	t.Run("stats", func(t *testing.T) {
+		proxy := func(path string) ([]byte, error) {
+			return e.cp.Admin.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix(path).Do(ctx).Raw()
+		}
+		raw, err := proxy("stats/summary")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum statsapi.Summary
+		if err := json.Unmarshal(raw, &sum); err != nil {
+			t.Fatalf("summary: %v\n%s", err, raw)
+		}
+		if sum.Node.NodeName != node || sum.Node.CPU == nil || sum.Node.Memory == nil || sum.Node.Memory.WorkingSetBytes == nil || sum.Node.Fs == nil {
+			t.Errorf("node stats %+v", sum.Node)
+		}
+		var web *statsapi.ContainerStats
+		for _, p := range sum.Pods {
+			if p.PodRef.Name != pod.Name {
+				continue
+			}
+			for i, c := range p.Containers {
+				if c.Name == "web" {
+					web = &p.Containers[i]
+				}
+			}
+			if p.Network == nil || p.Network.RxBytes == nil {
+				t.Errorf("pod network stats %+v", p.Network)
+			}
+		}
+		if web == nil || web.CPU == nil || web.CPU.UsageCoreNanoSeconds == nil || *web.CPU.UsageCoreNanoSeconds == 0 ||
+			web.Memory == nil || web.Memory.WorkingSetBytes == nil || *web.Memory.WorkingSetBytes == 0 {
+			t.Fatalf("web's stats %+v in %s", web, raw)
+		}
+		raw, err = proxy("metrics/resource")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`container_memory_working_set_bytes{container="web",namespace="default",pod="nodeapi"}`,
+			`container_cpu_usage_seconds_total{container="counter",namespace="default",pod="nodeapi"}`, "node_memory_working_set_bytes ", "resource_scrape_error 0"} {
+			if !strings.Contains(string(raw), want) {
+				t.Errorf("/metrics/resource lacks %q:\n%s", want, raw)
+			}
 		}
 	})
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/stats"
 )
 
 // Streaming timeouts, the kubelet's defaults (streamingConnectionIdleTimeout, and the CRI
@@ -52,7 +53,32 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("GET "+p, s.portForward)
 		mux.HandleFunc("POST "+p, s.portForward)
 	}
+	if s.cfg.Stats != nil {
+		mux.HandleFunc("GET /stats/summary", s.statsSummary)
+		mux.HandleFunc("POST /stats/summary", s.statsSummary)
+		mux.Handle("GET /metrics/resource", stats.ResourceMetricsHandler(s.cfg.Stats, s.cfg.Log))
+	}
 	return mux
+}
+
+// statsSummary serves the kubelet's Summary API. only_cpu_and_memory=true (as older
+// metrics-server asks) leaves out file systems and networks.
+func (s *Server) statsSummary(w http.ResponseWriter, r *http.Request) {
+	sum, err := s.cfg.Stats.Summary(r.Context())
+	if err != nil {
+		writeError(w, fmt.Errorf("measure the node: %w", err))
+		return
+	}
+	if r.URL.Query().Get("only_cpu_and_memory") == "true" {
+		sum.Node.Fs, sum.Node.Runtime, sum.Node.Network = nil, nil, nil
+		for i := range sum.Pods {
+			sum.Pods[i].Network, sum.Pods[i].EphemeralStorage, sum.Pods[i].VolumeStats = nil, nil, nil
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(sum); err != nil {
+		s.cfg.Log.Debug("write stats summary", "err", err)
+	}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/stats"
 )
 
 // maxStreams bounds the log, exec and port-forward requests served at once: each holds a
@@ -58,7 +59,10 @@ type Config struct {
 	NetNS func(podUID string) string
 	// Healthy is /healthz's answer: nil when the agent is healthy.
 	Healthy func() error
-	Log     *slog.Logger
+	// Stats measures the node and its pods for /stats/summary and /metrics/resource; nil:
+	// neither is served.
+	Stats *stats.Provider
+	Log   *slog.Logger
 	// Now is the clock for caches and certificates; defaults to time.Now.
 	Now func() time.Time
 }
@@ -213,6 +217,7 @@ func (s *Server) withAuth(h http.Handler) http.Handler {
 				continue
 			}
 			if ok {
+				s.cfg.Log.Debug("node API request", "method", r.Method, "path", r.URL.Path, "user", u.Name)
 				h.ServeHTTP(w, r)
 				return
 			}
