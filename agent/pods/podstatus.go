@@ -120,8 +120,10 @@ func computeStatus(in statusInput) v1.PodStatus {
 			// containers, its init containers included.
 			cs.State.Waiting.Reason = ReasonPodInitializing
 		}
-		if cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 && !isSidecar(c) {
-			cs.Ready = true // a completed init container counts as ready, as kubelet reports it
+		if !isSidecar(c) {
+			// kubelet reports a regular init container ready once it completed, never while
+			// it runs.
+			cs.Ready = cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
 		}
 		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
 	}
@@ -158,7 +160,7 @@ func computeStatus(in statusInput) v1.PodStatus {
 	allReady := len(unready) == 0 && st.Phase == v1.PodRunning
 	initCond := condition(old, v1.PodInitialized, true, "", "", in.now)
 	if !isInit {
-		initCond = condition(old, v1.PodInitialized, false, ReasonContainersNotInitialzed, notInitializedMessage(st), in.now)
+		initCond = condition(old, v1.PodInitialized, false, ReasonContainersNotInitialzed, notInitializedMessage(pod, st), in.now)
 	}
 	st.Conditions = []v1.PodCondition{
 		condition(old, v1.PodScheduled, true, "", "", in.now),
@@ -224,10 +226,17 @@ func readyCondition(old v1.PodStatus, gates []v1.PodReadinessGate, ok bool, unre
 	return condition(old, v1.PodReady, true, "", "", now)
 }
 
-func notInitializedMessage(st v1.PodStatus) string {
+// notInitializedMessage names the init containers the pod's initialization waits for, as
+// kubelet's GeneratePodInitializedCondition: a regular one until it succeeded (Ready), a
+// sidecar until it started.
+func notInitializedMessage(pod *v1.Pod, st v1.PodStatus) string {
 	var names []string
-	for _, cs := range st.InitContainerStatuses {
-		if !cs.Ready && (cs.State.Running == nil) {
+	for i, cs := range st.InitContainerStatuses {
+		done := cs.Ready
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			done = cs.Started != nil && *cs.Started
+		}
+		if !done {
 			names = append(names, cs.Name)
 		}
 	}

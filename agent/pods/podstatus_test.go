@@ -266,6 +266,16 @@ func TestComputeStatusInitContainersNotStarted(t *testing.T) {
 	if st.Phase != v1.PodPending {
 		t.Errorf("phase %s, want Pending", st.Phase)
 	}
+	// init1 is retried: running again, it is still incomplete (kubelet counts a regular init
+	// container complete once it succeeded, a sidecar once it started).
+	retry := failed
+	retry.ID, retry.Attempt, retry.State = runtime.ContainerID(string(pod.UID), "init1", 1), 1, runtime.StateRunning
+	st = computeStatus(statusInput{pod: pod, observed: []runtime.Container{failed, retry}, startTime: now, now: now})
+	for _, c := range st.Conditions {
+		if c.Type == v1.PodInitialized && c.Message != "containers with incomplete status: [init1 init2]" {
+			t.Errorf("Initialized %+v, want both init containers incomplete", c)
+		}
+	}
 }
 
 // A sidecar (restartable init container) counts in ContainersReady and Ready as kubelet counts

@@ -214,7 +214,8 @@ func (m *Manager) setupVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 				return volume{}, err
 			}
 		case v1.StorageMediumMemory:
-			if err := ensureTmpfs(dir, tmpfsSize(pod, vol.EmptyDir.SizeLimit, m.Allocatable()), 0o777); err != nil {
+			// kubelet mounts it with no mode: a tmpfs root's default, world-writable and sticky.
+			if err := ensureTmpfs(dir, tmpfsSize(pod, vol.EmptyDir.SizeLimit, m.Allocatable()), os.ModeSticky|0o777); err != nil {
 				return volume{}, err
 			}
 		default:

@@ -210,6 +210,10 @@ func TestSetupMountsTeardown(t *testing.T) {
 	if _, opts := mountOptions(t, vol(dirEmptyDir, "ram")); !strings.Contains(opts, "size=8192k") {
 		t.Errorf("memory emptyDir options %q, want size=8192k", opts)
 	}
+	// A memory emptyDir is a tmpfs's root as kubelet mounts it: world-writable and sticky.
+	if fi, err := os.Stat(vol(dirEmptyDir, "ram")); err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+		t.Errorf("memory emptyDir mode %v (%v), want world-writable and sticky", fi.Mode(), err)
+	}
 	// A secret volume without sizeLimit gets the pod's memory limit.
 	if _, opts := mountOptions(t, vol(dirSecret, "creds")); !strings.Contains(opts, "size=65536k") {
 		t.Errorf("secret tmpfs options %q, want size=65536k", opts)

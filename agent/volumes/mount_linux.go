@@ -35,7 +35,7 @@ func ensureTmpfs(dir string, sizeBytes int64, mode os.FileMode) error {
 		}
 		return nil
 	}
-	opts := "mode=" + strconv.FormatUint(uint64(mode.Perm()), 8)
+	opts := "mode=" + strconv.FormatUint(uint64(unixMode(mode)), 8)
 	if sizeBytes > 0 {
 		opts += ",size=" + strconv.FormatInt(sizeBytes, 10)
 	}
