@@ -5,6 +5,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -304,7 +305,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cfg.HealthzAddress != "" {
 		g.Go(func() error { return a.serveHealthz(ctx, podMgr, statusMgr) })
 	}
-	if api, err := a.nodeAPI(client, hostIPs, statusMgr, rt, netMgr, podMgr, usage); err != nil {
+	serving := a.servingCertificate(client, hostIPs)
+	if serving != nil {
+		g.Go(func() error { return serving.Run(ctx) })
+	}
+	if api, err := a.nodeAPI(client, hostIPs, statusMgr, rt, netMgr, podMgr, usage, serving); err != nil {
 		// Not worth stopping the agent, and with it the node's heartbeat, for.
 		a.log.Error("node API not served: fix the configuration and restart holdfast", "err", err)
 	} else if api != nil {
@@ -492,11 +497,27 @@ func (a *Agent) preloadImages(ctx context.Context, rt *runtime.Runtime) []string
 	return names
 }
 
+// servingCertificate prepares the node API's cluster-issued serving certificate
+// (serverTLSBootstrap), nil when it is not asked for or the node API is not served. A failure
+// leaves the self-signed certificate in use, and says so.
+func (a *Agent) servingCertificate(client kubernetes.Interface, hostIPs func() []string) *identity.Serving {
+	cfg := a.cfg
+	if !cfg.ServerTLSBootstrap || cfg.NodeAPIPort() == 0 || client == nil {
+		return nil
+	}
+	serving, err := identity.NewServing(cfg.NodeName, filepath.Join(cfg.StateDir, "pki"), hostIPs, client, a.log.With("component", "serving-certificate"))
+	if err != nil {
+		a.log.Error("node API serving certificate not requested; serving a self-signed one", "err", err)
+		return nil
+	}
+	return serving
+}
+
 // nodeAPI builds the kubelet API server (agent/nodeapi), or returns nil when it is disabled
 // (port 0) or the node is standalone: with no apiserver to authorize requests, it would have
 // to refuse them all.
 func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, statusMgr *status.Manager, rt *runtime.Runtime,
-	netMgr *network.Manager, podMgr *pods.Manager, usage *stats.Provider) (*nodeapi.Server, error) {
+	netMgr *network.Manager, podMgr *pods.Manager, usage *stats.Provider, serving *identity.Serving) (*nodeapi.Server, error) {
 	cfg := a.cfg
 	if cfg.NodeAPIPort() == 0 {
 		return nil, nil
@@ -505,20 +526,25 @@ func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, st
 		a.log.Info("node API not served: standalone, no apiserver to authorize requests", "port", cfg.NodeAPIPort())
 		return nil, nil
 	}
+	var servingCert func() *tls.Certificate
+	if serving != nil {
+		servingCert = serving.Current
+	}
 	return nodeapi.New(nodeapi.Config{
-		Address:      cfg.Address,
-		Port:         cfg.NodeAPIPort(),
-		NodeName:     cfg.NodeName,
-		HostIPs:      hostIPs,
-		PKIDir:       filepath.Join(cfg.StateDir, "pki"),
-		ClientCAFile: cfg.Authentication.X509.ClientCAFile,
-		Client:       client,
-		Pods:         statusMgr,
-		Runtime:      rt,
-		NetNS:        netMgr.NetNSPath,
-		Healthy:      podMgr.RelistHealthy,
-		Stats:        usage,
-		Log:          a.log.With("component", "nodeapi"),
+		Address:            cfg.Address,
+		Port:               cfg.NodeAPIPort(),
+		NodeName:           cfg.NodeName,
+		HostIPs:            hostIPs,
+		PKIDir:             filepath.Join(cfg.StateDir, "pki"),
+		ServingCertificate: servingCert,
+		ClientCAFile:       cfg.Authentication.X509.ClientCAFile,
+		Client:             client,
+		Pods:               statusMgr,
+		Runtime:            rt,
+		NetNS:              netMgr.NetNSPath,
+		Healthy:            podMgr.RelistHealthy,
+		Stats:              usage,
+		Log:                a.log.With("component", "nodeapi"),
 	})
 }
 

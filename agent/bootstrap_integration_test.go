@@ -2,12 +2,15 @@ package agent_test
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +29,7 @@ import (
 // token auth, the cluster CA trusted for client certificates, kube-controller-manager's CSR
 // approver and signer, a bootstrap token with kubeadm's RBAC bindings) and an agent given only
 // a bootstrap kubeconfig. It returns the token's ID.
-func bootstrapEnv(t *testing.T, signingDuration time.Duration) (*env, string) {
+func bootstrapEnv(t *testing.T, signingDuration time.Duration, tune ...func(*config.Config)) (*env, string) {
 	t.Helper()
 	var tokenID string
 	e := startEnvFor(t, &testenv.ControlPlaneOptions{ClusterCA: true, BootstrapTokenAuth: true}, func(e *env, c *config.Config) {
@@ -36,6 +39,9 @@ func bootstrapEnv(t *testing.T, signingDuration time.Duration) (*env, string) {
 		c.BootstrapKubeconfig = e.cp.WriteBootstrapKubeconfig(token)
 		quickBackoff(c)
 		c.NodeStatus.UpdateFrequency = config.D(time.Second)
+		for _, f := range tune {
+			f(c)
+		}
 	}, nil)
 	return e, tokenID
 }
@@ -261,4 +267,70 @@ func TestClientCertificateRotation(t *testing.T) {
 		return nil
 	})
 	e.waitNodeReady(t)
+}
+
+// TestServingCertificateByCSR: with serverTLSBootstrap the node API serves its self-signed
+// certificate until the cluster approves the node's kubernetes.io/kubelet-serving CSR (made
+// with the node's own identity, for its name and InternalIP), then the issued one, signed by
+// the cluster CA, without a restart.
+func TestServingCertificateByCSR(t *testing.T) {
+	e, _ := bootstrapEnv(t, 0, func(c *config.Config) { c.ServerTLSBootstrap = true })
+	ctx := context.Background()
+	n := e.waitNodeReady(t)
+	var nodeIP string
+	for _, a := range n.Status.Addresses {
+		if a.Type == v1.NodeInternalIP {
+			nodeIP = a.Address
+		}
+	}
+	addr := net.JoinHostPort(nodeIP, strconv.Itoa(e.agent.Config.NodeAPIPort()))
+	served := func() (*x509.Certificate, error) {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0], nil
+	}
+	var csr certificatesv1.CertificateSigningRequest
+	testenv.Eventually(t, 60*time.Second, "the node's serving CSR", func() error {
+		list, err := e.cp.Admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range list.Items {
+			if c.Spec.SignerName == certificatesv1.KubeletServingSignerName {
+				csr = c
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d CSRs", len(list.Items))
+	})
+	if csr.Spec.Username != "system:node:"+node {
+		t.Errorf("serving CSR requested by %q, want the node's identity", csr.Spec.Username)
+	}
+	if cert, err := served(); err != nil || cert.Issuer.String() != cert.Subject.String() {
+		t.Fatalf("before approval: %v, %v; want the self-signed certificate", cert, err)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: v1.ConditionTrue, Reason: "TestApproval", Message: "approved by the test, as a cluster's approver would"})
+	if _, err := e.cp.Admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, &csr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(e.cp.ClusterCA.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	testenv.Eventually(t, 60*time.Second, "the issued certificate served", func() error {
+		cert, err := served()
+		if err != nil {
+			return err
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: nodeIP, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			return fmt.Errorf("served %s: %w", cert.Subject, err)
+		}
+		return nil
+	})
 }

@@ -138,6 +138,12 @@ type Config struct {
 	Port *int `json:"port,omitempty"`
 	// Authentication says whom the node API accepts (kubelet's authentication).
 	Authentication AuthenticationConfig `json:"authentication,omitempty"`
+	// ServerTLSBootstrap has the node API's serving certificate requested from the cluster
+	// by CSR (signer kubernetes.io/kubelet-serving, for the node name and addresses) and
+	// renewed before it expires, as the kubelet's serverTLSBootstrap. The cluster must approve
+	// those CSRs (kube-controller-manager does not); until one is issued, and when false (the
+	// default), the node API serves a self-signed certificate.
+	ServerTLSBootstrap bool `json:"serverTLSBootstrap,omitempty"`
 }
 
 // AuthenticationConfig says how node API clients are authenticated; anonymous requests are

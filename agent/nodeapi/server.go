@@ -46,8 +46,11 @@ type Config struct {
 	NodeName string
 	// HostIPs returns the node's addresses, named in the serving certificate.
 	HostIPs func() []string
-	// PKIDir keeps the serving certificate and its key.
+	// PKIDir keeps the self-signed serving certificate and its key.
 	PKIDir string
+	// ServingCertificate returns the certificate issued by the cluster (serverTLSBootstrap),
+	// nil while there is none: the self-signed one is served then. nil: always self-signed.
+	ServingCertificate func() *tls.Certificate
 	// ClientCAFile verifies client certificates; empty: only bearer tokens authenticate.
 	ClientCAFile string
 	// Client reviews tokens and authorizes requests; required.
@@ -130,15 +133,24 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 	if h, err := os.Hostname(); err == nil && h != s.cfg.NodeName {
 		names = append(names, h)
 	}
-	cert, err := servingCertificate(s.cfg.PKIDir, names, ips, s.cfg.Now())
+	selfSigned, err := servingCertificate(s.cfg.PKIDir, names, ips, s.cfg.Now())
 	if err != nil {
 		return nil, err
 	}
 	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		ClientAuth:   tls.RequestClientCert,
-		MinVersion:   tls.VersionTLS12,
-		NextProtos:   []string{"http/1.1"}, // SPDY and WebSocket upgrades need HTTP/1.1
+		// The cluster-issued certificate as soon as there is one, and its renewals as they
+		// come: chosen at each handshake.
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if s.cfg.ServingCertificate != nil {
+				if c := s.cfg.ServingCertificate(); c != nil {
+					return c, nil
+				}
+			}
+			return &selfSigned, nil
+		},
+		ClientAuth: tls.RequestClientCert,
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"}, // SPDY and WebSocket upgrades need HTTP/1.1
 	}, nil
 }
 
