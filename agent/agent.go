@@ -313,7 +313,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		// Not worth stopping the agent, and with it the node's heartbeat, for.
 		a.log.Error("node API not served: fix the configuration and restart holdfast", "err", err)
 	} else if api != nil {
-		g.Go(func() error { return api.Run(ctx) })
+		if cfg.NodeAPIPort() != 0 {
+			g.Go(func() error { return api.Run(ctx) })
+		}
+		if cfg.LocalAPISocket != "" {
+			g.Go(func() error { return api.ServeLocal(ctx, cfg.LocalAPISocket) })
+		}
 	}
 	// Restored and running: tell systemd, and keep petting its watchdog while the relist is
 	// healthy (the same health /healthz reports).
@@ -513,17 +518,13 @@ func (a *Agent) servingCertificate(client kubernetes.Interface, hostIPs func() [
 	return serving
 }
 
-// nodeAPI builds the kubelet API server (agent/nodeapi), or returns nil when it is disabled
-// (port 0) or the node is standalone: with no apiserver to authorize requests, it would have
-// to refuse them all.
+// nodeAPI builds the kubelet API server (agent/nodeapi), nil when neither its port nor the
+// local socket is enabled. Standalone (no apiserver to authorize requests) it serves the local
+// socket only.
 func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, statusMgr *status.Manager, rt *runtime.Runtime,
 	netMgr *network.Manager, podMgr *pods.Manager, usage *stats.Provider, serving *identity.Serving) (*nodeapi.Server, error) {
 	cfg := a.cfg
-	if cfg.NodeAPIPort() == 0 {
-		return nil, nil
-	}
-	if client == nil {
-		a.log.Info("node API not served: standalone, no apiserver to authorize requests", "port", cfg.NodeAPIPort())
+	if cfg.NodeAPIPort() == 0 && cfg.LocalAPISocket == "" {
 		return nil, nil
 	}
 	var servingCert func() *tls.Certificate
@@ -543,6 +544,7 @@ func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, st
 		Runtime:            rt,
 		NetNS:              netMgr.NetNSPath,
 		Healthy:            podMgr.RelistHealthy,
+		Restart:            podMgr.Restart,
 		Stats:              usage,
 		Log:                a.log.With("component", "nodeapi"),
 	})

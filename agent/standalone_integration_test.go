@@ -2,8 +2,10 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -154,4 +156,79 @@ func TestPreloadedImagesBootOfflineGateway(t *testing.T) {
 		return nil
 	})
 	e.waitLocalRunning(t, "sensor-"+node)
+}
+
+// TestLocalCLIWithoutApiserver: with no apiserver at all, an operator on the gateway reads a
+// container's logs, runs a command in it (stdin included) and restarts its pod with the
+// holdfast CLI, through the agent's root-only local socket; each action is in the agent's log.
+func TestLocalCLIWithoutApiserver(t *testing.T) {
+	e := startEnv(t, false, nil)
+	ctx := context.Background()
+	if err := os.WriteFile(filepath.Join(e.agent.Config.ManifestDir, "sensor.yaml"), []byte(fmt.Sprintf(staticPod, "v1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := "sensor-" + node
+	restarts := func() (int32, error) {
+		pods, err := e.agent.Pods(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, p := range pods {
+			if p.Name == pod && p.Status.Phase == "Running" && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil {
+				return p.Status.ContainerStatuses[0].RestartCount, nil
+			}
+		}
+		return 0, fmt.Errorf("%s not running", pod)
+	}
+	testenv.Eventually(t, 60*time.Second, pod+" running", func() error { _, err := restarts(); return err })
+
+	socket := e.agent.Config.LocalAPISocket
+	if fi, err := os.Stat(socket); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("local socket %s: %v, %v; want a socket only root can open", socket, fi, err)
+	}
+	cli := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(e.agent.Binary(), append(args, "--socket", socket)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	testenv.Eventually(t, 30*time.Second, "holdfast logs", func() error {
+		out, err := cli("", "logs", pod)
+		if err != nil || out != "reading v1\n" {
+			return fmt.Errorf("%q, %v", out, err)
+		}
+		return nil
+	})
+	if out, err := cli("", "logs", pod, "-c", "nope"); err == nil || !strings.Contains(out, `container "nope" not found`) {
+		t.Errorf("logs of an unknown container: %q, %v", out, err)
+	}
+	// `--` ends holdfast's flags; --socket goes before it.
+	run := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(e.agent.Binary(), append([]string{"exec", "--socket", socket}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("through stdin\n", "-i", pod, "--", "cat"); err != nil || out != "through stdin\n" {
+		t.Errorf("exec -i cat: %q, %v", out, err)
+	}
+	var exitErr *exec.ExitError
+	if out, err := run("", pod, "--", "sh", "-c", "exit 3"); !errors.As(err, &exitErr) || exitErr.ExitCode() != 3 {
+		t.Errorf("exec exit 3: %q, %v; want holdfast to exit 3", out, err)
+	}
+	if out, err := cli("", "restart", pod); err != nil {
+		t.Fatalf("restart: %q, %v", out, err)
+	}
+	testenv.Eventually(t, 60*time.Second, pod+" restarted", func() error {
+		n, err := restarts()
+		if err != nil || n != 1 {
+			return fmt.Errorf("restartCount %d, %v", n, err)
+		}
+		return nil
+	})
+	for _, want := range []string{`msg="local API request" component=nodeapi method=POST path=/exec/default/` + pod, `path=/restart/default/` + pod} {
+		if !strings.Contains(e.agent.Log(), want) {
+			t.Errorf("the agent's log lacks %q", want)
+		}
+	}
 }

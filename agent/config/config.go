@@ -138,6 +138,10 @@ type Config struct {
 	Port *int `json:"port,omitempty"`
 	// Authentication says whom the node API accepts (kubelet's authentication).
 	Authentication AuthenticationConfig `json:"authentication,omitempty"`
+	// LocalAPISocket is the unix socket holdfast's CLI talks to (`holdfast logs`, `exec`,
+	// `restart`): the node API's operations with no apiserver involved, root only. Defaults
+	// to <stateDir>/api.sock; "-" disables it.
+	LocalAPISocket string `json:"localAPISocket,omitempty"`
 	// ServerTLSBootstrap has the node API's serving certificate requested from the cluster
 	// by CSR (signer kubernetes.io/kubelet-serving, for the node name and addresses) and
 	// renewed before it expires, as the kubelet's serverTLSBootstrap. The cluster must approve
@@ -355,6 +359,10 @@ func (c *Config) applyDefaults() {
 	setDefaultDuration(&c.EvictionPressureTransitionPeriod, 5*time.Minute)
 	setDefaultDuration(&c.EvictionMonitoringPeriod, 10*time.Second)
 	setDefault(&c.HealthzAddress, "127.0.0.1:10248")
+	setDefault(&c.LocalAPISocket, filepath.Join(c.StateDir, "api.sock"))
+	if c.LocalAPISocket == "-" {
+		c.LocalAPISocket = ""
+	}
 	if c.HealthzAddress == "-" {
 		c.HealthzAddress = ""
 	}

@@ -61,6 +61,24 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
+// restart asks for the pod's containers to be restarted (local socket only).
+func (s *Server) restart(w http.ResponseWriter, r *http.Request) {
+	pod, err := s.findPod(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if s.cfg.Restart == nil {
+		writeError(w, errorf(http.StatusNotImplemented, "restart is not available"))
+		return
+	}
+	if err := s.cfg.Restart(pod.UID, "restarted with holdfast restart (local API)"); err != nil {
+		writeError(w, errorf(http.StatusConflict, "restart %s/%s: %v", pod.Namespace, pod.Name, err))
+		return
+	}
+	fmt.Fprintf(w, "pod %s/%s: its running containers are stopped and start again by their restart policy\n", pod.Namespace, pod.Name)
+}
+
 // statsSummary serves the kubelet's Summary API. only_cpu_and_memory=true (as older
 // metrics-server asks) leaves out file systems and networks.
 func (s *Server) statsSummary(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -53,7 +54,8 @@ type Config struct {
 	ServingCertificate func() *tls.Certificate
 	// ClientCAFile verifies client certificates; empty: only bearer tokens authenticate.
 	ClientCAFile string
-	// Client reviews tokens and authorizes requests; required.
+	// Client reviews tokens and authorizes requests; nil (standalone): only the local socket
+	// is served.
 	Client kubernetes.Interface
 
 	Pods    Pods
@@ -62,6 +64,9 @@ type Config struct {
 	NetNS func(podUID string) string
 	// Healthy is /healthz's answer: nil when the agent is healthy.
 	Healthy func() error
+	// Restart stops a pod's running containers so that they start again by their restart
+	// policy; served on the local socket only (POST /restart/NS/POD).
+	Restart func(uid types.UID, reason string) error
 	// Stats measures the node and its pods for /stats/summary and /metrics/resource; nil:
 	// neither is served.
 	Stats *stats.Provider
@@ -84,9 +89,6 @@ type Server struct {
 
 // New checks the configuration (the client CA file must be readable) and builds the server.
 func New(cfg Config) (*Server, error) {
-	if cfg.Client == nil {
-		return nil, errors.New("node API: no apiserver client to authorize requests with")
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -115,6 +117,54 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.handler = s.withAuth(s.routes())
 	return s, nil
+}
+
+// ServeLocal serves the API on a unix socket at path, for holdfast's own CLI (`holdfast logs`,
+// `holdfast exec`, `holdfast restart`) on the machine: the same handlers as the HTTPS API,
+// with no apiserver involved, so that they work offline. The socket is root's alone (0600 in
+// the agent's 0700 state directory): whoever can open it is root on the node already. Every
+// request is written to the agent's log. It returns when ctx ends, after the last stream.
+func (s *Server) ServeLocal(ctx context.Context, path string) error {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == os.ModeSocket {
+		_ = os.Remove(path) // a previous agent's
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		s.cfg.Log.Error("local API not served", "socket", path, "err", err)
+		return nil
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		s.cfg.Log.Error("local API not served", "socket", path, "err", err)
+		return nil
+	}
+	s.cfg.Log.Info("local API serving", "socket", path)
+	routes := http.NewServeMux()
+	routes.Handle("/", s.routes())
+	routes.HandleFunc("POST /restart/{ns}/{pod}", s.restart)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.active.Add(1)
+			defer s.active.Done()
+			s.cfg.Log.Info("local API request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery)
+			routes.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		_ = srv.Close()
+		<-errCh
+	case err := <-errCh:
+		s.cfg.Log.Error("local API stopped serving", "socket", path, "err", err)
+	}
+	s.active.Wait()
+	_ = os.Remove(path)
+	return nil
 }
 
 // Handler is the API's handler, authentication and authorization included.
@@ -159,6 +209,10 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 // heartbeat, for: a port that cannot be bound (another kubelet on it) is retried, and a serving
 // certificate that cannot be made is logged and the API left off.
 func (s *Server) Run(ctx context.Context) error {
+	if s.cfg.Client == nil {
+		s.cfg.Log.Info("node API not served over HTTPS: standalone, no apiserver to authorize requests", "port", s.cfg.Port)
+		return nil
+	}
 	tlsCfg, err := s.tlsConfig()
 	if err != nil {
 		s.cfg.Log.Error("node API not served: no serving certificate", "dir", s.cfg.PKIDir, "err", err)

@@ -300,6 +300,24 @@ func (m *Manager) Update(pod *v1.Pod) {
 	w.poke()
 }
 
+// Restart stops the pod's running containers, with their preStop hooks and grace period, so
+// that each starts again by its restart policy (a container of a Never pod does not): what
+// `holdfast restart` asks through the local API, offline too. The restarts show in the pod's
+// status as any other.
+func (m *Manager) Restart(uid types.UID, reason string) error {
+	m.mu.Lock()
+	w, ok := m.workers[uid]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("pod %s does not run here", uid)
+	}
+	w.mu.Lock()
+	w.restart = reason
+	w.mu.Unlock()
+	w.poke()
+	return nil
+}
+
 // Remove is an authoritative removal: the pod's containers are stopped and removed. Only the
 // source that owns the pod calls it, and only when it knows the pod is gone.
 func (m *Manager) Remove(uid types.UID, reason string) {

@@ -36,7 +36,7 @@ type worker struct {
 	m      *Manager
 	signal chan struct{} // buffered(1): a pending "sync again", coalesced
 
-	mu      sync.Mutex // protects pod, removed, reason, terminating, cancelRun, readded, decision, terminal, eviction, cleaned
+	mu      sync.Mutex // protects pod, removed, reason, terminating, cancelRun, readded, decision, terminal, eviction, cleaned, restart
 	pod     *v1.Pod
 	removed bool   // authoritative removal: terminate the pod
 	reason  string // why it was removed, for the event
@@ -58,6 +58,9 @@ type worker struct {
 	// cleaned: the pod finished and its containers are stopped, its network and volumes
 	// released.
 	cleaned bool
+	// restart is why the pod's running containers are to be stopped and started again by their
+	// restart policy (`holdfast restart`), empty when they are not.
+	restart string
 
 	// Owned by the worker's goroutine.
 	waiting          map[string]waitingInfo
@@ -266,6 +269,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 	next = min(next, prepNext)
 	p := computePlan(pod, observed, w.m.backoff)
 	p.kill = append(p.kill, w.probeKills(pod, observed, p.kill)...)
+	p.kill = append(p.kill, w.restartKills(observed, p.kill)...)
 	if ok {
 		next = min(next, w.apply(ctx, log, pod, observed, p, podIPs, hostIPs, vols))
 	}
@@ -563,6 +567,25 @@ func (w *worker) updateProber(pod *v1.Pod, observed []runtime.Container, podIPs,
 		started[name] = pr.Started(pod.UID, name)
 	}
 	return ready, started
+}
+
+// restartKills returns the running containers to stop for a requested restart (each then
+// starts again by its restart policy), and clears the request.
+func (w *worker) restartKills(observed []runtime.Container, already []killAction) []killAction {
+	w.mu.Lock()
+	reason := w.restart
+	w.restart = ""
+	w.mu.Unlock()
+	if reason == "" {
+		return nil
+	}
+	var out []killAction
+	for _, c := range observed {
+		if c.State == runtime.StateRunning && !slices.ContainsFunc(already, func(k killAction) bool { return k.id == c.ID }) {
+			out = append(out, killAction{id: c.ID, name: c.Name, reason: reason})
+		}
+	}
+	return out
 }
 
 // probeKills returns the running containers whose liveness or startup probe failed, killed

@@ -1,6 +1,7 @@
 // Command holdfast is the node agent: `holdfast run` runs it, `holdfast pods` shows the pods of
-// a running agent, `holdfast version` prints its version, and `holdfast policy` helps policy
-// authors test their Wasm modules.
+// a running agent, `holdfast logs`, `exec` and `restart` act on them through the agent's local
+// socket (with no apiserver), `holdfast version` prints its version, and `holdfast policy`
+// helps policy authors test their Wasm modules.
 package main
 
 import (
@@ -67,7 +68,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(stderr), newVersionCmd(stdout), newPodsCmd(stdout), newPolicyCmd())
+	root.AddCommand(newRunCmd(stderr), newVersionCmd(stdout), newPodsCmd(stdout), newPolicyCmd(),
+		newLogsCmd(stdout), newExecCmd(stdout, stderr), newRestartCmd(stdout))
 	return root
 }
 

@@ -85,6 +85,7 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 	cfg := config.Config{
 		NodeName:        "gw-test",
 		StateDir:        filepath.Join(dir, "state"),
+		LocalAPISocket:  filepath.Join(dir, "api.sock"),
 		StateKeyFile:    keyFile,
 		ManifestDir:     filepath.Join(dir, "manifests"),
 		PodLogDir:       filepath.Join(dir, "pods"),
@@ -179,6 +180,15 @@ func (a *Agent) Stop() {
 	if err := a.proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		a.t.Fatal(err)
 	}
+}
+
+// Binary is the holdfast binary the agent runs, for tests of its CLI.
+func (a *Agent) Binary() string {
+	p, err := holdfastBinary()
+	if err != nil {
+		a.t.Fatalf("holdfast binary: %v", err)
+	}
+	return p
 }
 
 // Log returns the agent's log so far.
