@@ -41,8 +41,11 @@ func TestInitContainersAndSidecar(t *testing.T) {
 	// "first" fails with exit 7 until a deadline a few seconds away, then succeeds.
 	deadline := time.Now().Add(4 * time.Second).Unix()
 	pod := sleeperPod("ordered", true)
-	sidecar := step("sidecar", "exec sleep 3600")
+	// The sidecar is started (its startup probe passes) 3 s after it runs: the containers
+	// after it wait for that, as kubelet makes them wait.
+	sidecar := step("sidecar", "sleep 3; touch /tmp/started; exec sleep 3600")
 	sidecar.RestartPolicy = &always
+	sidecar.StartupProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"cat", "/tmp/started"}}}, PeriodSeconds: 1, FailureThreshold: 30}
 	pod.Spec.InitContainers = []v1.Container{
 		step("first", fmt.Sprintf("[ $(date +%%s) -ge %d ] || exit 7", deadline)),
 		sidecar,
@@ -114,6 +117,9 @@ func TestInitContainersAndSidecar(t *testing.T) {
 		if o.after.Before(o.before) {
 			t.Errorf("%s: %s vs %s", o.name, o.before, o.after)
 		}
+	}
+	if d := second.State.Terminated.StartedAt.Sub(side.State.Running.StartedAt.Time); d < 2*time.Second {
+		t.Errorf("second started %v after the sidecar: it must wait for the sidecar's startup probe (3 s)", d)
 	}
 }
 

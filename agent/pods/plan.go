@@ -56,14 +56,14 @@ type restartChecker interface {
 // success (restartable "sidecar" init containers only need to be running); app containers
 // start once the pod is initialized. It never kills a running container unless its spec
 // changed: nothing here reacts to an absence of information.
-func computePlan(pod *v1.Pod, observed []runtime.Container, backoff restartChecker) plan {
+func computePlan(pod *v1.Pod, observed []runtime.Container, backoff restartChecker, started startedFunc) plan {
 	p := plan{backOff: map[string]time.Duration{}}
 	byName := groupByName(observed)
 	p.planEphemeral(pod, byName)
-	if !initialized(pod, byName) {
+	if !initialized(pod, byName, started) {
 		for i := range pod.Spec.InitContainers {
 			c := &pod.Spec.InitContainers[i]
-			if done := p.planInit(pod, c, byName[c.Name], backoff); !done {
+			if done := p.planInit(pod, c, byName[c.Name], backoff, started); !done {
 				return p
 			}
 		}
@@ -82,10 +82,16 @@ func computePlan(pod *v1.Pod, observed []runtime.Container, backoff restartCheck
 	return p
 }
 
+// startedFunc says whether a running container has started (its startup probe passed, or it
+// has none). nil: every running container has.
+type startedFunc func(container string) bool
+
+func (f startedFunc) started(name string) bool { return f == nil || f(name) }
+
 // planInit plans one init container of a pod that is not initialized yet, and reports
 // whether the next one may go: a regular init container must have succeeded, a sidecar
-// must be running.
-func (p *plan) planInit(pod *v1.Pod, c *v1.Container, attempts []runtime.Container, backoff restartChecker) bool {
+// must be running and started, as kubelet waits for it.
+func (p *plan) planInit(pod *v1.Pod, c *v1.Container, attempts []runtime.Container, backoff restartChecker, started startedFunc) bool {
 	policy := pod.Spec.RestartPolicy
 	if policy == v1.RestartPolicyAlways {
 		policy = v1.RestartPolicyOnFailure // a failed init container is retried, a success kept
@@ -99,7 +105,7 @@ func (p *plan) planInit(pod *v1.Pod, c *v1.Container, attempts []runtime.Contain
 	}
 	latest := attempts[len(attempts)-1]
 	if isSidecar(c) {
-		return latest.State == runtime.StateRunning
+		return latest.State == runtime.StateRunning && started.started(c.Name)
 	}
 	return latest.State == runtime.StateExited && latest.ExitCode == 0
 }
@@ -144,8 +150,8 @@ func isSidecar(c *v1.Container) bool {
 
 // initialized reports whether the pod's init phase is over: an app container was created
 // once (init containers never run again after that, as in kubelet), or every regular init
-// container succeeded and every sidecar runs.
-func initialized(pod *v1.Pod, byName map[string][]runtime.Container) bool {
+// container succeeded and every sidecar runs and has started.
+func initialized(pod *v1.Pod, byName map[string][]runtime.Container, started startedFunc) bool {
 	for i := range pod.Spec.Containers {
 		if len(byName[pod.Spec.Containers[i].Name]) > 0 {
 			return true
@@ -158,7 +164,7 @@ func initialized(pod *v1.Pod, byName map[string][]runtime.Container) bool {
 			return false
 		}
 		latest := attempts[len(attempts)-1]
-		if isSidecar(c) && latest.State != runtime.StateRunning {
+		if isSidecar(c) && (latest.State != runtime.StateRunning || !started.started(c.Name)) {
 			return false
 		}
 		if !isSidecar(c) && (latest.State != runtime.StateExited || latest.ExitCode != 0) {
@@ -169,8 +175,8 @@ func initialized(pod *v1.Pod, byName map[string][]runtime.Container) bool {
 }
 
 // initFailed reports whether a regular init container failed in a pod that never restarts.
-func initFailed(pod *v1.Pod, byName map[string][]runtime.Container) bool {
-	if pod.Spec.RestartPolicy != v1.RestartPolicyNever || initialized(pod, byName) {
+func initFailed(pod *v1.Pod, byName map[string][]runtime.Container, started startedFunc) bool {
+	if pod.Spec.RestartPolicy != v1.RestartPolicyNever || initialized(pod, byName, started) {
 		return false
 	}
 	for i := range pod.Spec.InitContainers {

@@ -115,7 +115,7 @@ func TestComputePlan(t *testing.T) {
 			if bo == nil {
 				bo = fakeBackoff{}
 			}
-			p := computePlan(tc.pod, tc.observed, bo)
+			p := computePlan(tc.pod, tc.observed, bo, nil)
 			got := map[string]int{}
 			for _, s := range p.start {
 				got[s.container.Name] = s.attempt
@@ -213,11 +213,11 @@ func TestComputePlanInitContainers(t *testing.T) {
 		{"init not rerun once apps exist", pod, []runtime.Container{ctr(pod, "app", 0, runtime.StateRunning, 0)}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := computePlan(tc.pod, tc.observed, fakeBackoff{})
+			p := computePlan(tc.pod, tc.observed, fakeBackoff{}, nil)
 			if got := starts(p); fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("starts %v, want %v", got, tc.want)
 			}
-			if got := initFailed(tc.pod, groupByName(tc.observed)); got != tc.failed {
+			if got := initFailed(tc.pod, groupByName(tc.observed), nil); got != tc.failed {
 				t.Errorf("initFailed %v, want %v", got, tc.failed)
 			}
 		})
@@ -225,11 +225,16 @@ func TestComputePlanInitContainers(t *testing.T) {
 
 	side := withInit(testPod(v1.RestartPolicyAlways, "app"), true, "proxy")
 	sideSpec := initSpec(side)
-	if got := starts(computePlan(side, []runtime.Container{ctr(sideSpec, "proxy", 0, runtime.StateRunning, 0)}, fakeBackoff{})); fmt.Sprint(got) != "[app]" {
+	if got := starts(computePlan(side, []runtime.Container{ctr(sideSpec, "proxy", 0, runtime.StateRunning, 0)}, fakeBackoff{}, nil)); fmt.Sprint(got) != "[app]" {
 		t.Errorf("app must start once the sidecar runs: %v", got)
 	}
+	// A sidecar with a startup probe holds the containers after it until the probe passed.
+	notStarted := func(string) bool { return false }
+	if got := starts(computePlan(side, []runtime.Container{ctr(sideSpec, "proxy", 0, runtime.StateRunning, 0)}, fakeBackoff{}, notStarted)); len(got) != 0 {
+		t.Errorf("app started before its sidecar's startup probe passed: %v", got)
+	}
 	exited := []runtime.Container{ctr(sideSpec, "proxy", 0, runtime.StateExited, 0), ctr(side, "app", 0, runtime.StateRunning, 0)}
-	if got := starts(computePlan(side, exited, fakeBackoff{})); fmt.Sprint(got) != "[proxy]" {
+	if got := starts(computePlan(side, exited, fakeBackoff{}, nil)); fmt.Sprint(got) != "[proxy]" {
 		t.Errorf("an exited sidecar is restarted beside the app: %v", got)
 	}
 }
@@ -263,7 +268,7 @@ func TestComputePlanEphemeral(t *testing.T) {
 		return m
 	}
 	// Init not done: debug starts beside the init container; peek waits for app.
-	got := starts(computePlan(pod, nil, fakeBackoff{}))
+	got := starts(computePlan(pod, nil, fakeBackoff{}, nil))
 	if _, ok := got["debug"]; !ok {
 		t.Errorf("debug not started before the init containers are done: %v", got)
 	}
@@ -278,7 +283,7 @@ func TestComputePlanEphemeral(t *testing.T) {
 			observed[i].SpecHash = containerHash(&pod.Spec.Containers[0])
 		}
 	}
-	got = starts(computePlan(pod, observed, fakeBackoff{}))
+	got = starts(computePlan(pod, observed, fakeBackoff{}, nil))
 	if s, ok := got["peek"]; !ok || s.pidNamespaceOf != 4242 {
 		t.Errorf("peek: %+v, want started in the PID namespace of pid 4242", s)
 	}

@@ -111,7 +111,8 @@ func computeStatus(in statusInput) v1.PodStatus {
 		st.PodIP = ips[0]
 	}
 
-	isInit := initialized(pod, byName)
+	started := startedFunc(func(name string) bool { return in.started == nil || in.started[name] })
+	isInit := initialized(pod, byName, started)
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		cs := containerStatus(c, byName[c.Name], in)
@@ -151,7 +152,7 @@ func computeStatus(in statusInput) v1.PodStatus {
 		st.Phase, st.Reason, st.Message = v1.PodFailed, ReasonEvicted, in.evicted.message
 	case in.deadlineExceeded:
 		st.Phase, st.Reason, st.Message = v1.PodFailed, ReasonDeadlineExceeded, MessageDeadlineExceeded
-	case initFailed(pod, byName):
+	case initFailed(pod, byName, started):
 		st.Phase = v1.PodFailed
 	case !isInit && st.Phase != v1.PodFailed && st.Phase != v1.PodSucceeded:
 		st.Phase = v1.PodPending

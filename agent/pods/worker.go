@@ -267,7 +267,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 
 	podIPs, hostIPs, vols, ok, prepNext := w.prepare(ctx, log, pod)
 	next = min(next, prepNext)
-	p := computePlan(pod, observed, w.m.backoff)
+	p := computePlan(pod, observed, w.m.backoff, w.startedFunc(pod))
 	p.kill = append(p.kill, w.probeKills(pod, observed, p.kill)...)
 	p.kill = append(p.kill, w.restartKills(observed, p.kill)...)
 	if ok {
@@ -567,6 +567,16 @@ func (w *worker) updateProber(pod *v1.Pod, observed []runtime.Container, podIPs,
 		started[name] = pr.Started(pod.UID, name)
 	}
 	return ready, started
+}
+
+// startedFunc is the prober's word on which running containers have started (passed their
+// startup probe), nil without a prober.
+func (w *worker) startedFunc(pod *v1.Pod) startedFunc {
+	pr := w.m.prober
+	if pr == nil {
+		return nil
+	}
+	return func(name string) bool { return pr.Started(pod.UID, name) }
 }
 
 // restartKills returns the running containers to stop for a requested restart (each then
