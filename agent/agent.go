@@ -29,6 +29,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/agent/events"
 	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/identity"
@@ -113,9 +114,12 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
+	// The agent's recent events, for `holdfast describe` when the apiserver is out of reach.
+	recent := events.NewRecent(20, 2000)
 	broadcaster.StartEventWatcher(func(e *v1.Event) {
 		a.log.Info("event", "object", e.InvolvedObject.Namespace+"/"+e.InvolvedObject.Name,
 			"type", e.Type, "reason", e.Reason, "message", e.Message)
+		recent.Add(e)
 	})
 	if client != nil {
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -309,7 +313,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if serving != nil {
 		g.Go(func() error { return serving.Run(ctx) })
 	}
-	if api, err := a.nodeAPI(client, hostIPs, statusMgr, rt, netMgr, podMgr, usage, serving); err != nil {
+	if api, err := a.nodeAPI(client, hostIPs, statusMgr, rt, netMgr, podMgr, usage, serving, recent); err != nil {
 		// Not worth stopping the agent, and with it the node's heartbeat, for.
 		a.log.Error("node API not served: fix the configuration and restart holdfast", "err", err)
 	} else if api != nil {
@@ -522,7 +526,7 @@ func (a *Agent) servingCertificate(client kubernetes.Interface, hostIPs func() [
 // local socket is enabled. Standalone (no apiserver to authorize requests) it serves the local
 // socket only.
 func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, statusMgr *status.Manager, rt *runtime.Runtime,
-	netMgr *network.Manager, podMgr *pods.Manager, usage *stats.Provider, serving *identity.Serving) (*nodeapi.Server, error) {
+	netMgr *network.Manager, podMgr *pods.Manager, usage *stats.Provider, serving *identity.Serving, recent *events.Recent) (*nodeapi.Server, error) {
 	cfg := a.cfg
 	if cfg.NodeAPIPort() == 0 && cfg.LocalAPISocket == "" {
 		return nil, nil
@@ -545,6 +549,8 @@ func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, st
 		NetNS:              netMgr.NetNSPath,
 		Healthy:            podMgr.RelistHealthy,
 		Restart:            podMgr.Restart,
+		Admission:          podMgr.Admission,
+		Events:             recent.For,
 		Stats:              usage,
 		Log:                a.log.With("component", "nodeapi"),
 	})

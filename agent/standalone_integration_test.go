@@ -159,8 +159,9 @@ func TestPreloadedImagesBootOfflineGateway(t *testing.T) {
 }
 
 // TestLocalCLIWithoutApiserver: with no apiserver at all, an operator on the gateway reads a
-// container's logs, runs a command in it (stdin included) and restarts its pod with the
-// holdfast CLI, through the agent's root-only local socket; each action is in the agent's log.
+// container's logs, runs a command in it (stdin included), restarts its pod and describes it
+// (status, admission, the agent's recent events) with the holdfast CLI, through the agent's
+// root-only local socket; each action is in the agent's log.
 func TestLocalCLIWithoutApiserver(t *testing.T) {
 	e := startEnv(t, false, nil)
 	ctx := context.Background()
@@ -226,6 +227,13 @@ func TestLocalCLIWithoutApiserver(t *testing.T) {
 		}
 		return nil
 	})
+	out, err := cli("", "describe", pod)
+	for _, want := range []string{"Name:       " + pod, "Source:     static manifest", "Phase:      Running", "Admission:  admitted",
+		"reader: running since", "restarts 1", "Killing", "restarted with holdfast restart (local API)"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("describe lacks %q (%v):\n%s", want, err, out)
+		}
+	}
 	for _, want := range []string{`msg="local API request" component=nodeapi method=POST path=/exec/default/` + pod, `path=/restart/default/` + pod} {
 		if !strings.Contains(e.agent.Log(), want) {
 			t.Errorf("the agent's log lacks %q", want)

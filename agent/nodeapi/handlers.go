@@ -23,6 +23,7 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
 
+	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/stats"
@@ -77,6 +78,36 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintf(w, "pod %s/%s: its running containers are stopped and start again by their restart policy\n", pod.Namespace, pod.Name)
+}
+
+// Description is what GET /describe/NS/POD answers on the local socket: the pod as the agent
+// runs it (spec and the status it computed), its admission decision, and the agent's recent
+// events about it, all from the agent's memory, with no apiserver.
+type Description struct {
+	Pod       *v1.Pod           `json:"pod"`
+	Admission *admission.Result `json:"admission,omitempty"`
+	Events    []v1.Event        `json:"events,omitempty"`
+}
+
+func (s *Server) describe(w http.ResponseWriter, r *http.Request) {
+	pod, err := s.findPod(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	d := Description{Pod: pod}
+	if s.cfg.Admission != nil {
+		if a, ok := s.cfg.Admission(pod.UID); ok {
+			d.Admission = &a
+		}
+	}
+	if s.cfg.Events != nil {
+		d.Events = s.cfg.Events(pod.UID)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(d); err != nil {
+		s.cfg.Log.Debug("write description", "err", err)
+	}
 }
 
 // statsSummary serves the kubelet's Summary API. only_cpu_and_memory=true (as older

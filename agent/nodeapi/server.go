@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/stats"
 )
@@ -67,6 +68,10 @@ type Config struct {
 	// Restart stops a pod's running containers so that they start again by their restart
 	// policy; served on the local socket only (POST /restart/NS/POD).
 	Restart func(uid types.UID, reason string) error
+	// Admission and Events are what GET /describe/NS/POD adds to a pod on the local socket:
+	// its admission decision and the agent's recent events about it.
+	Admission func(uid types.UID) (admission.Result, bool)
+	Events    func(uid types.UID) []v1.Event
 	// Stats measures the node and its pods for /stats/summary and /metrics/resource; nil:
 	// neither is served.
 	Stats *stats.Provider
@@ -142,6 +147,7 @@ func (s *Server) ServeLocal(ctx context.Context, path string) error {
 	routes := http.NewServeMux()
 	routes.Handle("/", s.routes())
 	routes.HandleFunc("POST /restart/{ns}/{pod}", s.restart)
+	routes.HandleFunc("GET /describe/{ns}/{pod}", s.describe)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.active.Add(1)

@@ -300,6 +300,23 @@ func (m *Manager) Update(pod *v1.Pod) {
 	w.poke()
 }
 
+// Admission returns the pod's admission decision (node checks and admission policies), false
+// while the pod is unknown or not decided yet.
+func (m *Manager) Admission(uid types.UID) (admission.Result, bool) {
+	m.mu.Lock()
+	w, ok := m.workers[uid]
+	m.mu.Unlock()
+	if !ok {
+		return admission.Result{}, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.decision == nil {
+		return admission.Result{}, false
+	}
+	return *w.decision, true
+}
+
 // Restart stops the pod's running containers, with their preStop hooks and grace period, so
 // that each starts again by its restart policy (a container of a Never pod does not): what
 // `holdfast restart` asks through the local API, offline too. The restarts show in the pod's

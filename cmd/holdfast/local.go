@@ -20,6 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/httpstream/spdy"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
+
+	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/agent/nodeapi"
 )
 
 // defaultLocalSocket is the agent's local API socket with the default configuration
@@ -239,6 +242,94 @@ func newRestartCmd(stdout io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&socket, "socket", defaultLocalSocket, "the agent's local API socket (localAPISocket)")
 	cmd.Flags().StringVarP(&ns, "namespace", "n", "default", "the pod's namespace")
 	return cmd
+}
+
+func newDescribeCmd(stdout io.Writer) *cobra.Command {
+	var socket, ns string
+	cmd := &cobra.Command{
+		Use:   "describe POD",
+		Short: "Show a pod as the holdfast on this machine runs it: status, admission, recent events (no apiserver needed)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := newLocalClient(socket).do(cmd.Context(), http.MethodGet, "/describe/"+ns+"/"+args[0], nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var d nodeapi.Description
+			if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+				return fmt.Errorf("read the description: %w", err)
+			}
+			_, err = io.WriteString(stdout, renderDescription(d))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", defaultLocalSocket, "the agent's local API socket (localAPISocket)")
+	cmd.Flags().StringVarP(&ns, "namespace", "n", "default", "the pod's namespace")
+	return cmd
+}
+
+// renderDescription prints a description in the spirit of kubectl describe.
+func renderDescription(d nodeapi.Description) string {
+	var b strings.Builder
+	p := d.Pod
+	source := "api"
+	if manifest.IsStatic(p) {
+		source = "static manifest"
+	}
+	fmt.Fprintf(&b, "Name:       %s\nNamespace:  %s\nUID:        %s\nSource:     %s\nPhase:      %s\n", p.Name, p.Namespace, p.UID, source, p.Status.Phase)
+	if p.Status.Reason != "" || p.Status.Message != "" {
+		fmt.Fprintf(&b, "Reason:     %s\nMessage:    %s\n", p.Status.Reason, p.Status.Message)
+	}
+	if p.Status.PodIP != "" {
+		fmt.Fprintf(&b, "IP:         %s\n", p.Status.PodIP)
+	}
+	switch a := d.Admission; {
+	case a == nil:
+		b.WriteString("Admission:  not decided yet\n")
+	case a.Admitted:
+		b.WriteString("Admission:  admitted\n")
+	default:
+		fmt.Fprintf(&b, "Admission:  rejected (%s): %s\n", a.Reason, a.Message)
+	}
+	b.WriteString("Conditions:\n")
+	for _, c := range p.Status.Conditions {
+		fmt.Fprintf(&b, "  %-26s %s %s\n", c.Type, c.Status, c.Reason)
+	}
+	b.WriteString("Containers:\n")
+	for _, list := range [][]v1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
+		for _, cs := range list {
+			state := "unknown"
+			switch {
+			case cs.State.Running != nil:
+				state = "running since " + cs.State.Running.StartedAt.UTC().Format(time.RFC3339)
+			case cs.State.Waiting != nil:
+				state = "waiting: " + cs.State.Waiting.Reason
+				if cs.State.Waiting.Message != "" {
+					state += " (" + cs.State.Waiting.Message + ")"
+				}
+			case cs.State.Terminated != nil:
+				state = fmt.Sprintf("terminated: %s, exit %d", cs.State.Terminated.Reason, cs.State.Terminated.ExitCode)
+			}
+			fmt.Fprintf(&b, "  %s: %s; ready %v, restarts %d\n", cs.Name, state, cs.Ready, cs.RestartCount)
+		}
+	}
+	b.WriteString("Events (kept in the agent's memory since it started):\n")
+	if len(d.Events) == 0 {
+		b.WriteString("  none\n")
+	}
+	for _, e := range d.Events {
+		at := e.LastTimestamp.Time
+		if at.IsZero() {
+			at = e.EventTime.Time
+		}
+		count := ""
+		if e.Count > 1 {
+			count = fmt.Sprintf(" (x%d)", e.Count)
+		}
+		fmt.Fprintf(&b, "  %s  %-7s  %-20s %s%s\n", at.UTC().Format(time.RFC3339), e.Type, e.Reason, e.Message, count)
+	}
+	return b.String()
 }
 
 // fixedSize is a terminal size sent once.

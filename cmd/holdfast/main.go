@@ -1,5 +1,5 @@
 // Command holdfast is the node agent: `holdfast run` runs it, `holdfast pods` shows the pods of
-// a running agent, `holdfast logs`, `exec` and `restart` act on them through the agent's local
+// a running agent, `holdfast logs`, `exec`, `restart` and `describe` act on them through the agent's local
 // socket (with no apiserver), `holdfast version` prints its version, and `holdfast policy`
 // helps policy authors test their Wasm modules.
 package main
@@ -69,7 +69,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newRunCmd(stderr), newVersionCmd(stdout), newPodsCmd(stdout), newPolicyCmd(),
-		newLogsCmd(stdout), newExecCmd(stdout, stderr), newRestartCmd(stdout))
+		newLogsCmd(stdout), newExecCmd(stdout, stderr), newRestartCmd(stdout), newDescribeCmd(stdout))
 	return root
 }
 
