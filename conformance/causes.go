@@ -6,8 +6,8 @@ import "regexp"
 // before names. Each is a gap for an issue-sized piece of work. A failure no cause matches is
 // listed as "other" with its message.
 var Causes = []Cause{
-	// Fixed after the dated run in docs/conformance.md; each names the commit. A focused run
-	// of these tests on holdfast alone passes them (FixedFocus).
+	// Fixed after the dated run in docs/conformance.md; each names the commit. Checked by a
+	// focused run of these tests on holdfast alone (-conformance.focus).
 	{
 		Name:    "fixed after this run: init container statuses",
 		Pattern: regexp.MustCompile(`InitContainer .*should not start app containers if init containers fail on a RestartAlways pod`),
@@ -65,8 +65,3 @@ var Causes = []Cause{
 		Work:    "read the test and holdfast's log: the pod did not reach the state the test waits for",
 	},
 }
-
-// FixedFocus selects the tests of the "fixed after this run" causes, for a focused run that
-// checks the fixes: make conformance CONFORMANCE_FLAGS='-conformance.agents=holdfast
-// -conformance.focus=...' with this pattern.
-const FixedFocus = `should not start app containers if init containers fail on a RestartAlways pod|nonexistent volume subPath should have the correct mode and owner using FSGroup|should be ready immediately after startupProbe succeeds`
