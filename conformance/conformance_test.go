@@ -90,6 +90,9 @@ func TestConformance(t *testing.T) {
 	if !*reportOnly {
 		requirePrerequisites(t, strings.Contains(*agents, Kubelet))
 		started := time.Now().UTC()
+		// The commit under test: the agent is built from the tree as it is now, and commits
+		// may land while the suite runs.
+		commit := command("git", "describe", "--always", "--dirty", "--abbrev=7")
 		runSeed := *seed
 		if runSeed == 0 {
 			runSeed = started.Unix()
@@ -114,7 +117,7 @@ func TestConformance(t *testing.T) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "started=%s\n", started.Format(time.RFC3339))
 		fmt.Fprintf(&b, "seed=%d\ntimeout=%s\nslow=%t\n", runSeed, *timeout, *slow)
-		fmt.Fprintf(&b, "commit=%s\n", command("git", "describe", "--always", "--dirty", "--abbrev=7"))
+		fmt.Fprintf(&b, "commit=%s\n", commit)
 		for _, agent := range list {
 			fmt.Fprintf(&b, "%s=%s\n", agent, durations[agent])
 		}
