@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream/spdy"
@@ -142,8 +143,7 @@ func newLogsCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&socket, "socket", defaultLocalSocket, "the agent's local API socket (localAPISocket)")
-	f.StringVarP(&ns, "namespace", "n", "default", "the pod's namespace")
+	localFlags(f, &socket, &ns)
 	f.StringVarP(&container, "container", "c", "", "the container (default: the pod's default container)")
 	f.BoolVarP(&follow, "follow", "f", false, "stream the log as it grows")
 	f.BoolVarP(&previous, "previous", "p", false, "the previous instance of the container")
@@ -215,8 +215,7 @@ func newExecCmd(stdout, stderr io.Writer) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&socket, "socket", defaultLocalSocket, "the agent's local API socket (localAPISocket)")
-	f.StringVarP(&ns, "namespace", "n", "default", "the pod's namespace")
+	localFlags(f, &socket, &ns)
 	f.StringVarP(&container, "container", "c", "", "the container (default: the pod's default container)")
 	f.BoolVarP(&stdin, "stdin", "i", false, "pass standard input to the command")
 	f.BoolVarP(&tty, "tty", "t", false, "run the command in a terminal")
@@ -239,8 +238,7 @@ func newRestartCmd(stdout io.Writer) *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&socket, "socket", defaultLocalSocket, "the agent's local API socket (localAPISocket)")
-	cmd.Flags().StringVarP(&ns, "namespace", "n", "default", "the pod's namespace")
+	localFlags(cmd.Flags(), &socket, &ns)
 	return cmd
 }
 
@@ -264,8 +262,7 @@ func newDescribeCmd(stdout io.Writer) *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&socket, "socket", defaultLocalSocket, "the agent's local API socket (localAPISocket)")
-	cmd.Flags().StringVarP(&ns, "namespace", "n", "default", "the pod's namespace")
+	localFlags(cmd.Flags(), &socket, &ns)
 	return cmd
 }
 
@@ -330,6 +327,12 @@ func renderDescription(d nodeapi.Description) string {
 		fmt.Fprintf(&b, "  %s  %-7s  %-20s %s%s\n", at.UTC().Format(time.RFC3339), e.Type, e.Reason, e.Message, count)
 	}
 	return b.String()
+}
+
+// localFlags are the flags every local command has: where the agent is, which namespace.
+func localFlags(f *pflag.FlagSet, socket, ns *string) {
+	f.StringVar(socket, "socket", defaultLocalSocket, "the agent's local API socket (localAPISocket)")
+	f.StringVarP(ns, "namespace", "n", "default", "the pod's namespace")
 }
 
 // fixedSize is a terminal size sent once.
