@@ -426,6 +426,10 @@ func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
 		a.log.Info("state database migrated", "path", r.Path, "from", r.MigratedFrom, "to", r.SchemaVersion)
 	case r.Created:
 		a.log.Info("state database created", "path", r.Path)
+	default:
+		// Said at every start: after a power cut, this is the line that tells the operator the
+		// database survived it.
+		a.log.Info("state database opened", "path", r.Path, "schemaVersion", r.SchemaVersion)
 	}
 	for key, reason := range r.Quarantined {
 		a.log.Warn("state record quarantined", "key", key, "reason", reason)
