@@ -237,7 +237,7 @@ func TestSecurityContextAndNamespaces(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		"/scratch":        "2000 2777",
-		"/mem":            "2000 2777",
+		"/mem":            "2000 3777", // a tmpfs root's sticky bit kept, as kubelet mounts it
 		"/creds/password": "2000 440",
 		"/var/run/secrets/kubernetes.io/serviceaccount/token": "2000 640",
 	} {
