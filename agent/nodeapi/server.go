@@ -124,11 +124,12 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// ServeLocal serves the API on a unix socket at path, for holdfast's own CLI (`holdfast logs`,
-// `holdfast exec`, `holdfast restart`) on the machine: the same handlers as the HTTPS API,
-// with no apiserver involved, so that they work offline. The socket is root's alone (0600 in
-// the agent's 0700 state directory): whoever can open it is root on the node already. Every
-// request is written to the agent's log. It returns when ctx ends, after the last stream.
+// ServeLocal serves the API on a unix socket at path, for holdfast's own CLI on the machine
+// (`holdfast logs`, `exec`, `restart`, `describe`): the same handlers as the HTTPS API, plus
+// restart and describe, with no apiserver involved, so that they work offline. The socket is
+// root's alone (0600; by default in the agent's 0700 state directory): whoever can open it is
+// root on the node already. Every request is written to the agent's log. It returns when ctx
+// ends, after the last stream.
 func (s *Server) ServeLocal(ctx context.Context, path string) error {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == os.ModeSocket {
 		_ = os.Remove(path) // a previous agent's
@@ -148,29 +149,44 @@ func (s *Server) ServeLocal(ctx context.Context, path string) error {
 	routes.Handle("/", s.routes())
 	routes.HandleFunc("POST /restart/{ns}/{pod}", s.restart)
 	routes.HandleFunc("GET /describe/{ns}/{pod}", s.describe)
+	s.serve(ctx, ln, nil, "local API", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.active.Add(1)
+		defer s.active.Done()
+		s.cfg.Log.Info("local API request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery)
+		routes.ServeHTTP(w, r)
+	}))
+	_ = os.Remove(path)
+	return nil
+}
+
+// serve serves h on ln (over TLS when tlsCfg is set) until ctx ends, then closes the server
+// and every connection (streams, follows and exec sessions, do not end by themselves), and
+// returns once every handler returned.
+func (s *Server) serve(ctx context.Context, ln net.Listener, tlsCfg *tls.Config, what string, h http.Handler) {
 	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			s.active.Add(1)
-			defer s.active.Done()
-			s.cfg.Log.Info("local API request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery)
-			routes.ServeHTTP(w, r)
-		}),
+		Handler:           h,
+		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	errCh := make(chan error, 1)
-	go func() { errCh <- srv.Serve(ln) }()
+	go func() {
+		if tlsCfg != nil {
+			errCh <- srv.ServeTLS(ln, "", "")
+		} else {
+			errCh <- srv.Serve(ln)
+		}
+	}()
 	select {
 	case <-ctx.Done():
 		_ = srv.Close()
 		<-errCh
 	case err := <-errCh:
-		s.cfg.Log.Error("local API stopped serving", "socket", path, "err", err)
+		s.cfg.Log.Error(what+" stopped serving", "address", ln.Addr().String(), "err", err)
 	}
 	s.active.Wait()
-	_ = os.Remove(path)
-	return nil
 }
 
 // Handler is the API's handler, authentication and authorization included.
@@ -241,28 +257,8 @@ func (s *Server) Run(ctx context.Context) error {
 		delay = min(2*delay, time.Minute)
 	}
 	s.cfg.Log.Info("node API serving", "address", ln.Addr().String(), "clientCA", s.cfg.ClientCAFile)
-	srv := &http.Server{
-		Handler:           s.handler,
-		TLSConfig:         tlsCfg,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	errCh := make(chan error, 1)
-	go func() { errCh <- srv.ServeTLS(ln, "", "") }()
-	select {
-	case <-ctx.Done():
-		// Streams (follows, exec sessions) do not end by themselves: close them all.
-		_ = srv.Close()
-		<-errCh
-		s.active.Wait()
-		return nil
-	case err := <-errCh:
-		s.cfg.Log.Error("node API stopped serving", "err", err)
-		s.active.Wait()
-		return nil
-	}
+	s.serve(ctx, ln, tlsCfg, "node API", s.handler)
+	return nil
 }
 
 // withAuth authenticates and authorizes every request before h sees it.

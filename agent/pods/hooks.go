@@ -51,7 +51,7 @@ func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, con
 // podIP is the address hooks reach the pod at.
 func (m *Manager) podIP(pod *v1.Pod) string {
 	var ips []string
-	if pn := m.net.Get(string(pod.UID)); pn != nil && !pod.Spec.HostNetwork {
+	if pn := m.net.Get(string(pod.UID)); pn != nil {
 		ips = pn.IPs
 	}
 	return first(podAddresses(pod, ips, m.hostIPs()))

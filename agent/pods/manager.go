@@ -212,9 +212,7 @@ func (m *Manager) ActivePods() []*v1.Pod {
 // are stopped with the grace period, and it ends Failed with reason Evicted and the message,
 // its network and volumes released. The pod stays until its source removes it.
 func (m *Manager) Evict(pod *v1.Pod, grace time.Duration, message string) error {
-	m.mu.Lock()
-	w := m.workers[pod.UID]
-	m.mu.Unlock()
+	w := m.worker(pod.UID)
 	if w == nil {
 		return fmt.Errorf("pod %s/%s (%s) is not on this node", pod.Namespace, pod.Name, pod.UID)
 	}
@@ -234,9 +232,7 @@ func (m *Manager) Evict(pod *v1.Pod, grace time.Duration, message string) error 
 // (the pod finished, or is gone): what it held is free again. The eviction manager waits for
 // it before judging the node's pressure again, as kubelet's waits for an evicted pod's cleanup.
 func (m *Manager) CleanedUp(uid types.UID) bool {
-	m.mu.Lock()
-	w := m.workers[uid]
-	m.mu.Unlock()
+	w := m.worker(uid)
 	if w == nil {
 		return true
 	}
@@ -252,10 +248,7 @@ func (m *Manager) SetProber(p *prober.Manager, hooks prober.Handler) { m.prober,
 
 // Resync asks the pod's worker for a sync now: a probe result changed.
 func (m *Manager) Resync(uid types.UID) {
-	m.mu.Lock()
-	w := m.workers[uid]
-	m.mu.Unlock()
-	if w != nil {
+	if w := m.worker(uid); w != nil {
 		w.poke()
 	}
 }
@@ -300,13 +293,18 @@ func (m *Manager) Update(pod *v1.Pod) {
 	w.poke()
 }
 
+// worker returns the pod's worker, nil when the pod is unknown.
+func (m *Manager) worker(uid types.UID) *worker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.workers[uid]
+}
+
 // Admission returns the pod's admission decision (node checks and admission policies), false
 // while the pod is unknown or not decided yet.
 func (m *Manager) Admission(uid types.UID) (admission.Result, bool) {
-	m.mu.Lock()
-	w, ok := m.workers[uid]
-	m.mu.Unlock()
-	if !ok {
+	w := m.worker(uid)
+	if w == nil {
 		return admission.Result{}, false
 	}
 	w.mu.Lock()
@@ -322,10 +320,8 @@ func (m *Manager) Admission(uid types.UID) (admission.Result, bool) {
 // `holdfast restart` asks through the local API, offline too. The restarts show in the pod's
 // status as any other.
 func (m *Manager) Restart(uid types.UID, reason string) error {
-	m.mu.Lock()
-	w, ok := m.workers[uid]
-	m.mu.Unlock()
-	if !ok {
+	w := m.worker(uid)
+	if w == nil {
 		return fmt.Errorf("pod %s does not run here", uid)
 	}
 	w.mu.Lock()

@@ -111,7 +111,10 @@ func computeStatus(in statusInput) v1.PodStatus {
 		st.PodIP = ips[0]
 	}
 
-	started := startedFunc(func(name string) bool { return in.started == nil || in.started[name] })
+	var started startedFunc // nil without a prober: every running container has started
+	if in.started != nil {
+		started = func(name string) bool { return in.started[name] }
+	}
 	isInit := initialized(pod, byName, started)
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
