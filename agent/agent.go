@@ -464,7 +464,9 @@ func (a *Agent) connectRuntime(ctx context.Context) (*runtime.Runtime, error) {
 	delay := 500 * time.Millisecond
 	for {
 		rt, err := runtime.Connect(ctx, a.cfg.Containerd.Address, a.cfg.Containerd.Namespace, a.log.With("component", "runtime"),
-			runtime.WithRegistryConfigPath(a.cfg.Containerd.RegistryConfigPath))
+			runtime.WithRegistryConfigPath(a.cfg.Containerd.RegistryConfigPath),
+			// The stdin FIFOs of containers with stdin: true (kubectl attach -i).
+			runtime.WithIODir(filepath.Join(a.cfg.StateDir, "io")))
 		if err == nil {
 			v, _ := rt.Version(ctx)
 			a.log.Info("connected to container runtime", "address", a.cfg.Containerd.Address, "version", v)

@@ -7,6 +7,7 @@
 #   BIN/kube-apiserver-vX.Y.Z, BIN/kube-controller-manager-vX.Y.Z, BIN/kube-scheduler-vX.Y.Z
 #   BIN/etcd-vX.Y.Z
 #   BIN/registry-vX.Y.Z
+#   BIN/kubectl-vX.Y.Z
 #
 # A binary already in the cache is not rebuilt: the first kube-apiserver build takes 10-15
 # minutes on 2 cores, later runs take no time. Quiet when there is nothing to build.
@@ -27,6 +28,14 @@ cached_build registry "$(module_version "$registry_dir" github.com/distribution/
 # cluster around the node: TLS bootstrap (CSR approval and signing) and the conformance suite.
 # They share most of their packages with kube-apiserver, so they build in a few minutes once it
 # is built.
+# kubectl, from the k8s.io/kubectl library as upstream's cmd/kubectl: the node API tests drive
+# holdfast with it as an operator does. The library is at v0.X.Y for release v1.X.Y; the binary
+# is stamped with the release so that kubectl does not warn about version skew.
+kubectl_dir="$repo/hack/tools/kubectl"
+kubectl_version=$(module_version "$kubectl_dir" k8s.io/kubectl)
+kubectl_version="v1.${kubectl_version#v0.}"
+cached_build kubectl "$kubectl_version" "$kubectl_dir" go build -trimpath -ldflags "$(kube_ldflags "$kubectl_version")" .
+
 for tool in kube-apiserver kube-controller-manager kube-scheduler; do
 	tool_dir="$repo/hack/tools/$tool"
 	version=$(module_version "$tool_dir" k8s.io/kubernetes)

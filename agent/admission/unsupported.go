@@ -82,6 +82,13 @@ var unsupportedChecks = []struct {
 		return false
 	}},
 
+	// containerd's runc shim gives a process whose output goes to a logging binary (holdfast's
+	// logger, which keeps logs with the shim across agent restarts) a stdin only through a
+	// terminal; without one the process would silently read nothing.
+	{"stdin: true without tty: true", func(p *v1.Pod) bool {
+		return anyContainer(p, func(c *v1.Container) bool { return c.Stdin && !c.TTY })
+	}},
+
 	// Pod-level requests and limits bound the pod's cgroup; holdfast makes one cgroup per
 	// container and none for the pod, so the pod's limit would not hold.
 	{"spec.resources (pod-level resources)", func(p *v1.Pod) bool {

@@ -41,6 +41,7 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 				RestartPolicyRules: []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
 					ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}}}
 		}},
+		{"stdin: true without tty: true", func(p *v1.Pod) { p.Spec.Containers[0].Stdin = true }},
 		{"spec.resources", func(p *v1.Pod) {
 			p.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
 		}},
@@ -66,6 +67,7 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 	p.Spec.RuntimeClassName = ptr.To("")
 	p.Spec.DNSConfig = &v1.PodDNSConfig{Nameservers: []string{"192.0.2.53"}}
 	p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+	p.Spec.Containers[0].Stdin, p.Spec.Containers[0].StdinOnce, p.Spec.Containers[0].TTY = true, true, true
 	if r := Check(p, node, nil); !r.Admitted {
 		t.Fatalf("a pod with only defaults was rejected: %+v", r)
 	}

@@ -140,7 +140,7 @@ var warnRaw sync.Once
 //
 // Without Install (a tool or a test that drives the runtime alone), the shim writes the raw
 // output to the file, as containerd's file:// log URI does.
-func TaskIO(logPath string) (cio.Creator, error) {
+func TaskIO(logPath string, stdio Stdio) (cio.Creator, error) {
 	inst := current.Load()
 	if inst == nil {
 		warnRaw.Do(func() {
@@ -149,7 +149,7 @@ func TaskIO(logPath string) (cio.Creator, error) {
 		if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 			return nil, fmt.Errorf("log dir: %w", err)
 		}
-		return cio.LogFile(logPath), nil
+		return withStdio(cio.LogFile(logPath), stdio), nil
 	}
 	loc, err := locate("", logPath)
 	if err != nil {
@@ -166,8 +166,45 @@ func TaskIO(logPath string) (cio.Creator, error) {
 	}
 	f.Close()
 	opts := Options{Path: logPath, Root: loc.root, MaxSize: inst.cfg.MaxSize, MaxFiles: inst.cfg.MaxFiles, MaxLine: inst.cfg.MaxLine}
-	return cio.BinaryIO(inst.binary, opts.Args()), nil
+	return withStdio(cio.BinaryIO(inst.binary, opts.Args()), stdio), nil
 }
+
+// Stdio is what a task's process gets besides its output going to the log: a stdin and a
+// terminal, for containers with stdin: true and tty: true (kubectl attach, kubectl run -it).
+type Stdio struct {
+	// Stdin is a FIFO (it must exist) that the shim feeds the process's stdin from; empty:
+	// none, the process reads /dev/null. The shim holds it open for writing too, until the
+	// task's stdin is closed (CloseIO), so the stdin does not end with its first writer.
+	Stdin string
+	// Terminal gives the process a terminal; its stderr then goes to the terminal too, and
+	// the log has one stream. The container's OCI spec must ask for one (process.terminal).
+	Terminal bool
+}
+
+// withStdio adds stdio to the IO create makes.
+func withStdio(create cio.Creator, stdio Stdio) cio.Creator {
+	if stdio.Stdin == "" && !stdio.Terminal {
+		return create
+	}
+	return func(id string) (cio.IO, error) {
+		io, err := create(id)
+		if err != nil {
+			return nil, err
+		}
+		cfg := io.Config()
+		cfg.Stdin, cfg.Terminal = stdio.Stdin, stdio.Terminal
+		return stdioIO{IO: io, cfg: cfg}, nil
+	}
+}
+
+// stdioIO is an IO whose configuration, what the shim is asked to set up, has a stdin and a
+// terminal besides the log.
+type stdioIO struct {
+	cio.IO
+	cfg cio.Config
+}
+
+func (s stdioIO) Config() cio.Config { return s.cfg }
 
 // defaultBinary is the logger to use when none is configured, given the running executable:
 // the dedicated logger installed beside it if there is one, otherwise the executable itself.

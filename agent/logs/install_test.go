@@ -32,7 +32,7 @@ func TestInstallAndTaskIO(t *testing.T) {
 
 	root := t.TempDir()
 	path := logPath(root)
-	creator, err := TaskIO(path)
+	creator, err := TaskIO(path, Stdio{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +59,30 @@ func TestInstallAndTaskIO(t *testing.T) {
 	if opts.Path != path || opts.Root != root || opts.MaxSize != 4096 || opts.MaxFiles != 3 {
 		t.Fatalf("logger options %+v", opts)
 	}
+	if cfg.Stdin != "" || cfg.Terminal {
+		t.Fatalf("no stdio asked for, got stdin %q terminal %v", cfg.Stdin, cfg.Terminal)
+	}
+
+	// stdin: true, tty: true: the shim gets the FIFO and a terminal, the output still goes
+	// to the logger.
+	creator, err = TaskIO(path, Stdio{Stdin: "/s/io/c1.stdin", Terminal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if io, err = creator("c1"); err != nil {
+		t.Fatal(err)
+	}
+	cfg = io.Config()
+	if u, _ := url.Parse(cfg.Stdout); cfg.Stdin != "/s/io/c1.stdin" || !cfg.Terminal || u.Scheme != "binary" || cfg.Stderr != cfg.Stdout {
+		t.Fatalf("IO config with stdio %+v", cfg)
+	}
 
 	// A symlinked container directory fails the start, with the reason.
 	host := hostDir(t)
 	pod := filepath.Join(root, "default_evil_uid-2")
 	must(t, os.MkdirAll(pod, 0o755))
 	must(t, os.Symlink(host, filepath.Join(pod, "app")))
-	if _, err := TaskIO(filepath.Join(pod, "app", "0.log")); !errors.Is(err, ErrUnsafePath) {
+	if _, err := TaskIO(filepath.Join(pod, "app", "0.log"), Stdio{}); !errors.Is(err, ErrUnsafePath) {
 		t.Fatalf("TaskIO on a symlinked dir: %v, want ErrUnsafePath", err)
 	}
 	if names := readDir(t, host); len(names) != 1 {

@@ -31,6 +31,10 @@ type ReadOptions struct {
 	// PollInterval is how often a follow looks for new lines once it reached the end of the
 	// file. Defaults to 250ms.
 	PollInterval time.Duration
+	// Stderr, when set, receives the lines the container wrote to stderr, and Read's writer
+	// only those of stdout: an attach keeps the two streams apart. nil: both go to the writer,
+	// in file order.
+	Stderr io.Writer
 }
 
 // errLimitReached ends Read once LimitBytes were written; Read itself returns nil then.
@@ -289,7 +293,11 @@ func (lw *logWriter) line(raw []byte) error {
 		}
 		lw.left -= int64(len(out))
 	}
-	if _, err := lw.w.Write(out); err != nil {
+	w := lw.w
+	if lw.opts.Stderr != nil && p.Stream == Stderr {
+		w = lw.opts.Stderr
+	}
+	if _, err := w.Write(out); err != nil {
 		return err
 	}
 	if limited {
@@ -300,7 +308,9 @@ func (lw *logWriter) line(raw []byte) error {
 }
 
 func (lw *logWriter) flush() {
-	if f, ok := lw.w.(interface{ Flush() }); ok {
-		f.Flush()
+	for _, w := range []io.Writer{lw.w, lw.opts.Stderr} {
+		if f, ok := w.(interface{ Flush() }); ok {
+			f.Flush()
+		}
 	}
 }

@@ -1,15 +1,18 @@
 // Package nodeapi serves the kubelet API on the node's port (10250 by default) over HTTPS:
-// what the apiserver proxies `kubectl logs`, `kubectl exec` and `kubectl port-forward` to, with
-// the kubelet's paths and semantics.
+// what the apiserver proxies `kubectl logs`, `kubectl exec`, `kubectl attach`, `kubectl
+// port-forward` and metrics-server's scrapes to, with the kubelet's paths and semantics.
 //
 //	/containerLogs/NS/POD/CONTAINER   follow, tailLines, sinceSeconds, sinceTime, previous,
 //	                                  timestamps, limitBytes (read from the CRI log files)
 //	/exec/NS/POD[/UID]/CONTAINER      SPDY (and WebSocket) remote command, stdin, tty, resize
 //	/portForward/NS/POD[/UID]         SPDY (and WebSocket) port forwarding into the pod's network
-//	/attach/NS/POD[/UID]/CONTAINER    refused with 501: a container's output goes to its log
-//	                                  through holdfast-logger, never through the agent
+//	/attach/NS/POD[/UID]/CONTAINER    SPDY (and WebSocket): the container's output from then on,
+//	                                  followed in its log (the output goes to holdfast-logger,
+//	                                  never through the agent); stdin and resize with stdin and
+//	                                  tty (runtime.Attach)
 //	/pods                             the node's pods as a v1.PodList
 //	/healthz                          the agent's health (the runtime relist)
+//	/stats/summary, /metrics/resource the kubelet's Summary API and resource metrics (agent/stats)
 //
 // The streaming protocols are served by k8s.io/cri-streaming, the code containerd's CRI
 // plugin and the kubelet's streaming server run; nothing here speaks SPDY or WebSocket itself.
@@ -39,5 +42,5 @@
 //
 // Names in paths are checked as Kubernetes names before they are used (a path traversal gets
 // 400); log files are opened without following symlinks (agent/logs); at most
-// maxStreams log, exec and port-forward requests run at once (429 past it).
+// maxStreams log, exec, attach and port-forward requests run at once (429 past it).
 package nodeapi

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -46,9 +47,8 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("POST "+p, s.exec)
 	}
 	for _, p := range []string{"/attach/{ns}/{pod}/{container}", "/attach/{ns}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "attach is not supported by holdfast: a container's output goes to its log (kubectl logs -f), and its stdin is not kept open", http.StatusNotImplemented)
-		})
+		mux.HandleFunc("GET "+p, s.attach)
+		mux.HandleFunc("POST "+p, s.attach)
 	}
 	for _, p := range []string{"/portForward/{ns}/{pod}", "/portForward/{ns}/{pod}/{uid}"} {
 		mux.HandleFunc("GET "+p, s.portForward)
@@ -397,14 +397,38 @@ func (c *committedWriter) Flush() {
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	streamOpts, err := remotecommand.NewOptions(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
 	cmd := r.URL.Query()["command"]
 	if len(cmd) == 0 {
 		http.Error(w, "no command given (command=...)", http.StatusBadRequest)
+		return
+	}
+	s.serveStream(w, r, func(tg target, opts *remotecommand.Options) {
+		pod, c := tg.pod, tg.container
+		remotecommand.ServeExec(hijackCloser(w, r), r, &streamer{rt: s.cfg.Runtime, id: c.ID}, pod.Namespace+"/"+pod.Name, string(pod.UID), c.Name, cmd, opts,
+			streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	})
+}
+
+// attach connects the client to a running container's main process (kubectl attach): its
+// output, and with stdin: true in the container's spec its stdin.
+func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
+	s.serveStream(w, r, func(tg target, opts *remotecommand.Options) {
+		pod, c := tg.pod, tg.container
+		if opts.Stdin && !declaresStdin(pod, c.Name) {
+			http.Error(w, fmt.Sprintf("container %q in pod %q has no stdin to attach to: its spec does not set stdin: true", c.Name, pod.Namespace+"/"+pod.Name), http.StatusBadRequest)
+			return
+		}
+		remotecommand.ServeAttach(hijackCloser(w, r), r, &streamer{rt: s.cfg.Runtime, id: c.ID}, pod.Namespace+"/"+pod.Name, string(pod.UID), c.Name, opts,
+			streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	})
+}
+
+// serveStream is what exec and attach share before the upgrade: the stream options, the
+// container, which must be running, and a stream slot.
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, serve func(target, *remotecommand.Options)) {
+	streamOpts, err := remotecommand.NewOptions(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	tg, ok := s.findTarget(w, r, false)
@@ -421,18 +445,58 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	ex := &executor{rt: s.cfg.Runtime, id: c.ID}
-	remotecommand.ServeExec(hijackCloser(w, r), r, ex, pod.Namespace+"/"+pod.Name, string(pod.UID), c.Name, cmd, streamOpts,
-		streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	serve(tg, streamOpts)
 }
 
-// executor runs one exec request's command in the container resolved before the upgrade.
-type executor struct {
+// declaresStdin reports whether pod's container name sets stdin: true.
+func declaresStdin(pod *v1.Pod, name string) bool {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == name {
+			return c.Stdin
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == name {
+			return c.Stdin
+		}
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.Name == name {
+			return c.Stdin
+		}
+	}
+	return false
+}
+
+// streamer runs one exec or attach request in the container resolved before the upgrade.
+type streamer struct {
 	rt Runtime
 	id string
 }
 
-func (e *executor) ExecInContainer(ctx context.Context, _, _, _ string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
+func (e *streamer) ExecInContainer(ctx context.Context, _, _, _ string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
+	streams, stop := execStreams(in, out, errw, tty, resize)
+	defer stop()
+	code, err := e.rt.ExecStream(ctx, e.id, cmd, streams)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", code), Code: code}
+	}
+	return nil
+}
+
+func (e *streamer) AttachContainer(ctx context.Context, _, _, _ string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
+	streams, stop := execStreams(in, out, errw, tty, resize)
+	defer stop()
+	return e.rt.Attach(ctx, e.id, streams)
+}
+
+// execStreams turns the streams remotecommand hands over into the runtime's. stop ends the
+// resize relay and closes the output streams (the client sees their end): call it when the
+// command or attach is over.
+func execStreams(in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) (runtime.ExecStreams, func()) {
 	streams := runtime.ExecStreams{Stdin: in, TTY: tty}
 	// Typed nils must not reach the runtime as non-nil writers.
 	if out != nil {
@@ -441,13 +505,14 @@ func (e *executor) ExecInContainer(ctx context.Context, _, _, _ string, cmd []st
 	if errw != nil {
 		streams.Stderr = errw
 	}
-	var sizes chan runtime.TerminalSize
+	done := make(chan struct{})
+	var relay sync.WaitGroup
 	if resize != nil {
-		sizes = make(chan runtime.TerminalSize)
-		done := make(chan struct{})
-		defer close(done)
+		sizes := make(chan runtime.TerminalSize)
 		streams.Resize = sizes
-		go func() { // ends with this call (done) or with resize
+		relay.Add(1)
+		go func() { // ends with stop (done) or with resize
+			defer relay.Done()
 			for {
 				select {
 				case sz, ok := <-resize:
@@ -465,20 +530,16 @@ func (e *executor) ExecInContainer(ctx context.Context, _, _, _ string, cmd []st
 			}
 		}()
 	}
-	code, err := e.rt.ExecStream(ctx, e.id, cmd, streams)
-	if out != nil {
-		out.Close()
+	return streams, func() {
+		close(done)
+		relay.Wait()
+		if out != nil {
+			out.Close()
+		}
+		if errw != nil {
+			errw.Close()
+		}
 	}
-	if errw != nil {
-		errw.Close()
-	}
-	if err != nil {
-		return err
-	}
-	if code != 0 {
-		return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", code), Code: code}
-	}
-	return nil
 }
 
 func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {

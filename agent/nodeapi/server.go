@@ -36,6 +36,7 @@ type Pods interface {
 type Runtime interface {
 	ListPod(ctx context.Context, podUID string) ([]runtime.Container, error)
 	ExecStream(ctx context.Context, id string, cmd []string, s runtime.ExecStreams) (int, error)
+	Attach(ctx context.Context, id string, s runtime.ExecStreams) error
 }
 
 // Config is what the node API needs.

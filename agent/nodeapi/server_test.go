@@ -107,6 +107,10 @@ func (f *fakeRuntime) ExecStream(context.Context, string, []string, runtime.Exec
 	return 0, errors.New("not in unit tests")
 }
 
+func (f *fakeRuntime) Attach(context.Context, string, runtime.ExecStreams) error {
+	return errors.New("not in unit tests")
+}
+
 type fakePods []*v1.Pod
 
 func (p fakePods) Pods() []*v1.Pod {
@@ -236,6 +240,20 @@ func TestAuth(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d", tc.name, code, body, tc.status)
 		}
 	}
+	// Every path the network side serves, and any other, asks for credentials first; the
+	// local socket's operations are not there at all.
+	for _, path := range []string{"/", "/healthz", "/pods", "/containerLogs/default/web/app", "/exec/default/web/app?command=id&output=1",
+		"/attach/default/web/app?output=1", "/portForward/default/web", "/stats/summary", "/metrics/resource", "/metrics",
+		"/describe/default/web", "/restart/default/web", "/configz", "/debug/pprof/", "/runningpods/"} {
+		if code, body := get(path, "", nil); code != http.StatusUnauthorized {
+			t.Errorf("anonymous %s: %d %s, want 401", path, code, body)
+		}
+	}
+	for _, path := range []string{"/describe/default/web", "/configz", "/debug/pprof/"} {
+		if code, body := get(path, "good", nil); code != http.StatusNotFound {
+			t.Errorf("%s over the network: %d %s, want 404", path, code, body)
+		}
+	}
 	code, body := get("/pods", "good", nil)
 	var list v1.PodList
 	if err := json.Unmarshal([]byte(body), &list); code != 200 || err != nil || len(list.Items) != 1 || list.Items[0].Name != "web" || list.Kind != "PodList" {
@@ -268,10 +286,24 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(logPath, logs.AppendLine(nil, time.Now(), logs.Stdout, false, []byte("hello")), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A container's log file replaced by a symlink to a host file: refused, never followed.
+	linkedLog := filepath.Join(dir, "logs", "default_web_u1", "linked", "0.log")
+	if err := os.MkdirAll(filepath.Dir(linkedLog), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "host-secret")
+	if err := os.WriteFile(secret, logs.AppendLine(nil, time.Now(), logs.Stdout, false, []byte("host secret")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, linkedLog); err != nil {
+		t.Fatal(err)
+	}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"},
-		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}, {Name: "side"}}}}
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}, {Name: "side"}, {Name: "linked"}, {Name: "live"}}}}
 	rt := &fakeRuntime{containers: []runtime.Container{
 		{ID: "c0", PodUID: "u1", Name: "app", Attempt: 0, State: runtime.StateExited, LogPath: logPath},
+		{ID: "c1", PodUID: "u1", Name: "linked", Attempt: 0, State: runtime.StateExited, LogPath: linkedLog},
+		{ID: "c2", PodUID: "u1", Name: "live", Attempt: 0, State: runtime.StateRunning, LogPath: logPath},
 	}}
 	s, err := New(Config{NodeName: "gw", PKIDir: dir, Client: apiReviews(&down, &reviews), Pods: fakePods{pod}, Runtime: rt})
 	if err != nil {
@@ -294,7 +326,9 @@ func TestBadInput(t *testing.T) {
 		{"GET", "/containerLogs/default/web/app?tailLines=-5", 400, "tailLines"},
 		{"POST", "/exec/default/web/app?command=sh&output=1", 400, "not running"},
 		{"POST", "/exec/default/web/app?output=1", 400, "no command"},
-		{"POST", "/attach/default/web/app?output=1", 501, "not supported"},
+		{"GET", "/containerLogs/default/web/linked", 403, "symlink"},
+		{"POST", "/attach/default/web/app?output=1", 400, "not running"},
+		{"POST", "/attach/default/web/live?input=1&output=1", 400, "does not set stdin: true"},
 		{"POST", "/portForward/default/web", 503, "no network namespace"},
 	} {
 		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)

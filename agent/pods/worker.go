@@ -829,6 +829,9 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Hostname:     hostname,
 		LogPath:      filepath.Join(w.m.cfg.PodLogDir, podLogDirName(pod), c.Name, fmt.Sprintf("%d.log", attempt)),
 		Mounts:       volumeMounts,
+		Stdin:        c.Stdin,
+		StdinOnce:    c.StdinOnce,
+		TTY:          c.TTY,
 		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity, w.m.cfg.NoSwap), securitySpecOpts(pod, c, w.m.cfg.Security)...),
 	}
 	// The termination log, unless a volume is mounted at its path.

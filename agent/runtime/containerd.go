@@ -39,6 +39,8 @@ type Runtime struct {
 	log       *slog.Logger
 	// registryConfigPath: see WithRegistryConfigPath.
 	registryConfigPath string
+	// ioDir: see WithIODir.
+	ioDir string
 }
 
 // Connect dials containerd at address and checks that it answers. The namespace is the one
@@ -203,6 +205,9 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 			opts = append(opts, oci.WithHostResolvconf)
 		}
 	}
+	if cfg.TTY {
+		opts = append(opts, oci.WithTTY) // and TERM=xterm, as containerd's CRI plugin does
+	}
 	opts = append(opts, cfg.SpecOpts...)
 
 	labels := map[string]string{
@@ -215,6 +220,15 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 		LabelLogPath:       cfg.LogPath,
 		LabelSpecHash:      cfg.SpecHash,
 		LabelImageID:       imageID(img),
+	}
+	switch {
+	case cfg.Stdin && cfg.StdinOnce:
+		labels[LabelStdin] = "once"
+	case cfg.Stdin:
+		labels[LabelStdin] = "true"
+	}
+	if cfg.TTY {
+		labels[LabelTTY] = "true"
 	}
 	_, err = r.client.NewContainer(ctx, id,
 		client.WithImage(img),
@@ -280,10 +294,14 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: labels of %s: %v", ErrStartContainer, id, err)
 	}
 	logPath := labels[LabelLogPath]
+	stdio, err := r.stdio(id, labels)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrStartContainer, err)
+	}
 	ioc := cio.NullIO
 	if logPath != "" {
 		// The shim runs holdfast's logger, which writes the CRI log format and rotates.
-		if ioc, err = logs.TaskIO(logPath); err != nil {
+		if ioc, err = logs.TaskIO(logPath, stdio); err != nil {
 			return fmt.Errorf("%w: container log: %v", ErrStartContainer, err)
 		}
 	}
@@ -489,6 +507,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete container %s: %w", id, err)
 	}
+	r.removeStdin(id)
 	return nil
 }
 

@@ -23,6 +23,10 @@ const (
 	LabelExitCode      = labelPrefix + "state.exit-code"
 	LabelReason        = labelPrefix + "state.reason"
 	LabelMessage       = labelPrefix + "state.message"
+	// LabelStdin is "true" for a container with stdin: true, "once" with stdinOnce: true too;
+	// absent without stdin. LabelTTY is "true" for a container with tty: true.
+	LabelStdin = labelPrefix + "container.stdin"
+	LabelTTY   = labelPrefix + "container.tty"
 )
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -21,6 +21,12 @@ func WithRegistryConfigPath(dir string) Option {
 	return func(r *Runtime) { r.registryConfigPath = dir }
 }
 
+// WithIODir makes dir the directory of the FIFOs that feed the stdin of containers with
+// stdin: true (one per container, removed with it). Without it such containers cannot start.
+func WithIODir(dir string) Option {
+	return func(r *Runtime) { r.ioDir = dir }
+}
+
 // Credentials answers the username and password (or "" and an identity token) for a
 // registry host, as a docker config.json gives them; ok is false when it knows none.
 type Credentials func(host string) (username, secret string, ok bool)

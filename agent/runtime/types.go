@@ -82,6 +82,10 @@ type ContainerConfig struct {
 	Hostname string
 	Mounts   []specs.Mount
 	LogPath  string
+	// Stdin keeps a stdin open for `kubectl attach -i` (the pod's stdin: true), which
+	// StdinOnce closes after the first attach ends. TTY gives the process a terminal. The
+	// runtime supports stdin only with a terminal: see Runtime.StartContainer.
+	Stdin, StdinOnce, TTY bool
 	// SpecOpts are applied last, for what the pod layer decides (security, resources).
 	SpecOpts []SpecOpt
 }

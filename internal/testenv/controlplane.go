@@ -265,7 +265,18 @@ func (cp *ControlPlane) NodeConfig(name string) *rest.Config {
 // node agent needs. The node must be listed in ControlPlaneOptions.Nodes.
 func (cp *ControlPlane) WriteNodeKubeconfig(name string) string {
 	cp.t.Helper()
-	token := cp.NodeToken(name)
+	return cp.writeKubeconfig(name, cp.NodeToken(name))
+}
+
+// WriteAdminKubeconfig writes a kubeconfig for the admin of AdminConfig (group
+// system:masters) to a new file in the test's directory and returns its path: what kubectl
+// is given (KUBECONFIG) to act as a cluster operator.
+func (cp *ControlPlane) WriteAdminKubeconfig() string {
+	cp.t.Helper()
+	return cp.writeKubeconfig("admin", cp.AdminConfig.BearerToken)
+}
+
+func (cp *ControlPlane) writeKubeconfig(name, token string) string {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cp.Host, CertificateAuthorityData: cp.CAData()}
 	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}

@@ -85,6 +85,10 @@ func KubeSchedulerPath() string {
 	return filepath.Join(BinDir(), "kube-scheduler-"+KubeAPIServerVersion)
 }
 
+// KubectlPath returns the path of kubectl in BinDir, built by hack/build-tools.sh from
+// k8s.io/kubectl at the apiserver's release.
+func KubectlPath() string { return filepath.Join(BinDir(), "kubectl-"+KubeAPIServerVersion) }
+
 // RequireIntegration marks t as an integration test. Under -short it skips t. Otherwise it
 // fails t, naming what is missing, unless every prerequisite of this package is present: root,
 // the control plane binaries, containerd, runc, the CNI plugins and the test images. It never
@@ -110,7 +114,7 @@ var missingPrerequisites = sync.OnceValue(func() []string {
 	if os.Geteuid() != 0 {
 		missing = append(missing, fmt.Sprintf("root: running as uid %d (containerd, mounts and network namespaces need root)", os.Geteuid()))
 	}
-	for _, path := range []string{KubeAPIServerPath(), EtcdPath()} {
+	for _, path := range []string{KubeAPIServerPath(), EtcdPath(), KubectlPath()} {
 		if err := checkExecutable(path); err != nil {
 			missing = append(missing, fmt.Sprintf("%v (HOLDFAST_TEST_BIN=%s; built by hack/build-tools.sh)", err, BinDir()))
 		}
