@@ -33,7 +33,8 @@ import (
 // --timestamps, --limit-bytes, -f), exec -i with stdin and exec -it on a terminal (size,
 // exit code), attach (output, then -it into a container with stdin and tty, twice: a detach
 // does not end its stdin), port-forward carrying an HTTP request, and `get --raw` of the
-// node's stats summary and resource metrics, checked against the container's cgroup.
+// node's stats summary and resource metrics, checked against the container's cgroup. Then,
+// with the apiserver stopped, holdfast's own CLI: logs, exec -it, restart.
 func TestKubectl(t *testing.T) {
 	e := startEnvFor(t, &testenv.ControlPlaneOptions{Nodes: []string{node}}, func(e *env, c *config.Config) {
 		c.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
@@ -433,6 +434,54 @@ func TestKubectl(t *testing.T) {
 				t.Errorf("/metrics/resource lacks %s", name)
 			}
 		}
+	})
+
+	// The cluster out of reach: the same operations with holdfast's CLI on the gateway, over
+	// its local socket; a restart made then shows in the pod's status once the apiserver is
+	// back.
+	t.Run("apiserver stopped", func(t *testing.T) {
+		before, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		webRestarts := func(p *v1.Pod) int32 {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name == "web" {
+					return cs.RestartCount
+				}
+			}
+			return -1
+		}
+		e.cp.Stop()
+		socket := e.agent.Config.LocalAPISocket
+		cli := func(args ...string) *exec.Cmd {
+			return exec.CommandContext(ctx, e.agent.Binary(), append([]string{args[0], "--socket", socket}, args[1:]...)...)
+		}
+		if out, err := cli("logs", "ops", "-c", "counter", "--previous").CombinedOutput(); err != nil || string(out) != "run 1\nline 1\nline 2\nline 3\n" {
+			t.Errorf("holdfast logs --previous: %q, %v", out, err)
+		}
+		term := testenv.StartTerminal(t, cli("exec", "-it", "ops", "-c", "web", "--", "sh"), 30, 90)
+		term.Type(t, "stty size; echo $((6*7))-offline\r")
+		at := term.WaitFor(t, 0, "30 90", 60*time.Second)
+		term.WaitFor(t, at, "42-offline", 30*time.Second)
+		term.Type(t, "exit\r")
+		if err := term.Cmd.Wait(); err != nil {
+			t.Errorf("holdfast exec -it: %v; the screen:\n%s", err, term.Screen())
+		}
+		if out, err := cli("restart", "ops").CombinedOutput(); err != nil {
+			t.Fatalf("holdfast restart: %q, %v", out, err)
+		}
+		e.cp.Start()
+		testenv.Eventually(t, 120*time.Second, "the offline restart in the API", func() error {
+			p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got, was := webRestarts(p), webRestarts(before); got <= was {
+				return fmt.Errorf("web's restartCount %d, was %d", got, was)
+			}
+			return nil
+		})
 	})
 }
 
