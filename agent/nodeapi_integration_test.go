@@ -351,9 +351,27 @@ func TestNodeAPI(t *testing.T) {
 
 	t.Run("direct", func(t *testing.T) {
 		base := "https://" + net.JoinHostPort(nodeIP, strconv.Itoa(e.agent.Config.NodeAPIPort()))
-		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-		get := func(path, token string) (int, string) {
-			req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+		// An admin certificate (system:masters) from a CA the node does not trust.
+		dir := t.TempDir()
+		otherCA, err := testenv.NewCA(dir, "other-ca", "another cluster's CA")
+		if err != nil {
+			t.Fatal(err)
+		}
+		certFile, keyFile, err := otherCA.IssueClient(dir, "intruder", "intruder", "system:masters")
+		if err != nil {
+			t.Fatal(err)
+		}
+		alien, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		do := func(method, path, token string, cert *tls.Certificate) (int, string) {
+			tlsConfig := &tls.Config{InsecureSkipVerify: true}
+			if cert != nil {
+				tlsConfig.Certificates = []tls.Certificate{*cert}
+			}
+			client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+			req, _ := http.NewRequestWithContext(ctx, method, base+path, nil)
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
@@ -365,15 +383,22 @@ func TestNodeAPI(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			return resp.StatusCode, string(b)
 		}
+		get := func(path, token string) (int, string) { return do("GET", path, token, nil) }
 		if code, body := get("/containerLogs/default/nodeapi/counter", ""); code != http.StatusUnauthorized {
 			t.Errorf("anonymous: %d %s, want 401", code, body)
 		}
 		if code, body := get("/healthz", ""); code != http.StatusUnauthorized {
 			t.Errorf("anonymous /healthz: %d %s, want 401", code, body)
 		}
-		// The node's own token has no nodes/proxy right.
+		if code, body := do("GET", "/pods", "", &alien); code != http.StatusUnauthorized {
+			t.Errorf("a certificate of another CA: %d %s, want 401", code, body)
+		}
+		// The node's own token has no nodes/proxy right: no logs, no exec.
 		if code, body := get("/containerLogs/default/nodeapi/counter", e.cp.NodeToken(node)); code != http.StatusForbidden {
-			t.Errorf("token without nodes/proxy: %d %s, want 403", code, body)
+			t.Errorf("logs with a token without nodes/proxy: %d %s, want 403", code, body)
+		}
+		if code, body := do("POST", "/exec/default/nodeapi/counter?command=id&output=1", e.cp.NodeToken(node), nil); code != http.StatusForbidden {
+			t.Errorf("exec with a token without nodes/proxy: %d %s, want 403", code, body)
 		}
 		if code, body := get("/pods", e.cp.AdminConfig.BearerToken); code != http.StatusOK || !strings.Contains(body, `"name":"nodeapi"`) {
 			t.Errorf("/pods as admin: %d %.200s", code, body)
