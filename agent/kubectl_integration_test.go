@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -36,11 +34,7 @@ import (
 // node's stats summary and resource metrics, checked against the container's cgroup. Then,
 // with the apiserver stopped, holdfast's own CLI: logs, exec -it, restart.
 func TestKubectl(t *testing.T) {
-	e := startEnvFor(t, &testenv.ControlPlaneOptions{Nodes: []string{node}}, func(e *env, c *config.Config) {
-		c.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
-		c.Authentication.X509.ClientCAFile = e.cp.KubeletClientCAFile()
-		c.Pods.BackOffBase = config.D(time.Second)
-	}, nil)
+	e := startNodeAPIEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	kubeconfig := e.cp.WriteAdminKubeconfig()
@@ -71,12 +65,7 @@ func TestKubectl(t *testing.T) {
 			TerminationGracePeriodSeconds: int64p(1),
 			Volumes:                       []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}},
 			Containers: []v1.Container{
-				{
-					// Run 1 prints and exits; run 2 prints and stays.
-					Name: "counter", Image: image,
-					Command:      []string{"sh", "-c", `n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo "run $n"; echo "line 1"; echo "line 2"; echo "line 3"; if [ $n -ge 2 ]; then exec sleep 3600; fi; exit 1`},
-					VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/data"}},
-				},
+				counterContainer(),
 				{
 					// A line a second on stdout, its twin on stderr.
 					Name: "ticker", Image: image,
@@ -242,7 +231,7 @@ func TestKubectl(t *testing.T) {
 	t.Run("attach", func(t *testing.T) {
 		// Output only: what the container writes from now on, stdout and stderr apart.
 		cmd := kubectlCmd("attach", "ops", "-c", "ticker")
-		var stderr lockedBuffer
+		var stderr testenv.SyncBuffer
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -335,7 +324,7 @@ func TestKubectl(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var stderr lockedBuffer
+		var stderr testenv.SyncBuffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -581,22 +570,4 @@ func (cg containerCgroup) read(t *testing.T) cgroupReading {
 		r.workingSet = usage - inactive
 	}
 	return r
-}
-
-// lockedBuffer is a buffer a command writes to while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

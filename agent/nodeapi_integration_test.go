@@ -35,11 +35,7 @@ import (
 // and WebSocket (stdout, stdin, exit code), `kubectl port-forward` to an HTTP server in the
 // pod's own network namespace; and directly: anonymous 401, a token without nodes/proxy 403.
 func TestNodeAPI(t *testing.T) {
-	e := startEnvFor(t, &testenv.ControlPlaneOptions{Nodes: []string{node}}, func(e *env, c *config.Config) {
-		c.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
-		c.Authentication.X509.ClientCAFile = e.cp.KubeletClientCAFile()
-		c.Pods.BackOffBase = config.D(time.Second)
-	}, nil)
+	e := startNodeAPIEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pods := e.cp.Admin.CoreV1().Pods("default")
@@ -71,12 +67,7 @@ func TestNodeAPI(t *testing.T) {
 			TerminationGracePeriodSeconds: int64p(1),
 			Volumes:                       []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}},
 			Containers: []v1.Container{
-				{
-					// Run 1 prints and exits; run 2 prints and stays.
-					Name: "counter", Image: "docker.io/holdfast/busybox:test", ImagePullPolicy: v1.PullNever,
-					Command:      []string{"sh", "-c", `n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo "run $n"; echo "line 1"; echo "line 2"; echo "line 3"; if [ $n -ge 2 ]; then exec sleep 3600; fi; exit 1`},
-					VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/data"}},
-				},
+				counterContainer(),
 				{
 					Name: "web", Image: "docker.io/holdfast/busybox:test", ImagePullPolicy: v1.PullNever,
 					Command: []string{"sh", "-c", `mkdir -p /www && echo "hello from the pod" > /www/index.html && exec httpd -f -p 8080 -h /www`},
@@ -404,6 +395,26 @@ func TestNodeAPI(t *testing.T) {
 			t.Errorf("/pods as admin: %d %.200s", code, body)
 		}
 	})
+}
+
+// startNodeAPIEnv starts a control plane whose apiserver reaches the node API (its kubelet
+// client certificate's CA is the agent's client CA) and the agent, restarts backing off from 1 s.
+func startNodeAPIEnv(t *testing.T) *env {
+	return startEnvFor(t, &testenv.ControlPlaneOptions{Nodes: []string{node}}, func(e *env, c *config.Config) {
+		c.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
+		c.Authentication.X509.ClientCAFile = e.cp.KubeletClientCAFile()
+		c.Pods.BackOffBase = config.D(time.Second)
+	}, nil)
+}
+
+// counterContainer prints "run N" and three lines; run 1 exits 1, run 2 stays. It counts in
+// the pod's emptyDir volume "data", which survives the restart.
+func counterContainer() v1.Container {
+	return v1.Container{
+		Name: "counter", Image: "docker.io/holdfast/busybox:test",
+		Command:      []string{"sh", "-c", `n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo "run $n"; echo "line 1"; echo "line 2"; echo "line 3"; if [ $n -ge 2 ]; then exec sleep 3600; fi; exit 1`},
+		VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/data"}},
+	}
 }
 
 // fixedSize is a terminal of one size: it reports it once, then nothing until the end.

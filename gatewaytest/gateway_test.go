@@ -314,6 +314,22 @@ func (g *gateway) running() map[string]Container {
 	return out
 }
 
+// cgroupDir returns the cgroup v2 directory of the running container "pod/container" in the
+// guest.
+func (g *gateway) cgroupDir(key string) string {
+	g.t.Helper()
+	c, ok := g.running()[key]
+	if !ok {
+		g.t.Fatalf("%s is not running in containerd", key)
+	}
+	cgroup := strings.TrimSpace(g.vm.MustSSH(fmt.Sprintf("cat /proc/%d/cgroup", c.PID)))
+	path, found := strings.CutPrefix(cgroup, "0::")
+	if !found {
+		g.t.Fatalf("%s's /proc/PID/cgroup is %q, want a single cgroup v2 line", key, cgroup)
+	}
+	return "/sys/fs/cgroup" + path
+}
+
 // podLog returns the current log of a container of pod default/name (CRI format, every
 // attempt's file) in the guest.
 func (g *gateway) podLog(pod, container string) string {

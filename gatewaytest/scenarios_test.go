@@ -1,6 +1,7 @@
 package gatewaytest
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/status"
@@ -45,21 +47,62 @@ func TestScenario1PodsAsUsersWriteThem(t *testing.T) {
 	})
 
 	t.Run("limits are cgroup v2 settings", func(t *testing.T) {
-		c, ok := g.running()["limited/main"]
-		if !ok {
-			t.Fatal("limited/main is not running in containerd")
-		}
-		cgroup := strings.TrimSpace(g.vm.MustSSH(fmt.Sprintf("cat /proc/%d/cgroup", c.PID)))
-		path, found := strings.CutPrefix(cgroup, "0::")
-		if !found {
-			t.Fatalf("container's /proc/PID/cgroup is %q, want a single cgroup v2 line", cgroup)
-		}
-		dir := "/sys/fs/cgroup" + path
+		dir := g.cgroupDir("limited/main")
 		if got := strings.TrimSpace(g.vm.MustSSH("cat " + dir + "/memory.max")); got != strconv.Itoa(64<<20) {
 			t.Errorf("%s/memory.max = %s, want %d (64Mi)", dir, got, 64<<20)
 		}
 		if got := strings.TrimSpace(g.vm.MustSSH("cat " + dir + "/cpu.max")); got != "20000 100000" {
 			t.Errorf("%s/cpu.max = %q, want \"20000 100000\" (200m)", dir, got)
+		}
+	})
+
+	// What `kubectl top` and metrics-server read, measured from the unified hierarchy: the
+	// summary's CPU time lies between two readings of the container's cpu.stat, its working set
+	// near memory.current less inactive_file, as the kubelet computes it.
+	t.Run("stats match the cgroup v2 files", func(t *testing.T) {
+		dir := g.cgroupDir("limited/main")
+		read := func() (cpuNanos, workingSet uint64) {
+			out := g.vm.MustSSH(fmt.Sprintf("cat %[1]s/cpu.stat %[1]s/memory.stat; echo memory.current $(cat %[1]s/memory.current)", dir))
+			fields := map[string]uint64{}
+			for _, line := range strings.Split(out, "\n") {
+				if k, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+					if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+						fields[k] = n
+					}
+				}
+			}
+			if fields["memory.current"] > fields["inactive_file"] {
+				workingSet = fields["memory.current"] - fields["inactive_file"]
+			}
+			return fields["usage_usec"] * 1000, workingSet
+		}
+		cpuBefore, wsBefore := read()
+		raw := g.vm.MustSSH("/run/holdfast-payload/tools/guestprobe -stats")
+		cpuAfter, wsAfter := read()
+		var sum statsapi.Summary
+		if err := json.Unmarshal([]byte(raw), &sum); err != nil {
+			t.Fatalf("stats summary: %v\n%s", err, raw)
+		}
+		if sum.Node.CPU == nil || sum.Node.Memory == nil || sum.Node.Fs == nil {
+			t.Errorf("node stats %+v", sum.Node)
+		}
+		var main *statsapi.ContainerStats
+		for _, p := range sum.Pods {
+			for i, c := range p.Containers {
+				if p.PodRef.Name == "limited" && c.Name == "main" {
+					main = &p.Containers[i]
+				}
+			}
+		}
+		if main == nil || main.CPU == nil || main.CPU.UsageCoreNanoSeconds == nil || main.Memory == nil || main.Memory.WorkingSetBytes == nil {
+			t.Fatalf("limited/main's stats %+v in %s", main, raw)
+		}
+		if cpu := *main.CPU.UsageCoreNanoSeconds; cpu < cpuBefore || cpu > cpuAfter {
+			t.Errorf("usageCoreNanoSeconds %d, cpu.stat's usage_usec gave %d before and %d after", cpu, cpuBefore, cpuAfter)
+		}
+		const slack = 2 << 20
+		if ws := *main.Memory.WorkingSetBytes; ws == 0 || ws+slack < min(wsBefore, wsAfter) || ws > max(wsBefore, wsAfter)+slack {
+			t.Errorf("workingSetBytes %d, the cgroup's %d before and %d after", ws, wsBefore, wsAfter)
 		}
 	})
 

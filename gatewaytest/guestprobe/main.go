@@ -2,6 +2,9 @@
 // as JSON, what containerd holds in holdfast's namespace: every container with its labels and
 // its task's state. The tests count containers per pod and container name from it, to prove
 // that nothing was started twice, with or without the apiserver.
+//
+// With -stats it prints instead the node's stats summary as holdfast serves it on its local
+// socket (GET /stats/summary): the guest's node API is out of the host apiserver's reach.
 package main
 
 import (
@@ -11,6 +14,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -34,11 +39,20 @@ func doMain(args []string, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("guestprobe", flag.ContinueOnError)
 	address := flags.String("address", "/run/containerd/containerd.sock", "containerd's socket")
 	namespace := flags.String("namespace", "holdfast", "containerd namespace")
+	stats := flags.Bool("stats", false, "print holdfast's stats summary, read from its local socket")
+	socket := flags.String("socket", "/var/lib/holdfast/api.sock", "holdfast's local API socket (with -stats)")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if *stats {
+		if err := summary(ctx, *socket, stdout); err != nil {
+			fmt.Fprintf(stderr, "guestprobe: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	containers, err := list(namespaces.WithNamespace(ctx, *namespace), *address)
 	if err != nil {
 		fmt.Fprintf(stderr, "guestprobe: %v\n", err)
@@ -49,6 +63,28 @@ func doMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// summary copies GET /stats/summary of holdfast's local socket to w.
+func summary(ctx context.Context, socket string, w io.Writer) error {
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://holdfast/stats/summary", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("stats summary from %s: %w", socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("stats summary from %s: %s: %s", socket, resp.Status, b)
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 func list(ctx context.Context, address string) ([]Container, error) {

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -171,7 +169,7 @@ func testControlPlaneRestart(t *testing.T, cp *ControlPlane) {
 
 // runContainer creates a container from image running args, starts its task and returns it
 // with the channel of its exit status. The container and task are removed when t ends.
-func runContainer(t *testing.T, ctx context.Context, c *client.Client, image string, out *lockedBuffer, opts ...oci.SpecOpts) (client.Task, <-chan client.ExitStatus) {
+func runContainer(t *testing.T, ctx context.Context, c *client.Client, image string, out *SyncBuffer, opts ...oci.SpecOpts) (client.Task, <-chan client.ExitStatus) {
 	t.Helper()
 	img, err := c.GetImage(ctx, image)
 	if err != nil {
@@ -216,24 +214,6 @@ func runContainer(t *testing.T, ctx context.Context, c *client.Client, image str
 	return task, exitC
 }
 
-// lockedBuffer collects a container's stdout and stderr, which are copied by two goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex // protects buf
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func mustNamespace(t *testing.T, ctx context.Context) string {
 	ns, err := namespaces.NamespaceRequired(ctx)
 	if err != nil {
@@ -274,7 +254,7 @@ func testRunToCompletion(t *testing.T, ctrd *Containerd) {
 		}
 	}
 
-	var out lockedBuffer
+	var out SyncBuffer
 	start := time.Now()
 	task, exitC := runContainer(t, ctx, ctrd.Client, BusyboxImage, &out, oci.WithProcessArgs("echo", "hi"))
 	if code := waitExit(t, ctx, task, exitC); code != 0 {
@@ -332,7 +312,7 @@ func testCNI(t *testing.T, ctrd *Containerd, network *CNINetwork) {
 		t.Errorf("eth0 got %v, outside %v", ip, network.Subnet)
 	}
 
-	var out lockedBuffer
+	var out SyncBuffer
 	task, exitC := runContainer(t, ctx, ctrd.Client, BusyboxImage, &out,
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: netnsPath}),
 		oci.WithProcessArgs("sh", "-c", "ip -o -4 addr show eth0 && ip -o link show lo && ping -c 1 -W 5 "+network.Gateway.String()))
