@@ -76,7 +76,8 @@ func New(cfg Config) *Agent {
 	return &Agent{cfg: cfg}
 }
 
-// errDuplicate is a new stream that reached a server the agent has a stream to already.
+// errDuplicate is a new stream that reached a server the agent has a stream to already: with
+// servers in HA behind one address, the agent connects until it holds one stream to each.
 var errDuplicate = errors.New("already connected to this server")
 
 // Run keeps the agent connected until ctx ends: one stream per server, as many as the servers
@@ -94,6 +95,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		var wait <-chan time.Time
 		if len(streams) < want {
 			s, err := a.connect(ctx)
+			if err == nil && streams[s.serverID] {
+				// The server's load balancer sent us to a server we hold a stream to already.
+				s.cancel()
+				s.conn.Close()
+				err = errDuplicate
+			}
 			switch {
 			case ctx.Err() != nil:
 				return nil

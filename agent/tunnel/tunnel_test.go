@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,21 +117,28 @@ func TestIdentifiers(t *testing.T) {
 type fakeServer struct {
 	agentproto.UnimplementedAgentServiceServer
 	streams chan fakeStream
+	// ids returns the server ID and count of the next stream; nil: server-1 of 1.
+	ids func() (id string, count int)
 }
 
 type fakeStream struct {
 	agentproto.AgentService_ConnectServer
 	md  metadata.MD
+	id  string        // the server ID it announced
 	end chan struct{} // closed by the test to end the stream
 }
 
 func (f *fakeServer) Connect(s agentproto.AgentService_ConnectServer) error {
 	md, _ := metadata.FromIncomingContext(s.Context())
-	if err := s.SendHeader(metadata.Pairs(header.ServerID, "server-1", header.ServerCount, "1")); err != nil {
+	id, count := "server-1", 1
+	if f.ids != nil {
+		id, count = f.ids()
+	}
+	if err := s.SendHeader(metadata.Pairs(header.ServerID, id, header.ServerCount, strconv.Itoa(count))); err != nil {
 		return err
 	}
 	end := make(chan struct{})
-	f.streams <- fakeStream{AgentService_ConnectServer: s, md: md, end: end}
+	f.streams <- fakeStream{AgentService_ConnectServer: s, md: md, id: id, end: end}
 	select {
 	case <-end:
 	case <-s.Context().Done():
@@ -142,37 +151,9 @@ func (f *fakeServer) Connect(s agentproto.AgentService_ConnectServer) error {
 // unknown connection gets a CLOSE_RSP with an error; a stream that ends is reconnected; Run
 // returns once its context ends.
 func TestAgentProtocol(t *testing.T) {
-	serverTLS, clientTLS := testTLS(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	fake := &fakeServer{streams: make(chan fakeStream)}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
-	agentproto.RegisterAgentServiceServer(srv, fake)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
-	defer func() {
-		srv.Stop()
-		<-served
-	}()
-
-	nodeAPI := NewListener("node API")
-	defer nodeAPI.Close()
-	a := New(Config{
-		Server:      lis.Addr().String(),
-		TLS:         clientTLS,
-		AgentID:     "gw-1",
-		Identifiers: func() string { return Identifiers("gw-1", []string{"192.0.2.7"}) },
-		Dial:        NodeAPIDialer(nodeAPI, "gw-1", func() []string { return []string{"192.0.2.7"} }, 10250),
-		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(ctx) }()
+	nodeAPI, stop := runAgent(t, fake)
+	defer stop()
 
 	st := nextStream(t, fake)
 	if got := st.md.Get(header.AgentID); len(got) != 1 || got[0] != "gw-1" {
@@ -228,17 +209,102 @@ func TestAgentProtocol(t *testing.T) {
 	// The stream ends (a server restart): the agent connects again by itself.
 	close(st.end)
 	st = nextStream(t, fake)
-
-	cancel()
-	select {
-	case err := <-ran:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
+	stop()
 	close(st.end)
+}
+
+// TestAgentHA: two servers behind one address (serverCount 2). The agent connects until it
+// holds a stream to each: a stream that reaches a server it is connected to already is closed.
+func TestAgentHA(t *testing.T) {
+	var mu sync.Mutex
+	next := []string{"server-a", "server-a", "server-b"} // the second connection lands on server-a again
+	fake := &fakeServer{streams: make(chan fakeStream), ids: func() (string, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		id := next[0]
+		if len(next) > 1 {
+			next = next[1:]
+		}
+		return id, 2
+	}}
+	_, stop := runAgent(t, fake)
+	defer stop()
+
+	first := nextStream(t, fake)
+	dup := nextStream(t, fake)
+	if first.id != "server-a" || dup.id != "server-a" {
+		t.Fatalf("streams to %s and %s, want server-a twice", first.id, dup.id)
+	}
+	// The agent closes the duplicate: its stream's context ends.
+	select {
+	case <-dup.Context().Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the duplicate stream to server-a was kept")
+	}
+	close(dup.end)
+	second := nextStream(t, fake)
+	if second.id != "server-b" {
+		t.Fatalf("third stream to %s, want server-b", second.id)
+	}
+	// Both kept: neither stream ends while the agent runs.
+	select {
+	case <-first.Context().Done():
+		t.Error("the stream to server-a ended")
+	case <-second.Context().Done():
+		t.Error("the stream to server-b ended")
+	default:
+	}
+	stop()
+	close(first.end)
+	close(second.end)
+}
+
+// runAgent serves fake on a loopback TLS port and runs an agent of node gw-1 (192.0.2.7, node
+// API port 10250) against it; the returned listener is where its node API dials arrive. stop
+// ends the agent (waiting for Run to return) and the server, and may be called more than once.
+func runAgent(t *testing.T, fake *fakeServer) (nodeAPI *Listener, stop func()) {
+	t.Helper()
+	serverTLS, clientTLS := testTLS(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
+	agentproto.RegisterAgentServiceServer(srv, fake)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(lis)
+	}()
+	nodeAPI = NewListener("node API")
+	a := New(Config{
+		Server:      lis.Addr().String(),
+		TLS:         clientTLS,
+		AgentID:     "gw-1",
+		Identifiers: func() string { return Identifiers("gw-1", []string{"192.0.2.7"}) },
+		Dial:        NodeAPIDialer(nodeAPI, "gw-1", func() []string { return []string{"192.0.2.7"} }, 10250),
+		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	var once sync.Once
+	return nodeAPI, func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-ran:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("Run did not return after its context ended")
+			}
+			nodeAPI.Close()
+			srv.Stop()
+			<-served
+		})
+	}
 }
 
 func nextStream(t *testing.T, f *fakeServer) fakeStream {
