@@ -317,8 +317,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		// Not worth stopping the agent, and with it the node's heartbeat, for.
 		a.log.Error("node API not served: fix the configuration and restart holdfast", "err", err)
 	} else if api != nil {
-		if cfg.NodeAPIPort() != 0 {
+		if cfg.NodeAPIPort() != 0 && !cfg.Tunnel.Only {
 			g.Go(func() error { return api.Run(ctx) })
+		}
+		if cfg.Tunnel.Server != "" && client != nil {
+			g.Go(func() error { return a.runTunnel(ctx, api, hostIPs) })
 		}
 		if cfg.LocalAPISocket != "" {
 			g.Go(func() error { return api.ServeLocal(ctx, cfg.LocalAPISocket) })

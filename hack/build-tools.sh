@@ -1,13 +1,14 @@
 #!/bin/bash
 # build-tools.sh builds the control plane binaries the integration tests run, kube-apiserver,
-# kube-controller-manager, kube-scheduler and etcd, and the distribution registry the image
-# pull tests pull from, from the modules in hack/tools, into the cache outside the repository
-# (hack/build-lib.sh says where and how):
+# kube-controller-manager, kube-scheduler and etcd, the distribution registry the image pull
+# tests pull from, and the konnectivity server the tunnel test runs, from the modules in
+# hack/tools, into the cache outside the repository (hack/build-lib.sh says where and how):
 #
 #   BIN/kube-apiserver-vX.Y.Z, BIN/kube-controller-manager-vX.Y.Z, BIN/kube-scheduler-vX.Y.Z
 #   BIN/etcd-vX.Y.Z
 #   BIN/registry-vX.Y.Z
 #   BIN/kubectl-vX.Y.Z
+#   BIN/konnectivity-server-vX.Y.Z
 #
 # A binary already in the cache is not rebuilt: the first kube-apiserver build takes 10-15
 # minutes on 2 cores, later runs take no time. Quiet when there is nothing to build.
@@ -41,3 +42,9 @@ for tool in kube-apiserver kube-controller-manager kube-scheduler; do
 	version=$(module_version "$tool_dir" k8s.io/kubernetes)
 	cached_build "$tool" "$version" "$tool_dir" go build -trimpath -ldflags "$(kube_ldflags "$version")" .
 done
+
+# The konnectivity server (apiserver-network-proxy), for the test of the node API reached through
+# the tunnel holdfast dials out (agent/tunnel); about a minute once kube-apiserver is built.
+konnectivity_dir="$repo/hack/tools/konnectivity-server"
+cached_build konnectivity-server "$(module_version "$konnectivity_dir" sigs.k8s.io/apiserver-network-proxy)" "$konnectivity_dir" \
+	go build -trimpath -ldflags "-s -w" .

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -148,6 +149,44 @@ type Config struct {
 	// those CSRs (kube-controller-manager does not); until one is issued, and when false (the
 	// default), the node API serves a self-signed certificate.
 	ServerTLSBootstrap bool `json:"serverTLSBootstrap,omitempty"`
+	// Tunnel makes the node API reachable through a konnectivity server the node dials out to,
+	// for gateways the apiserver cannot dial (behind NAT). See TunnelConfig.
+	Tunnel TunnelConfig `json:"tunnel,omitempty"`
+}
+
+// TunnelConfig connects the node API to the cluster through konnectivity
+// (apiserver-network-proxy): holdfast is the agent, dials the server's agent port and keeps the
+// stream open; the apiserver's egress selector ("cluster" egress) sends its connections to the
+// node's address through the server, which forwards them over that stream to holdfast's node
+// API, in process (agent/tunnel). Only connections to the node API are served through it.
+type TunnelConfig struct {
+	// Server is the konnectivity server's agent endpoint, host:port (the server's
+	// --agent-port). Empty (the default): no tunnel, and every other key must be empty too.
+	Server string `json:"server,omitempty"`
+	// ServerName is the name verified in the server's certificate. Defaults to Server's host.
+	ServerName string `json:"serverName,omitempty"`
+	// CAFile verifies the server's certificate (the server's --cluster-cert). Required.
+	CAFile string `json:"caFile,omitempty"`
+	// CertFile and KeyFile are the client certificate holdfast authenticates with, verified by
+	// the server's --cluster-ca-cert; read again at each connection, so a renewal on disk is
+	// used without a restart.
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// TokenFile holds a service account token holdfast authenticates with instead, for a server
+	// run with --agent-namespace, --agent-service-account and --authentication-audience; read
+	// at each connection. Either CertFile and KeyFile or TokenFile (or both) is required.
+	TokenFile string `json:"tokenFile,omitempty"`
+	// AgentID names holdfast to the server. Defaults to nodeName.
+	AgentID string `json:"agentID,omitempty"`
+	// AgentIdentifiers are the agent identifiers sent to the server, in the upstream agent's
+	// form ("host=NAME&ipv4=IP"): with --proxy-strategies=destHost the server sends holdfast
+	// the connections to those hosts. Defaults to host=<nodeName> and ipv4=/ipv6= for each of
+	// the node's addresses, kept current as they change.
+	AgentIdentifiers string `json:"agentIdentifiers,omitempty"`
+	// Only serves the node API through the tunnel alone: no TCP listener on address:port at
+	// all, so nothing on the node's network can reach it. The Node still advertises port: it
+	// is the address the apiserver asks the tunnel for. Defaults to false (both).
+	Only bool `json:"only,omitempty"`
 }
 
 // AuthenticationConfig says how node API clients are authenticated; anonymous requests are
@@ -371,6 +410,9 @@ func (c *Config) applyDefaults() {
 		port := 10250
 		c.Port = &port
 	}
+	if c.Tunnel.Server != "" {
+		setDefault(&c.Tunnel.AgentID, c.NodeName)
+	}
 }
 
 // NodeAPIPort is the port the node API serves on, 0 when it is disabled.
@@ -480,6 +522,7 @@ func (c *Config) Validate() error {
 	if p := c.NodeAPIPort(); p < 0 || p > 65535 {
 		errs = append(errs, fmt.Errorf("port %d: want 1-65535, or 0 to disable the node API", p))
 	}
+	errs = append(errs, c.Tunnel.validate(c)...)
 	if c.ContainerLogMaxFiles < 2 {
 		errs = append(errs, fmt.Errorf("containerLogMaxFiles %d: at least 2 (the live file and one rotated)", c.ContainerLogMaxFiles))
 	}
@@ -490,6 +533,47 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("gc.imageHighThresholdPercent %d, gc.imageLowThresholdPercent %d: want 1 <= low < high <= 100", h, l))
 	}
 	return errors.Join(errs...)
+}
+
+// validate reports the tunnel section's problems, each with what to do.
+func (t *TunnelConfig) validate(c *Config) []error {
+	if t.Server == "" {
+		if *t != (TunnelConfig{}) {
+			return []error{errors.New("tunnel: server is empty but other tunnel keys are set; set tunnel.server (the konnectivity server's host:port) or remove the tunnel section")}
+		}
+		return nil
+	}
+	var errs []error
+	if host, port, err := net.SplitHostPort(t.Server); err != nil || host == "" || port == "" {
+		errs = append(errs, fmt.Errorf("tunnel.server %q: want host:port of the konnectivity server's agent port", t.Server))
+	}
+	if t.CAFile == "" {
+		errs = append(errs, errors.New("tunnel.caFile is required: the CA that verifies the konnectivity server's certificate"))
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		errs = append(errs, errors.New("tunnel.certFile and tunnel.keyFile go together: set both or neither"))
+	}
+	if t.CertFile == "" && t.TokenFile == "" {
+		errs = append(errs, errors.New("tunnel: no credentials; set tunnel.certFile and tunnel.keyFile (mTLS) or tunnel.tokenFile (service account token)"))
+	}
+	if t.AgentIdentifiers != "" {
+		v, err := url.ParseQuery(t.AgentIdentifiers)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tunnel.agentIdentifiers %q: %w", t.AgentIdentifiers, err))
+		}
+		for k := range v {
+			if !slices.Contains([]string{"host", "ipv4", "ipv6", "cidr", "uid", "default-route"}, k) {
+				errs = append(errs, fmt.Errorf("tunnel.agentIdentifiers: %q is not an identifier type (host, ipv4, ipv6, cidr, uid, default-route)", k))
+			}
+		}
+	}
+	if c.NodeAPIPort() == 0 {
+		errs = append(errs, errors.New("tunnel needs the node API: port is 0; set port (the port the Node advertises and the apiserver asks the tunnel for)"))
+	}
+	if c.Standalone() {
+		errs = append(errs, errors.New("tunnel needs an apiserver: set kubeconfig or bootstrapKubeconfig, or remove the tunnel section"))
+	}
+	return errs
 }
 
 // ContainerLogMaxSizeBytes is ContainerLogMaxSize in bytes (once validated).

@@ -14,6 +14,9 @@
 //	/healthz                          the agent's health (the runtime relist)
 //	/stats/summary, /metrics/resource the kubelet's Summary API and resource metrics (agent/stats)
 //
+// The same API is served on a listener the konnectivity tunnel feeds (RunOn, agent/tunnel), for
+// an apiserver that cannot dial the node; with tunnel.only it is the only way in.
+//
 // The streaming protocols are served by k8s.io/cri-streaming, the code containerd's CRI
 // plugin and the kubelet's streaming server run; nothing here speaks SPDY or WebSocket itself.
 //

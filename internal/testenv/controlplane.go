@@ -54,6 +54,9 @@ type ControlPlaneOptions struct {
 	ClusterCA bool
 	// BootstrapTokenAuth enables bootstrap token authentication (see CreateBootstrapToken).
 	BootstrapTokenAuth bool
+	// Konnectivity starts a konnectivity server (ControlPlane.Konnectivity) and sends the
+	// apiserver's "cluster" egress, its connections to nodes included, through it.
+	Konnectivity bool
 }
 
 // ControlPlane is an etcd and a kube-apiserver serving on loopback, private to one test, with
@@ -74,6 +77,9 @@ type ControlPlane struct {
 	// apiserver trusts the client certificates it signs, and StartControllerManager's signer
 	// signs with it.
 	ClusterCA *CA
+	// Konnectivity is the konnectivity server of ControlPlaneOptions.Konnectivity (nil without
+	// it): node agents reach the apiserver's node traffic through it.
+	Konnectivity *Konnectivity
 
 	t          testing.TB
 	etcd       *Process
@@ -172,6 +178,15 @@ func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 		t.Fatalf("start control plane: %v", err)
 	}
 	args = append(args, kubeletArgs...)
+	if opts.Konnectivity {
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		egressArgs, err := cp.startKonnectivity(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("start control plane: %v", err)
+		}
+		args = append(args, egressArgs...)
+	}
 	args = append(args, opts.ExtraAPIServerArgs...)
 	cp.apiserver = NewProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), args...)
 	t.Cleanup(func() {

@@ -1,0 +1,232 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+)
+
+// TestNodeAPIThroughKonnectivity: a gateway the apiserver cannot dial. The apiserver's
+// "cluster" egress goes to a real konnectivity server (testenv), holdfast dials out to it with
+// a client certificate and serves its node API through that tunnel only (tunnel.only: no TCP
+// listener, so dialing the node's address directly fails). `kubectl logs`, `exec` (output and
+// exit code), `port-forward` carrying an HTTP request and the node proxy's /stats/summary all
+// work through the apiserver; with the konnectivity server down they fail, and they work again
+// once it is back and holdfast has reconnected by itself.
+func TestNodeAPIThroughKonnectivity(t *testing.T) {
+	e := startEnvFor(t, &testenv.ControlPlaneOptions{Nodes: []string{node}, Konnectivity: true}, func(e *env, c *config.Config) {
+		c.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
+		c.Authentication.X509.ClientCAFile = e.cp.KubeletClientCAFile()
+		k := e.cp.Konnectivity
+		certFile, keyFile, err := k.IssueAgentCertificate(e.cp.Dir, "holdfast-tunnel")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Tunnel = config.TunnelConfig{Server: k.AgentAddress, CAFile: k.CAFile, CertFile: certFile, KeyFile: keyFile, Only: true}
+	}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+
+	var nodeIP string
+	testenv.Eventually(t, 60*time.Second, "node advertises its API", func() error {
+		n, err := e.cp.Admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p := n.Status.DaemonEndpoints.KubeletEndpoint.Port; int(p) != e.agent.Config.NodeAPIPort() {
+			return fmt.Errorf("kubeletEndpoint port %d, want %d", p, e.agent.Config.NodeAPIPort())
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == v1.NodeInternalIP {
+				nodeIP = a.Address
+				return nil
+			}
+		}
+		return fmt.Errorf("no InternalIP in %v", n.Status.Addresses)
+	})
+
+	// As users write pods: the service account token mounted by default.
+	publishRootCA(t, e, "default")
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "tunneled"},
+		Spec: v1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: int64p(1),
+			Containers: []v1.Container{{
+				Name: "web", Image: "docker.io/holdfast/busybox:test", ImagePullPolicy: v1.PullNever,
+				Command: []string{"sh", "-c", `echo "hello through the tunnel"; mkdir -p /www && echo "served through konnectivity" > /www/index.html && exec httpd -f -p 8080 -h /www`},
+			}},
+		},
+	}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 90*time.Second, "web running", func() error {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Running == nil {
+			return fmt.Errorf("statuses %+v", p.Status.ContainerStatuses)
+		}
+		return nil
+	})
+
+	// The direct path is closed: nothing listens on the node's address, so the apiserver can
+	// only have reached the node API through the tunnel.
+	t.Run("direct path blocked", func(t *testing.T) {
+		addr := net.JoinHostPort(nodeIP, strconv.Itoa(e.agent.Config.NodeAPIPort()))
+		if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+			c.Close()
+			t.Fatalf("dialed the node API at %s directly: want no listener with tunnel.only", addr)
+		}
+	})
+
+	getLogs := func() (string, error) {
+		b, err := pods.GetLogs(pod.Name, &v1.PodLogOptions{Container: "web"}).Do(ctx).Raw()
+		return string(b), err
+	}
+	t.Run("logs", func(t *testing.T) {
+		// Eventually: the log file may not have its line yet when the container runs.
+		testenv.Eventually(t, 30*time.Second, "web's log through the tunnel", func() error {
+			got, err := getLogs()
+			if err != nil {
+				return err
+			}
+			if got != "hello through the tunnel\n" {
+				return fmt.Errorf("log %q", got)
+			}
+			return nil
+		})
+	})
+
+	t.Run("exec", func(t *testing.T) {
+		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
+			VersionedParams(&v1.PodExecOptions{Container: "web", Command: []string{"sh", "-c", "echo out; cat /www/index.html; exit 3"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+		ex, err := remotecommand.NewSPDYExecutor(e.cp.AdminConfig, "POST", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
+		var exitErr utilexec.ExitError
+		if !errors.As(err, &exitErr) || exitErr.ExitStatus() != 3 {
+			t.Errorf("exit 3: %v, want an exit error with status 3 (stderr %q)", err, errOut.String())
+		}
+		if out.String() != "out\nserved through konnectivity\n" {
+			t.Errorf("stdout %q", out.String())
+		}
+	})
+
+	t.Run("port-forward", func(t *testing.T) {
+		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("portforward").URL()
+		transport, upgrader, err := spdy.RoundTripperFor(e.cp.AdminConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, "POST", u)
+		stop, ready := make(chan struct{}), make(chan struct{})
+		var pfOut, pfErr bytes.Buffer
+		fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, &pfOut, &pfErr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- fw.ForwardPorts() }()
+		ended := false
+		defer func() {
+			close(stop)
+			if !ended {
+				<-done
+			}
+		}()
+		select {
+		case <-ready:
+		case err := <-done:
+			ended = true
+			t.Fatalf("port-forward ended: %v (%s)", err, pfErr.String())
+		case <-ctx.Done():
+			t.Fatal("port-forward never ready")
+		}
+		ports, err := fw.GetPorts()
+		if err != nil || len(ports) != 1 {
+			t.Fatalf("ports %v, %v", ports, err)
+		}
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(int(ports[0].Local)) + "/")
+		if err != nil {
+			t.Fatalf("GET through the forward: %v (%s)", err, pfErr.String())
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "served through konnectivity\n" {
+			t.Errorf("GET through the forward: %s %q", resp.Status, body)
+		}
+	})
+
+	t.Run("stats through the node proxy", func(t *testing.T) {
+		raw, err := e.cp.Admin.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix("stats/summary").Do(ctx).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum statsapi.Summary
+		if err := json.Unmarshal(raw, &sum); err != nil {
+			t.Fatalf("summary: %v\n%s", err, raw)
+		}
+		if sum.Node.NodeName != node || sum.Node.Memory == nil || sum.Node.Memory.WorkingSetBytes == nil {
+			t.Errorf("node stats %+v", sum.Node)
+		}
+		found := false
+		for _, p := range sum.Pods {
+			found = found || p.PodRef.Name == pod.Name
+		}
+		if !found {
+			t.Errorf("pod %s not in the summary:\n%s", pod.Name, raw)
+		}
+	})
+
+	// The tunnel is the only path: with its server down the apiserver cannot reach the node
+	// API; once the server is back holdfast reconnects by itself and the path works again.
+	t.Run("server down and back", func(t *testing.T) {
+		k := e.cp.Konnectivity
+		if err := k.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := getLogs(); err == nil {
+			t.Errorf("logs with the konnectivity server down: %q, want an error", got)
+		}
+		if err := k.Start(); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 60*time.Second, "logs once the server is back", func() error {
+			got, err := getLogs()
+			if err != nil {
+				return err
+			}
+			if got != "hello through the tunnel\n" {
+				return fmt.Errorf("log %q", got)
+			}
+			return nil
+		})
+	})
+}
