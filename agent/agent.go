@@ -34,6 +34,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/identity"
 	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
 	"github.com/holdfast-dev/holdfast/agent/nodeapi"
@@ -55,6 +56,8 @@ type Agent struct {
 	cfg     config.Config
 	log     *slog.Logger
 	version string
+	// metrics are made by Run: one set per run of the agent.
+	metrics *metrics.Metrics
 }
 
 // New builds an agent from a validated configuration.
@@ -66,6 +69,8 @@ func New(cfg config.Config, log *slog.Logger, version string) *Agent {
 // keep running and are adopted by the next start.
 func (a *Agent) Run(ctx context.Context) error {
 	cfg := a.cfg
+	a.metrics = metrics.New()
+	boot := a.metrics.Boot()
 	klog.SetSlogLogger(a.log.With("component", "client-go"))
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
@@ -81,13 +86,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.log.Info("container logger installed", "path", loggerPath, "maxSize", cfg.ContainerLogMaxSize, "maxFiles", cfg.ContainerLogMaxFiles)
+	boot.Done("install_logger")
 
 	rt, err := a.connectRuntime(ctx)
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
+	boot.Done("connect_runtime")
 	preloaded := a.preloadImages(ctx, rt)
+	boot.Done("preload_images")
 
 	var client kubernetes.Interface
 	var id *identity.Identity
@@ -110,6 +118,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if client, err = kubernetes.NewForConfig(restCfg); err != nil {
 			return fmt.Errorf("apiserver client: %w", err)
 		}
+		boot.Done("identity")
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
@@ -134,12 +143,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("%w (is another holdfast running with state dir %s?)", err, cfg.StateDir)
 	}
 	defer store.Close()
+	boot.Done("open_store")
+	a.metrics.WatchStore(store.Stats, store.Path())
 	stateCondition := a.reportStore(report)
 	for _, c := range stateCondition {
 		recorder.Eventf(&v1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}, v1.EventTypeWarning, c.Reason, "%s", c.Message)
 	}
 
 	statusMgr := status.NewManager(client, store, cfg.NodeName, a.log.With("component", "status"))
+	a.metrics.WatchOutbox(statusMgr.Pending)
 	reserved, err := a.reservations()
 	if err != nil {
 		return err
@@ -178,6 +190,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Services:       svcCache,
 		MemoryCapacity: capacity.Memory().Value(),
 		NoSwap:         cgroups.Host().SwapController(),
+		Metrics:        a.metrics,
 	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
 	svcCache.OnKnown(podMgr.ResyncAll)
 
@@ -217,6 +230,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		adm.policies = policies
 	}
 	podMgr.SetAdmission(adm, store)
+	boot.Done("load_policies")
 
 	var probePolicies prober.PolicyProber // a nil interface, not a nil *policy.Manager
 	if policies != nil {
@@ -254,6 +268,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if n := statusMgr.RestoreOutbox(); n > 0 {
 			a.log.Info("status updates waiting for the apiserver", "pods", n)
 		}
+		boot.Done("restore_pods")
 		factory := api.Start()
 		ready = append(ready, api.Ready)
 		g.Go(func() error { return api.Run(ctx, factory) })
@@ -279,6 +294,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			UnderPressure:   evictionMgr.UnderPressure,
 			Reserved:        reserved,
 			KubeletPort:     int32(cfg.NodeAPIPort()),
+			Metrics:         a.metrics,
 		}, client, rt.Version, func() error {
 			if err := podMgr.RelistHealthy(); err != nil {
 				return err
@@ -336,6 +352,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Log:     a.log.With("component", "systemd"),
 	}
 	g.Go(func() error { return notifier.Run(ctx) })
+	boot.Done("start")
 	a.log.Info("holdfast running", "node", cfg.NodeName, "version", a.version, "standalone", cfg.Standalone(),
 		"manifests", cfg.ManifestDir, "containerd", cfg.Containerd.Address)
 	return g.Wait()
@@ -454,6 +471,7 @@ func (a *Agent) openPolicies(ctx context.Context) (*policy.Manager, error) {
 		Dir:      a.cfg.PolicyDir,
 		CacheDir: filepath.Join(a.cfg.StateDir, "wasm-cache"),
 		Logger:   a.log.With("component", "policy"),
+		Metrics:  a.metrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load policies from %s: %w", a.cfg.PolicyDir, err)
@@ -561,6 +579,7 @@ func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, st
 		Admission:          podMgr.Admission,
 		Events:             recent.For,
 		Stats:              usage,
+		Metrics:            a.metrics.Handler(),
 		Log:                a.log.With("component", "nodeapi"),
 	})
 }

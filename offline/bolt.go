@@ -30,6 +30,10 @@ type BoltStore struct {
 	closed atomic.Bool
 
 	writes, skipped, commits, quarantined atomic.Uint64
+	// pageSize and pageAllocAtOpen turn bbolt's own count of the page bytes its write
+	// transactions allocated into the bytes the store wrote since Open (Stats.BytesWritten).
+	pageSize        uint64
+	pageAllocAtOpen int64
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -44,7 +48,18 @@ func (s *BoltStore) Stats() Stats {
 		SkippedWrites: s.skipped.Load(),
 		Commits:       s.commits.Load(),
 		Quarantined:   s.quarantined.Load(),
+		// bbolt never rewrites a page in place: every page a commit writes was allocated by
+		// its transaction (copy-on-write), and the commit then writes one meta page. A write
+		// transaction rolled back (a batch retried without its failing call) allocates no
+		// pages: they are allocated when a commit spills.
+		BytesWritten: uint64(pageAlloc(s.db)-s.pageAllocAtOpen) + s.commits.Load()*s.pageSize,
 	}
+}
+
+// pageAlloc is the bytes of pages the database's transactions allocated since it was opened.
+func pageAlloc(db *bolt.DB) int64 {
+	st := db.Stats()
+	return st.TxStats.GetPageAlloc()
 }
 
 // Close implements Store. It waits for transactions in progress, closes the

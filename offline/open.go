@@ -155,7 +155,8 @@ func Open(path string, opts Options) (*BoltStore, OpenReport, error) {
 		_ = lock.release()
 		return fail(err)
 	}
-	s := &BoltStore{path: path, db: db, lock: lock, now: opts.Now, key: opts.Key}
+	s := &BoltStore{path: path, db: db, lock: lock, now: opts.Now, key: opts.Key,
+		pageSize: uint64(db.Info().PageSize), pageAllocAtOpen: pageAlloc(db)}
 	s.batch = &batcher{db: db, maxBatch: opts.MaxBatch, commits: &s.commits}
 	s.quarantined.Store(uint64(len(report.Quarantined)))
 	return s, report, nil

@@ -321,4 +321,7 @@ type Stats struct {
 	Commits uint64
 	// Quarantined counts records moved to the quarantine.
 	Quarantined uint64
+	// BytesWritten counts the bytes committed transactions wrote to the database file
+	// (BoltStore: whole pages, what flash wears by; MemStore: 0, it has no file).
+	BytesWritten uint64
 }

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/utils/clock"
+
+	"github.com/holdfast-dev/holdfast/agent/metrics"
 )
 
 // ConditionStateRecovered is holdfast's node condition saying its state database had to be
@@ -70,6 +72,9 @@ type Config struct {
 	// KubeletPort is the node API's port, advertised in status.daemonEndpoints for the
 	// apiserver to dial (logs, exec, port-forward); 0: no node API.
 	KubeletPort int32
+	// Metrics is told whether each status sync reached the apiserver, and when the node
+	// registered; nil: nothing is recorded.
+	Metrics *metrics.Metrics
 }
 
 // Controller owns the Node object and its Lease.
@@ -115,6 +120,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.mu.Lock()
 		c.apiErr = err
 		c.mu.Unlock()
+		c.cfg.Metrics.APIReachable(false)
 		c.log.Warn("register node; retrying", "node", c.cfg.NodeName, "err", err, "retryIn", delay)
 		select {
 		case <-ctx.Done():
@@ -124,6 +130,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		delay = min(2*delay, 30*time.Second)
 	}
 	c.log.Info("node registered", "node", node.Name, "uid", node.UID)
+	c.cfg.Metrics.Milestone(metrics.MilestoneNodeRegistered)
 
 	ctl := lease.NewController(clock.RealClock{}, c.client, c.cfg.NodeName,
 		int32(c.cfg.LeaseDuration/time.Second), nil, c.cfg.RenewInterval,
@@ -304,6 +311,7 @@ func (c *Controller) syncStatus(ctx context.Context) {
 		c.mu.Lock()
 		c.apiErr = err
 		c.mu.Unlock()
+		c.cfg.Metrics.APIReachable(err == nil)
 	}
 	if err != nil && ctx.Err() == nil {
 		c.log.Warn("update node status", "node", c.cfg.NodeName, "err", err)

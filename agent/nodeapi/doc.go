@@ -13,6 +13,7 @@
 //	/pods                             the node's pods as a v1.PodList
 //	/healthz                          the agent's health (the runtime relist)
 //	/stats/summary, /metrics/resource the kubelet's Summary API and resource metrics (agent/stats)
+//	/metrics                          holdfast's own metrics (agent/metrics), Prometheus text
 //
 // The same API is served on a listener the konnectivity tunnel feeds (RunOn, agent/tunnel), for
 // an apiserver that cannot dial the node; with tunnel.only it is the only way in.

@@ -59,6 +59,9 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("POST /stats/summary", s.statsSummary)
 		mux.Handle("GET /metrics/resource", stats.ResourceMetricsHandler(s.cfg.Stats, s.cfg.Log))
 	}
+	if s.cfg.Metrics != nil {
+		mux.Handle("GET /metrics", s.cfg.Metrics)
+	}
 	return mux
 }
 

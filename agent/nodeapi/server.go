@@ -76,7 +76,10 @@ type Config struct {
 	// Stats measures the node and its pods for /stats/summary and /metrics/resource; nil:
 	// neither is served.
 	Stats *stats.Provider
-	Log   *slog.Logger
+	// Metrics serves holdfast's own metrics at /metrics (authorized as nodes/metrics, as the
+	// kubelet's); nil: not served.
+	Metrics http.Handler
+	Log     *slog.Logger
 	// Now is the clock for caches and certificates; defaults to time.Now.
 	Now func() time.Time
 }

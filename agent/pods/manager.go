@@ -18,6 +18,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -81,6 +82,8 @@ type Config struct {
 	DNS network.DNSSettings
 	// Services gives containers their service link variables; nil: none (standalone).
 	Services ServiceSource
+	// Metrics records pod syncs, pod startup and relists; nil: none.
+	Metrics *metrics.Metrics
 	// HostResolvConf, SystemdResolvConf and HostsFile are the host's files; they default to
 	// /etc/resolv.conf, /run/systemd/resolve/resolv.conf and /etc/hosts (tests change them).
 	HostResolvConf, SystemdResolvConf, HostsFile string
@@ -474,8 +477,12 @@ func (m *Manager) RelistHealthy() error {
 // the relist loop for good; it gives up (RelistHealthy fails by then anyway) and tries again.
 func (m *Manager) relist(ctx context.Context, prev map[string]string) map[string]string {
 	listCtx, cancel := context.WithTimeout(ctx, m.cfg.RelistThreshold)
+	began := time.Now()
 	list, err := m.rt.List(listCtx)
 	cancel()
+	if ctx.Err() == nil { // a relist cut short by the agent's stop says nothing of the runtime
+		m.cfg.Metrics.ObserveRelist(time.Since(began), err)
+	}
 	if err != nil {
 		m.log.Warn("relist runtime", "err", err)
 		return prev

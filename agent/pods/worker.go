@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/credentials"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -71,10 +72,18 @@ type worker struct {
 	evicted          *evictionOrder // evicted for node pressure: stopped, Failed with reason Evicted
 	released         bool           // a finished pod's network and volumes are gone
 	finished         bool
+	// seen is when the worker was made (the pod first seen); startPending: the pod had no
+	// container then, and has not had all its containers running since (its startup latency
+	// is still to be recorded).
+	seen         time.Time
+	startPending bool
+	synced       bool  // a sync of the running pod happened (the next is not its creation)
+	syncErr      error // why the sync in progress gave up, to be retried; nil when it did not
 }
 
 func newWorker(m *Manager, pod *v1.Pod) *worker {
-	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}, messages: map[string]string{}}
+	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}, messages: map[string]string{},
+		seen: m.now()}
 }
 
 func (w *worker) poke() {
@@ -153,7 +162,7 @@ func (w *worker) run(ctx context.Context) {
 		case <-w.signal:
 		case <-timer.C:
 		}
-		next := w.sync(ctx)
+		next := w.timedSync(ctx)
 		if w.finished {
 			return
 		}
@@ -167,6 +176,31 @@ func (w *worker) run(ctx context.Context) {
 	}
 }
 
+// timedSync syncs the pod and records how long the sync took, by the kubelet's operation
+// types and whether it gave up.
+func (w *worker) timedSync(ctx context.Context) time.Duration {
+	pod, removed, _ := w.snapshot()
+	op := metrics.OperationSync
+	switch {
+	case removed || pod.DeletionTimestamp != nil:
+		op = metrics.OperationKill
+	case !w.synced:
+		op = metrics.OperationCreate
+	}
+	began := time.Now()
+	w.syncErr = nil
+	next := w.sync(ctx)
+	if ctx.Err() != nil {
+		return next // the agent stops: the sync was cut short, not slow
+	}
+	result := metrics.ResultSuccess
+	if w.syncErr != nil {
+		result = metrics.ResultError
+	}
+	w.m.cfg.Metrics.ObservePodSync(op, result, time.Since(began))
+	return next
+}
+
 // sync brings the pod one step closer to its spec and reports its status. It returns when
 // the next sync is due at the latest. Its phases: observe the runtime; terminate a deleted
 // pod; otherwise admit once, then either report a finished pod (its network and volumes
@@ -177,6 +211,7 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 	observed, err := w.m.rt.ListPod(ctx, string(pod.UID))
 	if err != nil {
 		log.Warn("observe pod containers", "err", err)
+		w.syncErr = err
 		return time.Second
 	}
 	if removed || pod.DeletionTimestamp != nil {
@@ -229,6 +264,7 @@ func (w *worker) syncTermination(ctx context.Context, log *slog.Logger, observed
 	}
 	if err != nil {
 		log.Warn("terminate pod", "err", err)
+		w.syncErr = err
 		return time.Second
 	}
 	w.finished = true
@@ -239,7 +275,9 @@ func (w *worker) syncTermination(ctx context.Context, log *slog.Logger, observed
 func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod, observed []runtime.Container) time.Duration {
 	if w.startTime.IsZero() {
 		w.startTime = w.m.now()
+		w.startPending = len(observed) == 0
 	}
+	w.synced = true
 	if r := w.admitOnce(ctx, log, pod, observed); !r.Admitted {
 		st := admission.Rejected(r)
 		st.QOSClass = pod.Status.QOSClass
@@ -284,6 +322,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		var err error
 		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
 			log.Warn("observe pod containers", "err", err)
+			w.syncErr = err
 			return time.Second
 		}
 		w.readTerminationMessages(pod, observed)
@@ -295,8 +334,24 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		podIPs: podIPs, hostIPs: hostIPs, startTime: w.startTime, now: w.m.now(),
 		ready: ready, started: started, messages: w.messages,
 	})
+	if w.startPending && allContainersRunning(pod, st) {
+		w.startPending = false
+		w.m.cfg.Metrics.ObservePodStart(w.m.now().Sub(w.seen))
+	}
 	w.m.status.SetPodStatus(pod, st)
 	return next
+}
+
+// allContainersRunning reports whether every (non-init) container of the pod runs, as the
+// status says: the end of its startup.
+func allContainersRunning(pod *v1.Pod, st v1.PodStatus) bool {
+	running := 0
+	for _, cs := range st.ContainerStatuses {
+		if cs.State.Running != nil {
+			running++
+		}
+	}
+	return len(pod.Spec.Containers) > 0 && running == len(pod.Spec.Containers)
 }
 
 // evictionOrdered returns the eviction ordered by the eviction manager, or the one reported
@@ -440,6 +495,7 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 		var err error
 		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
 			log.Warn("observe pod containers", "err", err)
+			w.syncErr = err
 			return time.Second
 		}
 		w.recordExits(ctx, log, observed)

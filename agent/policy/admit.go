@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -82,6 +83,7 @@ func (m *Manager) Admit(ctx context.Context, pod *corev1.Pod, node NodeInfo) Dec
 			continue
 		}
 		input := compose(`{"pod":`, podJSON, `,"node":`, nodeJSON, `,"settings":`, settingsOf(l.cfg), `}`)
+		began := time.Now()
 		out, l, err := m.call(ctx, l, "admit", input)
 		var res admissionOutput
 		if err == nil {
@@ -89,6 +91,7 @@ func (m *Manager) Admit(ctx context.Context, pod *corev1.Pod, node NodeInfo) Dec
 				err = fmt.Errorf("output %.100q is not an admission decision ({\"allowed\": true|false, ...})", out)
 			}
 		}
+		m.observe(l, evaluationResult(err, res.Allowed, "allowed", "denied"), began)
 		if err != nil {
 			if l.cfg.FailurePolicy == Ignore {
 				warnings = append(warnings, fmt.Sprintf("policy %q failed and was ignored (failurePolicy Ignore): %s", l.cfg.Name, clip(err.Error())))
@@ -128,6 +131,24 @@ func (m *Manager) Admit(ctx context.Context, pod *corev1.Pod, node NodeInfo) Dec
 		}
 	}
 	return Decision{Allowed: true, Warnings: warnings}
+}
+
+// observe records one evaluation of the policy begun at began.
+func (m *Manager) observe(l *loaded, result string, began time.Time) {
+	m.opts.Metrics.ObservePolicy(l.cfg.Name, string(l.cfg.Kind), result, time.Since(began))
+}
+
+// evaluationResult names a policy's answer for holdfast_policy_evaluations_total: the call
+// failed (error), or its verdict, yes or no.
+func evaluationResult(err error, verdict *bool, yes, no string) string {
+	switch {
+	case err != nil:
+		return "error"
+	case *verdict:
+		return yes
+	default:
+		return no
+	}
 }
 
 // call runs export on the policy's module. If the module was retired by a

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/wasm"
 )
 
@@ -47,6 +48,8 @@ type Options struct {
 	AdmissionTimeout time.Duration
 	// ReloadDelay debounces file events. Defaults to DefaultReloadDelay.
 	ReloadDelay time.Duration
+	// Metrics records each evaluation (holdfast_policy_*); nil: none.
+	Metrics *metrics.Metrics
 }
 
 // Manager holds the loaded policies. It is safe for concurrent use: Admit

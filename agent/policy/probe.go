@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -89,6 +90,7 @@ func (m *Manager) Probe(ctx context.Context, policyName string, target ProbeTarg
 		}
 		opts = append(opts, wasm.WithFiles(l.cfg.Grants.Files, mounts...))
 	}
+	began := time.Now()
 	out, l, err := m.call(ctx, l, "probe", input, opts...)
 	var res probeOutput
 	if err == nil {
@@ -96,6 +98,7 @@ func (m *Manager) Probe(ctx context.Context, policyName string, target ProbeTarg
 			err = fmt.Errorf("policy %q: output %.100q is not a probe result ({\"success\": true|false, ...})", policyName, out)
 		}
 	}
+	m.observe(l, evaluationResult(err, res.Success, "success", "failure"), began)
 	if err != nil {
 		if l.cfg.FailurePolicy == Ignore {
 			return true, clip(fmt.Sprintf("probe policy %q failed and was ignored (failurePolicy Ignore): %v", policyName, err)), nil

@@ -203,6 +203,23 @@ func (m *Manager) List() []PodView {
 	return out
 }
 
+// Pending returns how many pods have a status not yet delivered to the apiserver (coalesced
+// to the latest per pod, as Run delivers them); 0 on a standalone node, which delivers none.
+func (m *Manager) Pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.client == nil {
+		return 0
+	}
+	n := 0
+	for _, e := range m.pods {
+		if e.dirty {
+			n++
+		}
+	}
+	return n
+}
+
 func (m *Manager) poke() {
 	select {
 	case m.wake <- struct{}{}:
