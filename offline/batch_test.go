@@ -151,3 +151,20 @@ func TestLoneWritesEachCommit(t *testing.T) {
 		t.Errorf("%d commits for %d lone writes", d, n)
 	}
 }
+
+// TestBytesWritten: a commit counts the pages it wrote (at least a data page and the meta
+// page); a write skipped as unchanged counts nothing.
+func TestBytesWritten(t *testing.T) {
+	s := newTestBolt(t)
+	before := s.Stats()
+	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
+	after := s.Stats()
+	if d := after.BytesWritten - before.BytesWritten; d < 2*s.pageSize {
+		t.Errorf("a committed put wrote %d bytes; want at least a data page and the meta page (2 x %d)", d, s.pageSize)
+	}
+	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
+	if st := s.Stats(); st.BytesWritten != after.BytesWritten || st.SkippedWrites != after.SkippedWrites+1 {
+		t.Errorf("an unchanged put: bytes written %d -> %d, skipped %d -> %d; want no bytes, one skip",
+			after.BytesWritten, st.BytesWritten, after.SkippedWrites, st.SkippedWrites)
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/holdfast-dev/holdfast/agent/metrics"
+	"github.com/holdfast-dev/holdfast/agent/metrics/metricstest"
 	"github.com/holdfast-dev/holdfast/wasm"
 	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )
@@ -449,5 +451,55 @@ func TestExampleConfigEndToEnd(t *testing.T) {
 	os.Chtimes(filepath.Join(rootfs, "tmp/heartbeat"), old, old)
 	if ok, msg, err := m.Probe(ctx, "worker-heartbeat", target); ok || err != nil || !strings.Contains(msg, "more than 30s") {
 		t.Fatalf("stale heartbeat: %v %q %v", ok, msg, err)
+	}
+}
+
+// TestEvaluationMetrics: each evaluation is counted by policy, kind and result, and timed.
+func TestEvaluationMetrics(t *testing.T) {
+	f := newFixture(t)
+	f.module("allow.wasm", f.wat("allow"))
+	f.module("deny.wasm", f.wat("deny"))
+	f.module("trap.wasm", f.wat("trap"))
+	f.module("ok.wasm", f.wat("probe-ok"))
+	f.module("fail.wasm", f.wat("probe-fail"))
+	f.config(`- {name: trap, kind: admission, module: trap.wasm, failurePolicy: Ignore}
+- {name: allow, kind: admission, module: allow.wasm}
+- {name: deny, kind: admission, module: deny.wasm}
+- {name: ok, kind: probe, module: ok.wasm}
+- {name: fail, kind: probe, module: fail.wasm}
+`)
+	met := metrics.New()
+	ctx := context.Background()
+	m, err := Open(ctx, Options{Dir: f.dir, CacheDir: wasmtest.CacheDir(t, "wazero"), Metrics: met})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	for range 2 {
+		if d := m.Admit(ctx, pod(), node); d.Allowed {
+			t.Fatalf("admitted: %+v", d)
+		}
+	}
+	target := ProbeTarget{Pod: pod(), Container: "app"}
+	m.Probe(ctx, "ok", target)
+	m.Probe(ctx, "fail", target)
+
+	fams := metricstest.Scrape(t, met.Handler())
+	for _, c := range []struct {
+		policy, kind, result string
+		want                 float64
+	}{
+		{"trap", "admission", "error", 2},
+		{"allow", "admission", "allowed", 2},
+		{"deny", "admission", "denied", 2},
+		{"ok", "probe", "success", 1},
+		{"fail", "probe", "failure", 1},
+	} {
+		if got, _ := fams.Value("holdfast_policy_evaluations_total", "policy", c.policy, "kind", c.kind, "result", c.result); got != c.want {
+			t.Errorf("evaluations of %s (%s) with result %s: %v, want %v", c.policy, c.kind, c.result, got, c.want)
+		}
+	}
+	if got, _ := fams.Value("holdfast_policy_evaluation_duration_seconds", "policy", "deny", "kind", "admission"); got != 2 {
+		t.Errorf("timed evaluations of deny: %v, want 2", got)
 	}
 }

@@ -49,8 +49,19 @@ func TestForbiddenStatusWriteIsRetried(t *testing.T) {
 	m := NewManager(client, nil, "gw", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.88.0.7"})
 	ctx := context.Background()
-	for range 3 {
+	// What holdfast_outbox_depth reports: the status waits until a write is accepted.
+	if n := m.Pending(); n != 1 {
+		t.Errorf("pending before any write: %d, want 1", n)
+	}
+	m.syncAll(ctx)
+	if n := m.Pending(); n != 1 {
+		t.Errorf("pending after a refused write: %d, want 1", n)
+	}
+	for range 2 {
 		m.syncAll(ctx)
+	}
+	if n := m.Pending(); n != 0 {
+		t.Errorf("pending once delivered: %d, want 0", n)
 	}
 	got, err := client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
