@@ -340,6 +340,9 @@ func TestNodeAPI(t *testing.T) {
 		}
 	})
 
+	// holdfast's own metrics, with the pod above started (metrics_integration_test.go).
+	t.Run("metrics", func(t *testing.T) { checkNodeMetrics(t, ctx, e) })
+
 	t.Run("direct", func(t *testing.T) {
 		base := "https://" + net.JoinHostPort(nodeIP, strconv.Itoa(e.agent.Config.NodeAPIPort()))
 		// An admin certificate (system:masters) from a CA the node does not trust.

@@ -149,6 +149,9 @@ func TestOfflineRestartAndReconnect(t *testing.T) {
 		}
 		return nil
 	})
+	// Offline as /metrics tells it on the local socket: since the agent started (the
+	// apiserver never answered it), one offline period, crashy's statuses waiting.
+	checkOfflineMetrics(t, e)
 	// No authoritative delete yet: "doomed" still runs.
 	if p, err := e.localPod("doomed"); err != nil || p.Status.Phase != v1.PodRunning {
 		t.Fatalf("doomed stopped before the apiserver said so: %+v %v", p.Status.Phase, err)
@@ -196,6 +199,7 @@ func TestOfflineRestartAndReconnect(t *testing.T) {
 		}
 		return nil
 	})
+	checkOnlineAgainMetrics(t, e)
 	api, _ := pods.Get(ctx, "crashy", metav1.GetOptions{})
 	if rc := api.Status.ContainerStatuses[0].RestartCount; rc < offlineRestarts {
 		t.Errorf("restartCount went back from %d (offline) to %d (API)", offlineRestarts, rc)

@@ -1,0 +1,166 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/agent/metrics/metricstest"
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+)
+
+// localMetrics scrapes /metrics on the agent's local socket, as an exporter on the gateway
+// (or `curl --unix-socket`) would, with no apiserver involved.
+func (e *env) localMetrics(ctx context.Context) (metricstest.Families, error) {
+	socket := e.agent.Config.LocalAPISocket
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+	}}
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://holdfast/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET /metrics on %s: %w", socket, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read /metrics on %s: %w", socket, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics on %s: %s %.200s", socket, resp.Status, body)
+	}
+	return metricstest.Parse(bytes.NewReader(body))
+}
+
+// proxyMetrics scrapes /metrics through the apiserver's node proxy with the admin client, as
+// Prometheus' kubernetes_sd "node" role does (the node API authorizes nodes/metrics).
+func (e *env) proxyMetrics(ctx context.Context) (metricstest.Families, error) {
+	raw, err := e.cp.Admin.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix("metrics").Do(ctx).Raw()
+	if err != nil {
+		return nil, fmt.Errorf("GET /api/v1/nodes/%s/proxy/metrics: %w", node, err)
+	}
+	return metricstest.Parse(bytes.NewReader(raw))
+}
+
+// checkNodeMetrics checks what /metrics says of an agent that started, registered its node and
+// started a pod: called by TestNodeAPI once its pod runs, through the apiserver and on the
+// local socket. Only counts and presence are checked, never durations: the machine is noisy.
+func checkNodeMetrics(t *testing.T, ctx context.Context, e *env) {
+	via := map[string]func(context.Context) (metricstest.Families, error){
+		"apiserver proxy": e.proxyMetrics,
+		"local socket":    e.localMetrics,
+	}
+	for name, scrape := range via {
+		t.Run(name, func(t *testing.T) {
+			// Retried for a while: a node status sync that timed out on a busy machine makes
+			// the apiserver look unreachable until the next one.
+			testenv.Eventually(t, 30*time.Second, "/metrics tells what the agent did", func() error {
+				f, err := scrape(ctx)
+				if err != nil {
+					return err
+				}
+				return nodeMetricsProblems(f)
+			})
+		})
+	}
+}
+
+// nodeMetricsProblems says what is missing or wrong in the metrics of an agent that started,
+// registered its node and started a pod.
+func nodeMetricsProblems(f metricstest.Families) error {
+	var problems []string
+	atLeast := func(min float64, metric string, labels ...string) {
+		if v, ok := f.Value(metric, labels...); !ok || v < min {
+			problems = append(problems, fmt.Sprintf("%s%v = %v (served: %v), want at least %v", metric, labels, v, ok, min))
+		}
+	}
+	// The pod was seen, synced and started.
+	atLeast(1, "holdfast_pod_start_duration_seconds")
+	atLeast(1, "holdfast_pod_worker_duration_seconds", "operation_type", "create", "result", "success")
+	atLeast(1, "holdfast_pod_worker_duration_seconds", "operation_type", "sync")
+	atLeast(1, "holdfast_pleg_relist_duration_seconds")
+	// The pod and its statuses went through the state store.
+	for _, m := range []string{"holdfast_store_transactions_total", "holdfast_store_writes_total",
+		"holdfast_store_written_bytes_total", "holdfast_store_db_size_bytes"} {
+		atLeast(1, m)
+	}
+	// The boot happened, in phases, and reached its milestones.
+	for _, phase := range []string{"install_logger", "connect_runtime", "preload_images", "identity", "open_store",
+		"load_policies", "restore_pods", "start"} {
+		atLeast(0, "holdfast_boot_phase_duration_seconds", "phase", phase)
+	}
+	for _, m := range []string{"first_relist", "node_registered"} {
+		atLeast(0, "holdfast_boot_milestone_seconds", "milestone", m)
+	}
+	// Online.
+	if v, ok := f.Value("holdfast_apiserver_offline_seconds"); !ok || v != 0 {
+		problems = append(problems, fmt.Sprintf("holdfast_apiserver_offline_seconds = %v (served: %v) with the apiserver up, want 0", v, ok))
+	}
+	for _, m := range []string{"holdfast_outbox_depth", "holdfast_apiserver_offline_periods_total",
+		"go_goroutines", "process_resident_memory_bytes"} {
+		atLeast(0, m)
+	}
+	for name, fam := range f {
+		if strings.HasPrefix(name, "holdfast_") && fam.GetHelp() == "" {
+			problems = append(problems, name+" has no HELP")
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// checkOfflineMetrics checks /metrics on the local socket of an agent started with the
+// apiserver down, whose pods changed status since.
+func checkOfflineMetrics(t *testing.T, e *env) {
+	t.Helper()
+	f, err := e.localMetrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := f.Value("holdfast_apiserver_offline_seconds"); v <= 0 {
+		t.Errorf("holdfast_apiserver_offline_seconds = %v with the apiserver down, want > 0", v)
+	}
+	if v, _ := f.Value("holdfast_apiserver_offline_periods_total"); v != 1 {
+		t.Errorf("holdfast_apiserver_offline_periods_total = %v, want 1 (offline since the start)", v)
+	}
+	if v, _ := f.Value("holdfast_outbox_depth"); v < 1 {
+		t.Errorf("holdfast_outbox_depth = %v with statuses computed offline, want at least 1", v)
+	}
+	if _, ok := f.Value("holdfast_boot_milestone_seconds", "milestone", "node_registered"); ok {
+		t.Error("holdfast_boot_milestone_seconds says the node registered, with the apiserver down")
+	}
+}
+
+// checkOnlineAgainMetrics waits for /metrics to say the apiserver is reachable again: offline
+// seconds back to 0, the offline period counted.
+func checkOnlineAgainMetrics(t *testing.T, e *env) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, "/metrics says the apiserver is reachable", func() error {
+		f, err := e.localMetrics(context.Background())
+		if err != nil {
+			return err
+		}
+		if v, _ := f.Value("holdfast_apiserver_offline_seconds"); v != 0 {
+			return fmt.Errorf("holdfast_apiserver_offline_seconds = %v", v)
+		}
+		// At least the one: right after its restart the apiserver may refuse a write or two.
+		if v, _ := f.Value("holdfast_apiserver_offline_periods_total"); v < 1 {
+			return fmt.Errorf("holdfast_apiserver_offline_periods_total = %v, want at least 1", v)
+		}
+		return nil
+	})
+}
