@@ -52,6 +52,7 @@ func TestRequestAttributes(t *testing.T) {
 		{"GET", "/podsx", []attributes{{"get", "proxy"}}},
 		{"GET", "/healthz", []attributes{{"get", "healthz"}, {"get", "proxy"}}},
 		{"GET", "/stats/summary", []attributes{{"get", "stats"}}},
+		{"GET", "/metrics", []attributes{{"get", "metrics"}}},
 		{"GET", "/metrics/resource", []attributes{{"get", "metrics"}}},
 		{"GET", "/logs/syslog", []attributes{{"get", "log"}}},
 		{"DELETE", "/checkpoint/x", []attributes{{"delete", "checkpoint"}}},
