@@ -123,6 +123,12 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 	depth := 2
 	m.WatchStore(func() offline.Stats { return stats }, path)
 	m.WatchOutbox(func() int { return depth })
+	// Another agent's store, in another registry: its own values.
+	other := New()
+	other.WatchStore(func() offline.Stats { return offline.Stats{Commits: 1} }, path)
+	if got, _ := metricstest.Scrape(t, other.Handler()).Value("holdfast_store_transactions_total"); got != 1 {
+		t.Errorf("another agent's store transactions: %v, want 1", got)
+	}
 	f := metricstest.Scrape(t, m.Handler())
 	for name, want := range map[string]float64{
 		"holdfast_store_transactions_total":   5,
