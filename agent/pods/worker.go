@@ -73,8 +73,8 @@ type worker struct {
 	released         bool           // a finished pod's network and volumes are gone
 	finished         bool
 	// seen is when the worker was made (the pod first seen); startPending: the pod had no
-	// container then, and has not had all its containers running since (its startup latency
-	// is still to be recorded).
+	// container at its first sync (not adopted from an earlier run) and has not had all its
+	// containers running since: its startup latency is still to be recorded.
 	seen         time.Time
 	startPending bool
 	synced       bool  // a sync of the running pod happened (the next is not its creation)
