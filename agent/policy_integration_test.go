@@ -84,6 +84,7 @@ func TestWasmAdmissionPolicy(t *testing.T) {
 		return fmt.Errorf("%d events, none RegistryNotAllowed", len(evs.Items))
 	})
 	e.waitAPIRunning(t, "local")
+	checkPolicyMetrics(t, e, "allowed-registries")
 
 	// Offline: the same policy judges a static pod with no apiserver.
 	e.cp.Stop()
