@@ -92,10 +92,11 @@ func nodeMetricsProblems(f metricstest.Families) error {
 	atLeast(1, "holdfast_pod_worker_duration_seconds", "operation_type", "sync")
 	atLeast(1, "holdfast_pleg_relist_duration_seconds")
 	// The pod and its statuses went through the state store.
-	for _, m := range []string{"holdfast_store_transactions_total", "holdfast_store_writes_total",
-		"holdfast_store_written_bytes_total", "holdfast_store_db_size_bytes"} {
+	for _, m := range []string{"holdfast_store_transactions_total", "holdfast_store_written_bytes_total", "holdfast_store_db_size_bytes"} {
 		atLeast(1, m)
 	}
+	atLeast(1, "holdfast_store_writes_total", "bucket", "pods")
+	atLeast(1, "holdfast_store_writes_total", "bucket", "outbox")
 	// The boot happened, in phases, and reached its milestones.
 	for _, phase := range []string{"install_logger", "connect_runtime", "preload_images", "identity", "open_store",
 		"load_policies", "restore_pods", "start"} {

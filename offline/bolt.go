@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +32,8 @@ type BoltStore struct {
 	closed atomic.Bool
 
 	writes, skipped, commits, quarantined atomic.Uint64
+	byBucketMu                            sync.Mutex        // protects writesByBucket
+	writesByBucket                        map[string]uint64 // changing writes by top-level bucket
 	// pageSize and pageAllocAtOpen turn bbolt's own count of the page bytes its write
 	// transactions allocated into the bytes the store wrote since Open (Stats.BytesWritten).
 	pageSize        uint64
@@ -48,6 +52,11 @@ func (s *BoltStore) Stats() Stats {
 		SkippedWrites: s.skipped.Load(),
 		Commits:       s.commits.Load(),
 		Quarantined:   s.quarantined.Load(),
+		WritesByBucket: func() map[string]uint64 {
+			s.byBucketMu.Lock()
+			defer s.byBucketMu.Unlock()
+			return maps.Clone(s.writesByBucket)
+		}(),
 		// bbolt never rewrites a page in place: every page a commit writes was allocated by
 		// its transaction (copy-on-write), and the commit then writes one meta page. A write
 		// transaction rolled back (a batch retried without its failing call) allocates no
@@ -95,9 +104,13 @@ func (s *BoltStore) update(fn func(tx *bolt.Tx) error) error {
 	return s.batch.do(fn)
 }
 
-func (s *BoltStore) count(changed bool) {
+// count counts a write to the top-level bucket that holds the record: changed, or skipped.
+func (s *BoltStore) count(bucket []byte, changed bool) {
 	if changed {
 		s.writes.Add(1)
+		s.byBucketMu.Lock()
+		s.writesByBucket[string(bucket)]++
+		s.byBucketMu.Unlock()
 	} else {
 		s.skipped.Add(1)
 	}
@@ -139,7 +152,7 @@ func (s *BoltStore) put(op string, path [][]byte, key, raw []byte, create bool) 
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if same {
-		s.count(false)
+		s.count(path[0], false)
 		return nil
 	}
 	var changed bool
@@ -158,7 +171,7 @@ func (s *BoltStore) put(op string, path [][]byte, key, raw []byte, create bool) 
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	s.count(changed)
+	s.count(path[0], changed)
 	return nil
 }
 
@@ -175,7 +188,7 @@ func (s *BoltStore) del(op string, path [][]byte, key []byte) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if !present {
-		s.count(false)
+		s.count(path[0], false)
 		return nil
 	}
 	var changed bool
@@ -191,7 +204,7 @@ func (s *BoltStore) del(op string, path [][]byte, key []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	s.count(changed)
+	s.count(path[0], changed)
 	return nil
 }
 
@@ -232,7 +245,7 @@ func (s *BoltStore) readOrQuarantine(read func(tx *bolt.Tx, q *quarantiner) erro
 	}
 	s.quarantined.Add(uint64(q.moved))
 	if q.moved > 0 {
-		s.writes.Add(1)
+		s.count(bucketQuarantine, true)
 	}
 	return q.errs, nil
 }
@@ -275,7 +288,7 @@ func (s *BoltStore) SetAdmission(uid types.UID, a Admission) error {
 	}
 	err = s.view(func(tx *bolt.Tx) error { return check(bucketAt(tx, bucketPods, []byte(uid))) })
 	if errors.Is(err, errSame) {
-		s.count(false)
+		s.count(bucketPods, false)
 		return nil
 	}
 	if err != nil {
@@ -305,7 +318,7 @@ func (s *BoltStore) SetAdmission(uid types.UID, a Admission) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	s.quarantined.Add(uint64(q.moved))
-	s.count(changed)
+	s.count(bucketPods, changed)
 	return nil
 }
 
@@ -337,7 +350,7 @@ func (s *BoltStore) putPodChild(op string, uid types.UID, bucket []byte, name st
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if same {
-		s.count(false)
+		s.count(bucketPods, false)
 		return nil
 	}
 	var changed bool
@@ -360,7 +373,7 @@ func (s *BoltStore) putPodChild(op string, uid types.UID, bucket []byte, name st
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	s.count(changed)
+	s.count(bucketPods, changed)
 	return nil
 }
 
@@ -528,7 +541,7 @@ func (s *BoltStore) DeletePod(uid types.UID) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if !present {
-		s.count(false)
+		s.count(bucketPods, false)
 		return nil
 	}
 	var changed bool
@@ -548,7 +561,7 @@ func (s *BoltStore) DeletePod(uid types.UID) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	s.count(changed)
+	s.count(bucketPods, changed)
 	return nil
 }
 
@@ -888,7 +901,7 @@ func (s *BoltStore) AppendStatus(u StatusUpdate) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	s.count(true)
+	s.count(bucketOutbox, true)
 	return seq, nil
 }
 
@@ -999,7 +1012,7 @@ func (s *BoltStore) AckStatuses(uid types.UID, upTo uint64) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if !pending {
-		s.count(false)
+		s.count(bucketOutbox, false)
 		return nil
 	}
 	var changed bool
@@ -1026,7 +1039,7 @@ func (s *BoltStore) AckStatuses(uid types.UID, upTo uint64) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	s.count(changed)
+	s.count(bucketOutbox, changed)
 	return nil
 }
 
@@ -1077,7 +1090,7 @@ func (s *BoltStore) IncrementBootCount() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("increment boot count: %w", err)
 	}
-	s.count(true)
+	s.count(bucketMeta, true)
 	return n, nil
 }
 

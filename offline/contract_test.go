@@ -185,6 +185,7 @@ var contractCases = []struct {
 	run  func(t *testing.T, s Store)
 }{
 	{"PodRoundTrip", testPodRoundTrip},
+	{"WritesByBucket", testWritesByBucket},
 	{"PutPodRejectsInvalid", testPutPodRejectsInvalid},
 	{"PutPodKeepsAdmissionAndContainers", testPutPodKeeps},
 	{"AdmissionIsDecidedOnce", testAdmissionOnce},
@@ -780,5 +781,27 @@ func testClosed(t *testing.T, s Store) {
 		if !errors.Is(err, ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 		}
+	}
+}
+
+// testWritesByBucket: each changing write is counted under the top-level bucket of its record
+// (what holdfast_store_writes_total{bucket} reports); a skipped one is not.
+func testWritesByBucket(t *testing.T, s Store) {
+	before := s.Stats()
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p"))) // unchanged: skipped
+	must(t, s.PutContainer("u1", ContainerRecord{Name: "app", RestartCount: 1}))
+	_, err := s.AppendStatus(StatusUpdate{UID: "u1", Namespace: "default", Name: "p", Status: testStatus(v1.PodRunning, 0), Timestamp: t0})
+	must(t, err)
+	must(t, s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}))
+	must(t, s.DeleteConfigMap("ns", "c"))
+	after := s.Stats()
+	for bucket, want := range map[string]uint64{"pods": 2, "outbox": 1, "configmaps": 2} {
+		if d := after.WritesByBucket[bucket] - before.WritesByBucket[bucket]; d != want {
+			t.Errorf("writes to %s: %d, want %d (stats %+v)", bucket, d, want, after.WritesByBucket)
+		}
+	}
+	if d := after.Writes - before.Writes; d != 5 {
+		t.Errorf("writes: %d, want 5", d)
 	}
 }

@@ -98,11 +98,16 @@ func (m *MemStore) lock(write bool) error {
 	return nil
 }
 
-// wrote counts a mutation; called with mu held.
-func (m *MemStore) wrote(changed bool) {
+// wrote counts a mutation of the top-level bucket the BoltStore keeps it in; called with mu
+// held.
+func (m *MemStore) wrote(bucket []byte, changed bool) {
 	if changed {
 		m.stats.Writes++
 		m.stats.Commits++
+		if m.stats.WritesByBucket == nil {
+			m.stats.WritesByBucket = map[string]uint64{}
+		}
+		m.stats.WritesByBucket[string(bucket)]++
 	} else {
 		m.stats.SkippedWrites++
 	}
@@ -118,19 +123,21 @@ func (m *MemStore) quarantineLocked(key string, raw []byte, reason error) {
 }
 
 // setBytes stores raw in *slot unless identical; called with mu held.
-func (m *MemStore) setBytes(slot *[]byte, raw []byte) {
+func (m *MemStore) setBytes(bucket []byte, slot *[]byte, raw []byte) {
 	same := *slot != nil && bytes.Equal(*slot, raw)
 	if !same {
 		*slot = raw
 	}
-	m.wrote(!same)
+	m.wrote(bucket, !same)
 }
 
 // Stats implements Store.
 func (m *MemStore) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stats
+	st := m.stats
+	st.WritesByBucket = maps.Clone(m.stats.WritesByBucket)
+	return st
 }
 
 // Close implements Store.
@@ -158,7 +165,7 @@ func (m *MemStore) PutPod(source Source, pod *v1.Pod) error {
 		p = &memPod{containers: map[string][]byte{}, tokens: map[string][]byte{}}
 		m.pods[pod.UID] = p
 	}
-	m.setBytes(&p.pod, raw)
+	m.setBytes(bucketPods, &p.pod, raw)
 	return nil
 }
 
@@ -179,7 +186,7 @@ func (m *MemStore) SetAdmission(uid types.UID, a Admission) error {
 	}
 	if p.admission != nil {
 		if bytes.Equal(p.admission, raw) {
-			m.wrote(false)
+			m.wrote(bucketPods, false)
 			return nil
 		}
 		prev, derr := decodeAdmission(p.admission)
@@ -189,7 +196,7 @@ func (m *MemStore) SetAdmission(uid types.UID, a Admission) error {
 		m.quarantineLocked("pods/"+string(uid)+"/admission", p.admission, derr)
 	}
 	p.admission = raw
-	m.wrote(true)
+	m.wrote(bucketPods, true)
 	return nil
 }
 
@@ -209,7 +216,7 @@ func (m *MemStore) PutContainer(uid types.UID, c ContainerRecord) error {
 		return fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
 	slot := p.containers[c.Name]
-	m.setBytes(&slot, raw)
+	m.setBytes(bucketPods, &slot, raw)
 	p.containers[c.Name] = slot
 	return nil
 }
@@ -305,7 +312,7 @@ func (m *MemStore) DeletePod(uid types.UID) error {
 	defer m.mu.Unlock()
 	_, present := m.pods[uid]
 	delete(m.pods, uid)
-	m.wrote(present)
+	m.wrote(bucketPods, present)
 	return nil
 }
 
@@ -319,7 +326,7 @@ func (m *MemStore) SetPodListResourceVersion(rv string) error {
 		return fmt.Errorf("set pod list resourceVersion: %w", err)
 	}
 	defer m.mu.Unlock()
-	m.setBytes(&m.podListRV, raw)
+	m.setBytes(bucketSync, &m.podListRV, raw)
 	return nil
 }
 
@@ -369,7 +376,7 @@ func (m *MemStore) PutNode(node *v1.Node) error {
 		return fmt.Errorf("put node: %w", err)
 	}
 	defer m.mu.Unlock()
-	m.setBytes(&m.node, raw)
+	m.setBytes(bucketNode, &m.node, raw)
 	return nil
 }
 
@@ -410,7 +417,7 @@ func memPutObject[T any, P namedObject[T]](m *MemStore, c objectClass, table map
 		return fmt.Errorf("put %s %s: %w", c.kind, key, err)
 	}
 	slot := table[key]
-	m.setBytes(&slot, raw)
+	m.setBytes(c.bucket, &slot, raw)
 	table[key] = slot
 	return nil
 }
@@ -471,18 +478,18 @@ func memLoadObjects[T any, P namedObject[T]](m *MemStore, c objectClass, table m
 	return objs, errs, nil
 }
 
-func (m *MemStore) deleteObject(kind string, table map[string][]byte, namespace, name string) error {
+func (m *MemStore) deleteObject(c objectClass, table map[string][]byte, namespace, name string) error {
 	key, err := objectKey(namespace, name)
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", kind, err)
+		return fmt.Errorf("delete %s: %w", c.kind, err)
 	}
 	if err := m.lock(true); err != nil {
-		return fmt.Errorf("delete %s %s: %w", kind, key, err)
+		return fmt.Errorf("delete %s %s: %w", c.kind, key, err)
 	}
 	defer m.mu.Unlock()
 	_, present := table[key]
 	delete(table, key)
-	m.wrote(present)
+	m.wrote(c.bucket, present)
 	return nil
 }
 
@@ -498,7 +505,7 @@ func (m *MemStore) GetConfigMap(namespace, name string) (*v1.ConfigMap, error) {
 
 // DeleteConfigMap implements Store.
 func (m *MemStore) DeleteConfigMap(namespace, name string) error {
-	return m.deleteObject("configmap", m.configMaps, namespace, name)
+	return m.deleteObject(classConfigMap, m.configMaps, namespace, name)
 }
 
 // LoadConfigMaps implements Store.
@@ -518,7 +525,7 @@ func (m *MemStore) GetSecret(namespace, name string) (*v1.Secret, error) {
 
 // DeleteSecret implements Store.
 func (m *MemStore) DeleteSecret(namespace, name string) error {
-	return m.deleteObject("secret", m.secrets, namespace, name)
+	return m.deleteObject(classSecret, m.secrets, namespace, name)
 }
 
 // LoadSecrets implements Store.
@@ -542,7 +549,7 @@ func (m *MemStore) PutToken(uid types.UID, name string, t Token) error {
 		return fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
 	slot := p.tokens[name]
-	m.setBytes(&slot, raw)
+	m.setBytes(bucketPods, &slot, raw)
 	p.tokens[name] = slot
 	return nil
 }
@@ -589,7 +596,7 @@ func (m *MemStore) AppendStatus(u StatusUpdate) (uint64, error) {
 	defer m.mu.Unlock()
 	m.outboxSeq++
 	m.outbox = append(m.outbox, memOutboxEntry{seq: m.outboxSeq, raw: raw})
-	m.wrote(true)
+	m.wrote(bucketOutbox, true)
 	return m.outboxSeq, nil
 }
 
@@ -637,7 +644,7 @@ func (m *MemStore) AckStatuses(uid types.UID, upTo uint64) error {
 		}
 		kept = append(kept, e)
 	}
-	m.wrote(len(kept) != len(m.outbox))
+	m.wrote(bucketOutbox, len(kept) != len(m.outbox))
 	m.outbox = kept
 	return nil
 }
@@ -660,7 +667,7 @@ func (m *MemStore) SetNodeName(name string) error {
 		return fmt.Errorf("set node name: %w", err)
 	}
 	defer m.mu.Unlock()
-	m.wrote(m.nodeName != name)
+	m.wrote(bucketMeta, m.nodeName != name)
 	m.nodeName = name
 	return nil
 }
@@ -681,7 +688,7 @@ func (m *MemStore) IncrementBootCount() (uint64, error) {
 	}
 	defer m.mu.Unlock()
 	m.bootCount++
-	m.wrote(true)
+	m.wrote(bucketMeta, true)
 	return m.bootCount, nil
 }
 

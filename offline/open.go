@@ -156,7 +156,7 @@ func Open(path string, opts Options) (*BoltStore, OpenReport, error) {
 		return fail(err)
 	}
 	s := &BoltStore{path: path, db: db, lock: lock, now: opts.Now, key: opts.Key,
-		pageSize: uint64(db.Info().PageSize), pageAllocAtOpen: pageAlloc(db)}
+		pageSize: uint64(db.Info().PageSize), pageAllocAtOpen: pageAlloc(db), writesByBucket: map[string]uint64{}}
 	s.batch = &batcher{db: db, maxBatch: opts.MaxBatch, commits: &s.commits}
 	s.quarantined.Store(uint64(len(report.Quarantined)))
 	return s, report, nil

@@ -313,6 +313,9 @@ type Stats struct {
 	// Writes counts logical writes that changed the store: puts of new or
 	// different bytes, deletes, appends, acks, counter increments.
 	Writes uint64
+	// WritesByBucket splits Writes by the top-level bucket of the record
+	// written (pods, outbox, secrets, ...; see the schema in doc.go).
+	WritesByBucket map[string]uint64
 	// SkippedWrites counts puts and deletes skipped because they would not
 	// change the stored bytes.
 	SkippedWrites uint64

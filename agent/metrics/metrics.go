@@ -297,7 +297,7 @@ var (
 	storeTransactionsDesc = metrics.NewDesc(namespace+"_store_transactions_total",
 		"Number of write transactions committed to the state database, each one fsync (concurrent writes share one).", nil, nil, metrics.ALPHA, "")
 	storeWritesDesc = metrics.NewDesc(namespace+"_store_writes_total",
-		"Number of writes that changed the state database (puts of new bytes, deletes, outbox appends and acks).", nil, nil, metrics.ALPHA, "")
+		"Number of writes that changed the state database (puts of new bytes, deletes, outbox appends and acks), by the top-level bucket of the record (pods, outbox, secrets, ...).", []string{"bucket"}, nil, metrics.ALPHA, "")
 	storeSkippedWritesDesc = metrics.NewDesc(namespace+"_store_skipped_writes_total",
 		"Number of writes skipped because the stored bytes were already the same (flash wear saved).", nil, nil, metrics.ALPHA, "")
 	storeBytesWrittenDesc = metrics.NewDesc(namespace+"_store_written_bytes_total",
@@ -323,7 +323,9 @@ func (c *storeCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 func (c *storeCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	s := c.stats()
 	ch <- metrics.NewLazyConstMetric(storeTransactionsDesc, metrics.CounterValue, float64(s.Commits))
-	ch <- metrics.NewLazyConstMetric(storeWritesDesc, metrics.CounterValue, float64(s.Writes))
+	for bucket, n := range s.WritesByBucket {
+		ch <- metrics.NewLazyConstMetric(storeWritesDesc, metrics.CounterValue, float64(n), bucket)
+	}
 	ch <- metrics.NewLazyConstMetric(storeSkippedWritesDesc, metrics.CounterValue, float64(s.SkippedWrites))
 	ch <- metrics.NewLazyConstMetric(storeBytesWrittenDesc, metrics.CounterValue, float64(s.BytesWritten))
 	if fi, err := os.Stat(c.path); err == nil {

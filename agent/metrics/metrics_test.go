@@ -119,7 +119,7 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := New()
-	stats := offline.Stats{Writes: 7, SkippedWrites: 3, Commits: 5, BytesWritten: 40960}
+	stats := offline.Stats{Writes: 7, WritesByBucket: map[string]uint64{"pods": 4, "outbox": 3}, SkippedWrites: 3, Commits: 5, BytesWritten: 40960}
 	depth := 2
 	m.WatchStore(func() offline.Stats { return stats }, path)
 	m.WatchOutbox(func() int { return depth })
@@ -132,7 +132,7 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 	f := metricstest.Scrape(t, m.Handler())
 	for name, want := range map[string]float64{
 		"holdfast_store_transactions_total":   5,
-		"holdfast_store_writes_total":         7,
+		"holdfast_store_writes_total":         7, // the sum of its buckets'
 		"holdfast_store_skipped_writes_total": 3,
 		"holdfast_store_written_bytes_total":  40960,
 		"holdfast_store_db_size_bytes":        32768,
@@ -141,6 +141,9 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 		if got, ok := f.Value(name); !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
 		}
+	}
+	if got, _ := f.Value("holdfast_store_writes_total", "bucket", "outbox"); got != 3 {
+		t.Errorf("writes to the outbox: %v, want 3", got)
 	}
 	// Read at each scrape.
 	stats.Commits, depth = 6, 0
