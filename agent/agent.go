@@ -144,7 +144,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer store.Close()
 	boot.Done("open_store")
-	a.metrics.WatchStore(store.Stats, store.Path())
+	a.metrics.WatchStore(store, store.Path())
 	stateCondition := a.reportStore(report)
 	for _, c := range stateCondition {
 		recorder.Eventf(&v1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}, v1.EventTypeWarning, c.Reason, "%s", c.Message)

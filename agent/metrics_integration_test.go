@@ -109,7 +109,7 @@ func nodeMetricsProblems(f metricstest.Families) error {
 	if v, ok := f.Value("holdfast_apiserver_offline_seconds"); !ok || v != 0 {
 		problems = append(problems, fmt.Sprintf("holdfast_apiserver_offline_seconds = %v (served: %v) with the apiserver up, want 0", v, ok))
 	}
-	for _, m := range []string{"holdfast_outbox_depth", "holdfast_apiserver_offline_periods_total",
+	for _, m := range []string{"holdfast_outbox_depth", "holdfast_outbox_entries", "holdfast_apiserver_offline_periods_total",
 		"go_goroutines", "process_resident_memory_bytes"} {
 		atLeast(0, m)
 	}
@@ -140,6 +140,9 @@ func checkOfflineMetrics(t *testing.T, e *env) {
 	}
 	if v, _ := f.Value("holdfast_outbox_depth"); v < 1 {
 		t.Errorf("holdfast_outbox_depth = %v with statuses computed offline, want at least 1", v)
+	}
+	if v, _ := f.Value("holdfast_outbox_entries"); v < 1 {
+		t.Errorf("holdfast_outbox_entries = %v with statuses computed offline, want at least 1", v)
 	}
 	if _, ok := f.Value("holdfast_boot_milestone_seconds", "milestone", "node_registered"); ok {
 		t.Error("holdfast_boot_milestone_seconds says the node registered, with the apiserver down")

@@ -1045,6 +1045,23 @@ func (s *BoltStore) AckStatuses(uid types.UID, upTo uint64) error {
 
 // --- meta ---
 
+// OutboxLen implements Store. bbolt keeps no count: the keys are walked,
+// in a read transaction (no write, no fsync).
+func (s *BoltStore) OutboxLen() (int, error) {
+	n := 0
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketOutbox).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count outbox entries: %w", err)
+	}
+	return n, nil
+}
+
 // NodeName implements Store.
 func (s *BoltStore) NodeName() (string, error) {
 	var name string

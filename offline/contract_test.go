@@ -519,6 +519,9 @@ func testOutbox(t *testing.T, s Store) {
 		}
 		last = seq
 	}
+	if n, err := s.OutboxLen(); err != nil || n != 6 {
+		t.Errorf("OutboxLen after 6 appends: %d, %v; want 6, not coalesced", n, err)
+	}
 	pending, errs, err = s.PendingStatuses()
 	must(t, err)
 	if len(errs) != 0 {
@@ -571,6 +574,9 @@ func testOutbox(t *testing.T, s Store) {
 	pending, _, err = s.PendingStatuses()
 	must(t, err)
 	// Left: c@4, b@5 (its first entry acked), a@7.
+	if n, err := s.OutboxLen(); err != nil || n != 3 {
+		t.Errorf("OutboxLen after acks: %d, %v; want 3", n, err)
+	}
 	if len(pending) != 3 || pending[0].UID != "c" || pending[1].UID != "b" || pending[1].Entries != 1 ||
 		pending[1].Status.Phase != v1.PodFailed || pending[2].UID != "a" || pending[2].Entries != 1 ||
 		pending[2].Status.ContainerStatuses[0].RestartCount != 9 {
@@ -583,6 +589,9 @@ func testOutbox(t *testing.T, s Store) {
 	must(t, err)
 	if len(pending) != 0 {
 		t.Errorf("after acking all: %+v", pending)
+	}
+	if n, err := s.OutboxLen(); err != nil || n != 0 {
+		t.Errorf("OutboxLen after acking all: %d, %v; want 0", n, err)
 	}
 	// Sequence numbers keep increasing after the outbox emptied.
 	seq, err := s.AppendStatus(StatusUpdate{UID: "d", Status: testStatus(v1.PodRunning, 0), Timestamp: t0})

@@ -649,6 +649,15 @@ func (m *MemStore) AckStatuses(uid types.UID, upTo uint64) error {
 	return nil
 }
 
+// OutboxLen implements Store.
+func (m *MemStore) OutboxLen() (int, error) {
+	if err := m.lock(false); err != nil {
+		return 0, fmt.Errorf("count outbox entries: %w", err)
+	}
+	defer m.mu.Unlock()
+	return len(m.outbox), nil
+}
+
 // NodeName implements Store.
 func (m *MemStore) NodeName() (string, error) {
 	if err := m.lock(false); err != nil {

@@ -130,6 +130,10 @@ type Store interface {
 	// Entries appended later stay. Acking nothing is a no-op.
 	AckStatuses(uid types.UID, upTo uint64) error
 
+	// OutboxLen returns how many entries the outbox holds, not coalesced:
+	// what it costs in the file while the apiserver is out of reach.
+	OutboxLen() (int, error)
+
 	// NodeName returns the node name recorded by SetNodeName, or "".
 	NodeName() (string, error)
 	// SetNodeName records the name of the node this state belongs to.

@@ -261,13 +261,19 @@ func (b *Boot) Done(phase string) {
 	b.last = now
 }
 
-// WatchStore adds the state store's counters, read at each scrape, and the size of its file
-// at path.
-func (m *Metrics) WatchStore(stats func() offline.Stats, path string) {
+// Store is what the metrics read from the state store (offline.Store) at each scrape.
+type Store interface {
+	Stats() offline.Stats
+	OutboxLen() (int, error)
+}
+
+// WatchStore adds the state store's counters and outbox length, read at each scrape, and the
+// size of its file at path.
+func (m *Metrics) WatchStore(store Store, path string) {
 	if m == nil {
 		return
 	}
-	m.registry.CustomMustRegister(&storeCollector{stats: stats, path: path})
+	m.registry.CustomMustRegister(&storeCollector{store: store, path: path})
 }
 
 // WatchOutbox adds the depth of the status outbox, read at each scrape.
@@ -304,24 +310,26 @@ var (
 		"Bytes of database pages written to the state database file by committed transactions (bbolt's copy-on-write pages and each commit's meta page).", nil, nil, metrics.ALPHA, "")
 	storeSizeDesc = metrics.NewDesc(namespace+"_store_db_size_bytes",
 		"Size in bytes of the state database file.", nil, nil, metrics.ALPHA, "")
+	outboxEntriesDesc = metrics.NewDesc(namespace+"_outbox_entries",
+		"Status updates kept in the state database's outbox, not coalesced: one per status change made while the apiserver was out of reach, until delivered (the outbox has no size cap).", nil, nil, metrics.ALPHA, "")
 )
 
 // storeCollector reads the store's own counters at each scrape, rather than counting on the
 // side: the store is the one place that knows what it committed.
 type storeCollector struct {
 	metrics.BaseStableCollector
-	stats func() offline.Stats
+	store Store
 	path  string
 }
 
 func (c *storeCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{storeTransactionsDesc, storeWritesDesc, storeSkippedWritesDesc, storeBytesWrittenDesc, storeSizeDesc} {
+	for _, d := range []*metrics.Desc{storeTransactionsDesc, storeWritesDesc, storeSkippedWritesDesc, storeBytesWrittenDesc, storeSizeDesc, outboxEntriesDesc} {
 		ch <- d
 	}
 }
 
 func (c *storeCollector) CollectWithStability(ch chan<- metrics.Metric) {
-	s := c.stats()
+	s := c.store.Stats()
 	ch <- metrics.NewLazyConstMetric(storeTransactionsDesc, metrics.CounterValue, float64(s.Commits))
 	for bucket, n := range s.WritesByBucket {
 		ch <- metrics.NewLazyConstMetric(storeWritesDesc, metrics.CounterValue, float64(n), bucket)
@@ -330,5 +338,8 @@ func (c *storeCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	ch <- metrics.NewLazyConstMetric(storeBytesWrittenDesc, metrics.CounterValue, float64(s.BytesWritten))
 	if fi, err := os.Stat(c.path); err == nil {
 		ch <- metrics.NewLazyConstMetric(storeSizeDesc, metrics.GaugeValue, float64(fi.Size()))
+	}
+	if n, err := c.store.OutboxLen(); err == nil { // an error: the store is closing
+		ch <- metrics.NewLazyConstMetric(outboxEntriesDesc, metrics.GaugeValue, float64(n))
 	}
 }

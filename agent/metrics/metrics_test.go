@@ -119,13 +119,13 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := New()
-	stats := offline.Stats{Writes: 7, WritesByBucket: map[string]uint64{"pods": 4, "outbox": 3}, SkippedWrites: 3, Commits: 5, BytesWritten: 40960}
+	store := &fakeStore{stats: offline.Stats{Writes: 7, WritesByBucket: map[string]uint64{"pods": 4, "outbox": 3}, SkippedWrites: 3, Commits: 5, BytesWritten: 40960}, outbox: 9}
 	depth := 2
-	m.WatchStore(func() offline.Stats { return stats }, path)
+	m.WatchStore(store, path)
 	m.WatchOutbox(func() int { return depth })
 	// Another agent's store, in another registry: its own values.
 	other := New()
-	other.WatchStore(func() offline.Stats { return offline.Stats{Commits: 1} }, path)
+	other.WatchStore(&fakeStore{stats: offline.Stats{Commits: 1}}, path)
 	if got, _ := metricstest.Scrape(t, other.Handler()).Value("holdfast_store_transactions_total"); got != 1 {
 		t.Errorf("another agent's store transactions: %v, want 1", got)
 	}
@@ -137,6 +137,7 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 		"holdfast_store_written_bytes_total":  40960,
 		"holdfast_store_db_size_bytes":        32768,
 		"holdfast_outbox_depth":               2,
+		"holdfast_outbox_entries":             9,
 	} {
 		if got, ok := f.Value(name); !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
@@ -146,7 +147,7 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 		t.Errorf("writes to the outbox: %v, want 3", got)
 	}
 	// Read at each scrape.
-	stats.Commits, depth = 6, 0
+	store.stats.Commits, depth = 6, 0
 	f = metricstest.Scrape(t, m.Handler())
 	if got, _ := f.Value("holdfast_store_transactions_total"); got != 6 {
 		t.Errorf("transactions after a commit: %v, want 6", got)
@@ -155,6 +156,15 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 		t.Errorf("outbox depth once delivered: %v, want 0", got)
 	}
 }
+
+// fakeStore is a state store's counters and outbox length, as a test sets them.
+type fakeStore struct {
+	stats  offline.Stats
+	outbox int
+}
+
+func (f *fakeStore) Stats() offline.Stats    { return f.stats }
+func (f *fakeStore) OutboxLen() (int, error) { return f.outbox, nil }
 
 // The instrumented parts run without metrics in their own unit tests.
 func TestNilMetricsRecordNothing(t *testing.T) {
