@@ -186,3 +186,35 @@ func checkPolicyMetrics(t *testing.T, e *env, policy string) {
 		t.Errorf("holdfast_policy_evaluation_duration_seconds{policy=%q} counts %v evaluations, want at least 2", policy, v)
 	}
 }
+
+// checkStandaloneMetrics checks /metrics on the local socket of a standalone agent (no
+// apiserver at all) running a static pod: the pod started, the store was written, and the
+// agent does not call itself offline.
+func checkStandaloneMetrics(t *testing.T, e *env) {
+	t.Helper()
+	f, err := e.localMetrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		metric string
+		labels []string
+		min    float64
+	}{
+		{"holdfast_pod_start_duration_seconds", nil, 1},
+		{"holdfast_pod_worker_duration_seconds", []string{"operation_type", "create"}, 1},
+		{"holdfast_store_writes_total", []string{"bucket", "pods"}, 1},
+		{"holdfast_boot_phase_duration_seconds", []string{"phase", "start"}, 0},
+		{"holdfast_boot_milestone_seconds", []string{"milestone", "first_relist"}, 0},
+	} {
+		if v, ok := f.Value(c.metric, c.labels...); !ok || v < c.min {
+			t.Errorf("%s%v = %v (served: %v), want at least %v", c.metric, c.labels, v, ok, c.min)
+		}
+	}
+	if v, _ := f.Value("holdfast_apiserver_offline_seconds"); v != 0 {
+		t.Errorf("holdfast_apiserver_offline_seconds = %v on a standalone node, want 0", v)
+	}
+	if _, ok := f.Value("holdfast_boot_phase_duration_seconds", "phase", "restore_pods"); ok {
+		t.Error("a standalone agent reports restoring API pods")
+	}
+}

@@ -227,6 +227,7 @@ func TestLocalCLIWithoutApiserver(t *testing.T) {
 		}
 		return nil
 	})
+	checkStandaloneMetrics(t, e)
 	out, err := cli("", "describe", pod)
 	for _, want := range []string{"Name:       " + pod, "Source:     static manifest", "Phase:      Running", "Admission:  admitted",
 		"reader: running since", "restarts 1", "Killing", "restarted with holdfast restart (local API)"} {
