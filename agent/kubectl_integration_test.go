@@ -17,12 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/holdfast-dev/holdfast/agent/metrics/metricstest"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -392,25 +391,12 @@ func TestKubectl(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		families, err := parser.TextToMetricFamilies(strings.NewReader(raw))
+		families, err := metricstest.Parse(strings.NewReader(raw))
 		if err != nil {
-			t.Fatalf("/metrics/resource does not parse: %v\n%s", err, raw)
+			t.Fatalf("/metrics/resource: %v\n%s", err, raw)
 		}
 		sample := func(family, container string) (float64, bool) {
-			for _, m := range families[family].GetMetric() {
-				labels := map[string]string{}
-				for _, l := range m.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if labels["pod"] == pod.Name && labels["namespace"] == "default" && labels["container"] == container {
-					if m.GetCounter() != nil {
-						return m.GetCounter().GetValue(), true
-					}
-					return m.GetGauge().GetValue(), true
-				}
-			}
-			return 0, false
+			return families.Value(family, "pod", pod.Name, "namespace", "default", "container", container)
 		}
 		if v, ok := sample("container_memory_working_set_bytes", "hog"); !ok || v < 48<<20 {
 			t.Errorf("container_memory_working_set_bytes of hog: %v, %v", v, ok)
