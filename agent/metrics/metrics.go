@@ -25,7 +25,7 @@ import (
 
 const namespace = "holdfast"
 
-// Labels values of holdfast_pod_worker_duration_seconds.
+// Label values of holdfast_pod_worker_duration_seconds.
 const (
 	// OperationCreate is a pod's first sync by its worker, OperationSync a later one,
 	// OperationKill a sync that terminates the pod (the kubelet's operation types).
