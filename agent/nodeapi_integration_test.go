@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/client-go/util/retry"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	utilexec "k8s.io/utils/exec"
 
@@ -249,17 +250,23 @@ func TestNodeAPI(t *testing.T) {
 	// kubectl debug --target=web: an ephemeral container added to the running pod starts in
 	// web's PID namespace (it sees httpd), serves logs and exec, and is never restarted.
 	t.Run("ephemeral container", func(t *testing.T) {
-		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, v1.EphemeralContainer{
-			EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debugger", Image: "docker.io/holdfast/busybox:test",
-				ImagePullPolicy: v1.PullNever, Stdin: true, TTY: true,
-				Command: []string{"sh", "-c", "echo polo; ps -o comm; exec sleep 3600"}},
-			TargetContainerName: "web",
+		// As kubectl debug does: read, add, write; again if the agent wrote the pod's status in
+		// between (a conflict).
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, v1.EphemeralContainer{
+				EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debugger", Image: "docker.io/holdfast/busybox:test",
+					ImagePullPolicy: v1.PullNever, Stdin: true, TTY: true,
+					Command: []string{"sh", "-c", "echo polo; ps -o comm; exec sleep 3600"}},
+				TargetContainerName: "web",
+			})
+			_, err = pods.UpdateEphemeralContainers(ctx, pod.Name, p, metav1.UpdateOptions{})
+			return err
 		})
-		if _, err := pods.UpdateEphemeralContainers(ctx, pod.Name, p, metav1.UpdateOptions{}); err != nil {
+		if err != nil {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, 60*time.Second, "debugger running", func() error {
