@@ -159,7 +159,7 @@ func TestEvictionMemoryPressure(t *testing.T) {
 
 	threshold := memAvailable(t) + hogMiB<<20/2
 	e.agent.Stop()
-	e.agent.Config.EvictionHard = map[string]string{"memory.available": strconv.FormatInt(threshold, 10)}
+	e.agent.Config.EvictionHard["memory.available"] = strconv.FormatInt(threshold, 10)
 	e.agent.Start()
 
 	hog := e.waitFailed(t, "hog", "Evicted", 2*time.Minute)
@@ -202,6 +202,7 @@ func TestEvictionDiskPressure(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = unix.Unmount(c.StateDir, unix.MNT_DETACH) })
 		c.EvictionMonitoringPeriod = config.D(time.Second)
+		c.EvictionHard["nodefs.available"] = "10%" // the kubelet's default, which testenv lowers
 		// Allocatable memory: 1Gi (the capacity less 100Mi of memory.available and the rest
 		// reserved); cpu: 500m.
 		var si unix.Sysinfo_t

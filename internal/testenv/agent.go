@@ -92,6 +92,10 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 		ImagePreloadDir: "-",
 		HealthzAddress:  addr,
 		Port:            &apiPort,
+		// The test machines' disks are shared with others, whose files can take them past the
+		// kubelet's 10% and 15% defaults: a test that does not test eviction must not find its
+		// pods refused under a DiskPressure it did not cause. Tests of eviction set their own.
+		EvictionHard: map[string]string{"nodefs.available": "1%", "imagefs.available": "1%"},
 	}
 	cfg.Containerd.Address = cd.Address
 	cfg.Containerd.Namespace = "holdfast"
