@@ -10,6 +10,7 @@ import (
 	"k8s.io/kubectl/pkg/util/qos"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/status"
 )
 
 // Waiting reasons, named as kubelet names them so that users and tools recognise them.
@@ -51,11 +52,6 @@ const ReasonPullFailedUsingCachedImage = "PullFailedUsingCachedImage"
 // waitingInfo is why a container is not running yet, as the last sync found out.
 type waitingInfo struct {
 	reason, message string
-}
-
-// ownedConditions are the pod conditions the node agent computes.
-var ownedConditions = map[v1.PodConditionType]bool{
-	v1.PodScheduled: true, v1.PodInitialized: true, v1.ContainersReady: true, v1.PodReady: true,
 }
 
 // statusInput is everything the status of a pod is computed from.
@@ -189,7 +185,7 @@ func computeStatus(in statusInput) v1.PodStatus {
 	}
 	// Conditions other writers own (DisruptionTarget, readiness gates...) are kept as they are.
 	for _, oc := range old.Conditions {
-		if !ownedConditions[oc.Type] && !(in.evicted != nil && oc.Type == v1.DisruptionTarget) {
+		if !status.OwnedCondition(oc.Type) && !(in.evicted != nil && oc.Type == v1.DisruptionTarget) {
 			st.Conditions = append(st.Conditions, oc)
 		}
 	}

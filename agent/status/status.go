@@ -477,10 +477,15 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 	return &updated.Status, nil
 }
 
-// ownedConditions are the pod conditions the node agent writes.
+// ownedConditions are the pod conditions the node agent computes and writes.
 var ownedConditions = map[v1.PodConditionType]bool{
 	v1.PodScheduled: true, v1.PodInitialized: true, v1.ContainersReady: true, v1.PodReady: true,
 }
+
+// OwnedCondition reports whether the node agent computes and writes the pod condition t; the
+// others (readiness gates, DisruptionTarget, a scheduler's) belong to other writers and are
+// kept as they are.
+func OwnedCondition(t v1.PodConditionType) bool { return ownedConditions[t] }
 
 // keepForeignConditions adds to st the conditions of the apiserver's status that other writers
 // own (readiness gates, DisruptionTarget) and st lacks: a patch computed against the
@@ -489,7 +494,7 @@ var ownedConditions = map[v1.PodConditionType]bool{
 func keepForeignConditions(sent, st v1.PodStatus) v1.PodStatus {
 	var missing []v1.PodCondition
 	for _, c := range sent.Conditions {
-		if ownedConditions[c.Type] {
+		if OwnedCondition(c.Type) {
 			continue
 		}
 		found := false
