@@ -50,6 +50,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: x, args: " +
 		strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + "}]}\n"))
 	f.Add([]byte(twoContainers[:len(twoContainers)/2]))
+	// In UTC, year -1: written as such by metav1.Time, and then refused by it.
+	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: a, creationTimestamp: \"0000-01-01T00:00:00+01:00\"}\nspec: {containers: [{name: c, image: x}]}\n"))
 	f.Add([]byte("apiVersion: v1\nkind: Pod\nspec:\n  terminationGracePeriodSeconds: -9223372036854775808\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
