@@ -30,6 +30,8 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 // MakeStatic (defaults and validation). What it accepts must survive being written out and
 // read back: the canonical YAML of an accepted pod decodes (strictly) to the same pod, which
 // validates again, and the same bytes always give the same static identity.
+// testdata/fuzz/FuzzDecode holds the input of the bug it caught (a timestamp that does not
+// read back).
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(twoContainers))
 	for _, name := range []string{"web.yaml", "uplink-monitor.yaml"} {
@@ -50,8 +52,6 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: x, args: " +
 		strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + "}]}\n"))
 	f.Add([]byte(twoContainers[:len(twoContainers)/2]))
-	// In UTC, year -1: written as such by metav1.Time, and then refused by it.
-	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: a, creationTimestamp: \"0000-01-01T00:00:00+01:00\"}\nspec: {containers: [{name: c, image: x}]}\n"))
 	f.Add([]byte("apiVersion: v1\nkind: Pod\nspec:\n  terminationGracePeriodSeconds: -9223372036854775808\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -96,16 +96,15 @@ func mustJSON(t *testing.T, v any) string {
 // to the admission and probe output decoders. They agree with a plain reading of the ABI's
 // schema (a JSON object whose exact key "allowed"/"success" is a boolean, and whose optional
 // fields have their types), round-trip, and what reaches a pod's status is bounded and stays
-// valid UTF-8.
+// valid UTF-8. testdata/fuzz/FuzzDecodeOutput holds the inputs of the two bugs it caught (a
+// key in two cases, a message cut inside a rune).
 func FuzzDecodeOutput(f *testing.F) {
 	for _, s := range []string{
 		`{"allowed":true,"warnings":["looks fine"]}`,
 		`{"allowed":false,"reason":"not a reason!","message":"nope"}`,
 		`{"allowed":false,"reason":"ImageNotAllowed","message":"container \"app\" uses image evil.io/x"}`,
 		`{"success":true,"message":"all good"}`,
-		`{"success":false,"message":"x` + strings.Repeat("é", 600) + `"}`,
 		`{"verdict":"yes"}`,
-		`{"allowed":false,"Allowed":true}`,
 		`{"allowed":true,"allowed":false,"success":null}`,
 		`{"allowed":1e999}`,
 		`{"allowed":true,"warnings":[` + strings.Repeat(`"w",`, 100) + `"\ud800"]}`,
