@@ -101,7 +101,7 @@ test-arm:
 
 .PHONY: check check-fmt check-vet check-tidy check-cross check-size check-systemd check-install
 
-check: check-fmt check-vet check-tidy check-cross check-size check-systemd check-install
+check: check-fmt check-vet check-tidy check-cross check-size check-systemd check-install fuzz
 
 # check-size builds the firmware's stripped binaries for every architecture and fails when one
 # is over its budget (hack/firmware.sh).
@@ -139,6 +139,32 @@ check-cross:
 		IFS=/ read -r goos goarch goarm <<<"$$target"; \
 		echo "go build ./... for $$target"; \
 		GOOS=$$goos GOARCH=$$goarch GOARM=$$goarm $(GO) build ./...; \
+	done
+
+## Fuzz
+
+.PHONY: fuzz
+
+# How long `make fuzz` (and so `make check`) runs each fuzz target; longer: make fuzz FUZZTIME=10m.
+FUZZTIME ?= 10s
+# How long the fuzzer may spend shrinking an input it found interesting (go's default, 60s,
+# would take a short run's whole time); and extra flags, e.g. FUZZFLAGS=-parallel=1.
+FUZZMINIMIZETIME ?= 2s
+FUZZFLAGS ?=
+# Every fuzz target, as Target:package. go runs one -fuzz target per invocation.
+FUZZ_TARGETS := FuzzDecode:./agent/manifest FuzzParse:./agent/config \
+	FuzzParseConfig:./agent/policy FuzzDecodeOutput:./agent/policy \
+	FuzzParseLine:./agent/logs FuzzCopyLines:./agent/logs FuzzRead:./agent/logs \
+	FuzzDecodeRecord:./offline
+
+# fuzz runs each target for FUZZTIME, one after the other, on the parsers of hostile input
+# (manifests, the configuration, policies.yaml, policy outputs, CRI logs, state store
+# records). The seeds alone run in every `go test`. A failure writes the input under the
+# package's testdata/fuzz/TARGET/: commit it with the fix, as a regression test.
+fuzz:
+	for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t%%:*} in $${t#*:} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $(FUZZFLAGS) $${t#*:}/; \
 	done
 
 ## Run

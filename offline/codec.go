@@ -94,6 +94,8 @@ func decodePod(uid types.UID, raw []byte) (podEntry, error) {
 	switch {
 	case e.Pod == nil:
 		return podEntry{}, fmt.Errorf("%w: no pod object", errUndecodable)
+	case e.Pod.UID == "":
+		return podEntry{}, fmt.Errorf("%w: pod without UID", errUndecodable)
 	case e.Pod.UID != uid:
 		return podEntry{}, fmt.Errorf("%w: pod UID %q stored under key %q", errUndecodable, e.Pod.UID, uid)
 	case !e.Source.valid():
@@ -118,6 +120,9 @@ func decodeAdmission(raw []byte) (Admission, error) {
 	if !a.Decided() {
 		return Admission{}, fmt.Errorf("%w: admission without a decision time", errUndecodable)
 	}
+	if err := checkTimes(a.At); err != nil {
+		return Admission{}, err
+	}
 	return a, nil
 }
 
@@ -138,8 +143,13 @@ func decodeContainer(name string, raw []byte) (ContainerRecord, error) {
 	if err := decodeValue(raw, &c); err != nil {
 		return ContainerRecord{}, err
 	}
-	if c.Name != name {
+	if c.Name == "" || c.Name != name {
 		return ContainerRecord{}, fmt.Errorf("%w: container %q stored under key %q", errUndecodable, c.Name, name)
+	}
+	if t := c.LastTermination; t != nil {
+		if err := checkTimes(t.StartedAt, t.FinishedAt); err != nil {
+			return ContainerRecord{}, err
+		}
 	}
 	return c, nil
 }
@@ -162,7 +172,23 @@ func decodeStatus(raw []byte) (outboxEntry, error) {
 	if e.UID == "" {
 		return outboxEntry{}, fmt.Errorf("%w: status update without pod UID", errUndecodable)
 	}
+	if err := checkTimes(e.Timestamp); err != nil {
+		return outboxEntry{}, err
+	}
 	return e, nil
+}
+
+// checkTimes refuses times the encoders could not write back: they store UTC, and JSON
+// (RFC 3339) has only years 0000-9999, so "0000-01-01T00:00:00+01:00" decodes but, in UTC,
+// does not encode. No encoder writes such a time; a record holding one is corrupt, and
+// accepting it would make the record's next write fail instead of quarantining it now.
+func checkTimes(ts ...time.Time) error {
+	for _, t := range ts {
+		if y := t.UTC().Year(); y < 0 || y > 9999 {
+			return fmt.Errorf("%w: time %s outside the years 0000-9999 in UTC", errUndecodable, t)
+		}
+	}
+	return nil
 }
 
 // objectKey is the key of ConfigMaps and Secrets: "namespace/name".

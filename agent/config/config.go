@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -423,21 +424,47 @@ func (c *Config) NodeAPIPort() int {
 	return *c.Port
 }
 
+// MaxFileBytes bounds the configuration file, which is read whole: a configuration is a few
+// KiB, and an unbounded read of whatever the path names (a device, a runaway file) must not
+// take the agent's memory.
+const MaxFileBytes = 1 << 20
+
 // Load reads a YAML (or JSON) configuration file, applies defaults and validates it. Unknown
 // fields are an error: a misspelt key must not silently fall back to a default.
 func Load(path string) (Config, error) { return LoadWith(path, nil) }
 
 // LoadWith is Load with a change applied between reading the file and defaulting: command
-// line flags use it to override the file.
+// line flags use it to override the file. An empty path is an empty file. It returns either a
+// valid configuration or an error, never a half-read configuration with an error.
 func LoadWith(path string, override func(*Config)) (Config, error) {
-	var c Config
+	var b []byte
 	if path != "" {
-		b, err := os.ReadFile(path)
+		f, err := os.Open(path)
 		if err != nil {
-			return c, fmt.Errorf("read config: %w", err)
+			return Config{}, fmt.Errorf("read config: %w", err)
 		}
+		defer f.Close()
+		if b, err = io.ReadAll(io.LimitReader(f, MaxFileBytes+1)); err != nil {
+			return Config{}, fmt.Errorf("read config %s: %w", path, err)
+		}
+	}
+	c, err := Parse(b, override)
+	if err != nil && path != "" {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, err
+}
+
+// Parse is LoadWith on the file's content: decode (strictly), override, default, validate.
+// It returns the zero Config with any error.
+func Parse(b []byte, override func(*Config)) (Config, error) {
+	if len(b) > MaxFileBytes {
+		return Config{}, fmt.Errorf("%d bytes or more, over the %d-byte limit of a configuration file", len(b), MaxFileBytes)
+	}
+	var c Config
+	if len(b) > 0 {
 		if err := yaml.UnmarshalStrict(b, &c); err != nil {
-			return c, fmt.Errorf("parse config %s: %w", path, err)
+			return Config{}, fmt.Errorf("parse: %w", err)
 		}
 	}
 	if override != nil {
@@ -445,10 +472,7 @@ func LoadWith(path string, override func(*Config)) (Config, error) {
 	}
 	c.applyDefaults()
 	if err := c.Validate(); err != nil {
-		if path != "" {
-			return c, fmt.Errorf("config %s: %w", path, err)
-		}
-		return c, err
+		return Config{}, err
 	}
 	return c, nil
 }

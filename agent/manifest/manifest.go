@@ -195,6 +195,12 @@ func MakeStatic(pod *v1.Pod, nodeName, sourcePath string) error {
 	if err != nil {
 		return fmt.Errorf("hash pod: %w", err)
 	}
+	// The pod is written as this encoding (the state store, the mirror pod): one that does
+	// not read back would be lost there. metav1.Time writes a time whose UTC year is outside
+	// 0000-9999 (creationTimestamp "0000-01-01T00:00:00+01:00") and then refuses to read it.
+	if _, err := Decode(canonical); err != nil {
+		return fmt.Errorf("the pod does not read back once encoded (a timestamp out of range?): %w", err)
+	}
 	h := sha256.New()
 	h.Write(canonical)
 	h.Write([]byte{0})

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -54,6 +55,42 @@ type admissionOutput struct {
 	Warnings []string `json:"warnings"`
 }
 
+// decodeAdmissionOutput reads what admit returned: a JSON object with a boolean "allowed".
+func decodeAdmissionOutput(out []byte) (admissionOutput, error) {
+	var res admissionOutput
+	err := decodeOutput(out, map[string]any{
+		"allowed": &res.Allowed, "reason": &res.Reason, "message": &res.Message, "warnings": &res.Warnings,
+	})
+	if err != nil || res.Allowed == nil {
+		return admissionOutput{}, fmt.Errorf("output %.100q is not an admission decision ({\"allowed\": true|false, ...})", out)
+	}
+	return res, nil
+}
+
+// decodeOutput decodes a module's JSON object into fields by their exact names. Not
+// encoding/json into a struct: it matches names case-insensitively, so the last of
+// {"allowed":false,"Allowed":true} would decide, where the ABI's schema (and a policy author
+// reading the output) see "allowed": false. Other names, in any case, are ignored.
+func decodeOutput(out []byte, fields map[string]any) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(out, &obj); err != nil {
+		return err
+	}
+	if obj == nil {
+		return errors.New("not a JSON object")
+	}
+	for name, dst := range fields {
+		raw, ok := obj[name]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return fmt.Errorf("%q: %w", name, err)
+		}
+	}
+	return nil
+}
+
 var reasonRE = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
 
 // maxMessage caps a policy's message in a pod's status and events.
@@ -87,9 +124,7 @@ func (m *Manager) Admit(ctx context.Context, pod *corev1.Pod, node NodeInfo) Dec
 		out, l, err := m.call(ctx, l, "admit", input)
 		var res admissionOutput
 		if err == nil {
-			if derr := json.Unmarshal(out, &res); derr != nil || res.Allowed == nil {
-				err = fmt.Errorf("output %.100q is not an admission decision ({\"allowed\": true|false, ...})", out)
-			}
+			res, err = decodeAdmissionOutput(out)
 		}
 		m.observe(l, evaluationResult(err, res.Allowed, "allowed", "denied"), began)
 		if err != nil {
@@ -199,12 +234,18 @@ func settingsOf(pc PolicyConfig) []byte {
 	return pc.Settings
 }
 
+// clip trims s and cuts it to maxMessage bytes, on a rune boundary: a message cut inside a
+// UTF-8 sequence would reach the pod's status and events as invalid UTF-8.
 func clip(s string) string {
 	s = strings.TrimSpace(s)
-	if len(s) > maxMessage {
-		return s[:maxMessage] + "..."
+	if len(s) <= maxMessage {
+		return s
 	}
-	return s
+	cut := maxMessage
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 func digestOrNone(l *loaded) string {

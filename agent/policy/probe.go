@@ -44,9 +44,20 @@ type probeInput struct {
 	Settings  json.RawMessage `json:"settings"`
 }
 
+// probeOutput is the ABI's probe output.
 type probeOutput struct {
 	Success *bool  `json:"success"`
 	Message string `json:"message"`
+}
+
+// decodeProbeOutput reads what probe returned: a JSON object with a boolean "success".
+func decodeProbeOutput(out []byte) (probeOutput, error) {
+	var res probeOutput
+	err := decodeOutput(out, map[string]any{"success": &res.Success, "message": &res.Message})
+	if err != nil || res.Success == nil {
+		return probeOutput{}, fmt.Errorf("output %.100q is not a probe result ({\"success\": true|false, ...})", out)
+	}
+	return res, nil
 }
 
 // Probe runs the probe policy named policyName on target. The caller bounds
@@ -94,8 +105,8 @@ func (m *Manager) Probe(ctx context.Context, policyName string, target ProbeTarg
 	out, l, err := m.call(ctx, l, "probe", input, opts...)
 	var res probeOutput
 	if err == nil {
-		if derr := json.Unmarshal(out, &res); derr != nil || res.Success == nil {
-			err = fmt.Errorf("policy %q: output %.100q is not a probe result ({\"success\": true|false, ...})", policyName, out)
+		if res, err = decodeProbeOutput(out); err != nil {
+			err = fmt.Errorf("policy %q: %w", policyName, err)
 		}
 	}
 	m.observe(l, evaluationResult(err, res.Success, "success", "failure"), began)
