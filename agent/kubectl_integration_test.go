@@ -36,24 +36,10 @@ func TestKubectl(t *testing.T) {
 	e := startNodeAPIEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	kubeconfig := e.cp.WriteAdminKubeconfig()
-	kubectlIn := func(ctx context.Context, args ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, testenv.KubectlPath(), append([]string{"--namespace=default"}, args...)...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "HOME="+t.TempDir())
-		return cmd
-	}
-	kubectlCmd := func(args ...string) *exec.Cmd { return kubectlIn(ctx, args...) }
-	kubectl := func(stdin string, args ...string) (string, error) {
-		cmd := kubectlCmd(args...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-		}
-		return string(out), nil
-	}
+	k := newKubectl(t, e)
+	kubectlIn := k.Cmd
+	kubectlCmd := func(args ...string) *exec.Cmd { return k.Cmd(ctx, args...) }
+	kubectl := func(stdin string, args ...string) (string, error) { return k.Run(ctx, stdin, args...) }
 
 	publishRootCA(t, e, "default")
 	const image = "docker.io/holdfast/busybox:test"
@@ -318,32 +304,10 @@ func TestKubectl(t *testing.T) {
 	})
 
 	t.Run("port-forward", func(t *testing.T) {
-		cmd := kubectlCmd("port-forward", "pod/ops", ":8080")
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr testenv.SyncBuffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-		lines := bufio.NewScanner(out)
-		forwarding := regexp.MustCompile(`^Forwarding from 127\.0\.0\.1:(\d+) -> 8080$`)
-		port := ""
-		for port == "" && lines.Scan() {
-			if m := forwarding.FindStringSubmatch(lines.Text()); m != nil {
-				port = m[1]
-			}
-		}
-		if port == "" {
-			t.Fatalf("port-forward: no local port announced (%v); stderr: %s", lines.Err(), stderr.String())
-		}
-		go func() { _, _ = io.Copy(io.Discard, out) }() // kubectl logs each connection
+		port := k.PortForward(t, ctx, "pod/ops", 8080)
 		resp, err := http.Get("http://127.0.0.1:" + port + "/")
 		if err != nil {
-			t.Fatalf("GET through kubectl port-forward: %v; stderr: %s", err, stderr.String())
+			t.Fatalf("GET through kubectl port-forward: %v", err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -458,6 +422,75 @@ func TestKubectl(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// kubectl runs upstream kubectl (hack/tools/kubectl) against the test's apiserver as its
+// admin, in namespace default: the operator's tool, driving the node API through the apiserver.
+type kubectl struct {
+	kubeconfig, home string
+}
+
+func newKubectl(t *testing.T, e *env) *kubectl {
+	return &kubectl{kubeconfig: e.cp.WriteAdminKubeconfig(), home: t.TempDir()}
+}
+
+// Cmd is kubectl with args, killed when ctx ends.
+func (k *kubectl) Cmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, testenv.KubectlPath(), append([]string{"--namespace=default"}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+k.kubeconfig, "HOME="+k.home)
+	return cmd
+}
+
+// Run runs kubectl with args and stdin and returns its stdout; an error carries its stderr.
+func (k *kubectl) Run(ctx context.Context, stdin string, args ...string) (string, error) {
+	cmd := k.Cmd(ctx, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// PortForward starts `kubectl port-forward target :port` and returns the local port kubectl
+// announces. kubectl is stopped when t ends.
+func (k *kubectl) PortForward(t *testing.T, ctx context.Context, target string, port int) string {
+	t.Helper()
+	cmd := k.Cmd(ctx, "port-forward", target, ":"+strconv.Itoa(port))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr testenv.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	drained := make(chan struct{})
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-drained // before Wait, which closes the pipe
+		_ = cmd.Wait()
+	})
+	lines := bufio.NewScanner(out)
+	forwarding := regexp.MustCompile(`^Forwarding from 127\.0\.0\.1:(\d+) -> ` + strconv.Itoa(port) + `$`)
+	local := ""
+	for local == "" && lines.Scan() {
+		if m := forwarding.FindStringSubmatch(lines.Text()); m != nil {
+			local = m[1]
+		}
+	}
+	// kubectl logs each connection it forwards: keep reading, or it blocks on a full pipe.
+	go func() {
+		defer close(drained)
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	if local == "" {
+		t.Fatalf("kubectl port-forward %s: no local port announced (%v); stderr: %s", target, lines.Err(), stderr.String())
+	}
+	return local
 }
 
 // containerCgroup is where a container's process is accounted, read straight from the

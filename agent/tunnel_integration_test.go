@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,18 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/portforward"
-	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/client-go/transport/spdy"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
-	utilexec "k8s.io/utils/exec"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
@@ -29,9 +24,9 @@ import (
 // TestNodeAPIThroughKonnectivity: a gateway the apiserver cannot dial. The apiserver's
 // "cluster" egress goes to a real konnectivity server (testenv), holdfast dials out to it with
 // a client certificate and serves its node API through that tunnel only (tunnel.only: no TCP
-// listener, so dialing the node's address directly fails). `kubectl logs`, `exec` (output and
-// exit code), `port-forward` carrying an HTTP request and the node proxy's /stats/summary all
-// work through the apiserver; with the konnectivity server down they fail, and they work again
+// listener, so dialing the node's address directly fails). Upstream kubectl's `logs`, `exec`
+// (output and exit code), `port-forward` carrying an HTTP request and `get --raw` of the node
+// proxy's /stats/summary all work through the apiserver; with the konnectivity server down they fail, and they work again
 // once it is back and holdfast has reconnected by itself.
 func TestNodeAPIThroughKonnectivity(t *testing.T) {
 	e := startEnvFor(t, &testenv.ControlPlaneOptions{Nodes: []string{node}, Konnectivity: true}, func(e *env, c *config.Config) {
@@ -103,10 +98,9 @@ func TestNodeAPIThroughKonnectivity(t *testing.T) {
 		}
 	})
 
-	getLogs := func() (string, error) {
-		b, err := pods.GetLogs(pod.Name, &v1.PodLogOptions{Container: "web"}).Do(ctx).Raw()
-		return string(b), err
-	}
+	// As an operator does, with kubectl through the apiserver.
+	k := newKubectl(t, e)
+	getLogs := func() (string, error) { return k.Run(ctx, "", "logs", pod.Name, "-c", "web") }
 	t.Run("logs", func(t *testing.T) {
 		// Eventually: the log file may not have its line yet when the container runs.
 		testenv.Eventually(t, 30*time.Second, "web's log through the tunnel", func() error {
@@ -122,75 +116,36 @@ func TestNodeAPIThroughKonnectivity(t *testing.T) {
 	})
 
 	t.Run("exec", func(t *testing.T) {
-		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
-			VersionedParams(&v1.PodExecOptions{Container: "web", Command: []string{"sh", "-c", "echo out; cat /www/index.html; exit 3"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
-		ex, err := remotecommand.NewSPDYExecutor(e.cp.AdminConfig, "POST", u)
-		if err != nil {
-			t.Fatal(err)
+		out, err := k.Run(ctx, "", "exec", pod.Name, "-c", "web", "--", "sh", "-c", "echo out; cat /www/index.html; exit 3")
+		var exitErr *exec.ExitError
+		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 3 {
+			t.Errorf("exec of exit 3: %v, want kubectl to exit 3", err)
 		}
-		var out, errOut bytes.Buffer
-		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
-		var exitErr utilexec.ExitError
-		if !errors.As(err, &exitErr) || exitErr.ExitStatus() != 3 {
-			t.Errorf("exit 3: %v, want an exit error with status 3 (stderr %q)", err, errOut.String())
-		}
-		if out.String() != "out\nserved through konnectivity\n" {
-			t.Errorf("stdout %q", out.String())
+		if out != "out\nserved through konnectivity\n" {
+			t.Errorf("stdout %q", out)
 		}
 	})
 
 	t.Run("port-forward", func(t *testing.T) {
-		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("portforward").URL()
-		transport, upgrader, err := spdy.RoundTripperFor(e.cp.AdminConfig)
+		port := k.PortForward(t, ctx, "pod/"+pod.Name, 8080)
+		resp, err := http.Get("http://127.0.0.1:" + port + "/")
 		if err != nil {
-			t.Fatal(err)
-		}
-		dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, "POST", u)
-		stop, ready := make(chan struct{}), make(chan struct{})
-		var pfOut, pfErr bytes.Buffer
-		fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, &pfOut, &pfErr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- fw.ForwardPorts() }()
-		ended := false
-		defer func() {
-			close(stop)
-			if !ended {
-				<-done
-			}
-		}()
-		select {
-		case <-ready:
-		case err := <-done:
-			ended = true
-			t.Fatalf("port-forward ended: %v (%s)", err, pfErr.String())
-		case <-ctx.Done():
-			t.Fatal("port-forward never ready")
-		}
-		ports, err := fw.GetPorts()
-		if err != nil || len(ports) != 1 {
-			t.Fatalf("ports %v, %v", ports, err)
-		}
-		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(int(ports[0].Local)) + "/")
-		if err != nil {
-			t.Fatalf("GET through the forward: %v (%s)", err, pfErr.String())
+			t.Fatalf("GET through kubectl port-forward: %v", err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || string(body) != "served through konnectivity\n" {
-			t.Errorf("GET through the forward: %s %q", resp.Status, body)
+			t.Errorf("GET through kubectl port-forward: %s %q", resp.Status, body)
 		}
 	})
 
 	t.Run("stats through the node proxy", func(t *testing.T) {
-		raw, err := e.cp.Admin.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix("stats/summary").Do(ctx).Raw()
+		raw, err := k.Run(ctx, "", "get", "--raw", "/api/v1/nodes/"+node+"/proxy/stats/summary")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var sum statsapi.Summary
-		if err := json.Unmarshal(raw, &sum); err != nil {
+		if err := json.Unmarshal([]byte(raw), &sum); err != nil {
 			t.Fatalf("summary: %v\n%s", err, raw)
 		}
 		if sum.Node.NodeName != node || sum.Node.Memory == nil || sum.Node.Memory.WorkingSetBytes == nil {
