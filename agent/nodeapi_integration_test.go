@@ -41,23 +41,7 @@ func TestNodeAPI(t *testing.T) {
 	defer cancel()
 	pods := e.cp.Admin.CoreV1().Pods("default")
 
-	var nodeIP string
-	testenv.Eventually(t, 60*time.Second, "node advertises its API", func() error {
-		n, err := e.cp.Admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if p := n.Status.DaemonEndpoints.KubeletEndpoint.Port; int(p) != e.agent.Config.NodeAPIPort() {
-			return fmt.Errorf("kubeletEndpoint port %d, want %d", p, e.agent.Config.NodeAPIPort())
-		}
-		for _, a := range n.Status.Addresses {
-			if a.Type == v1.NodeInternalIP {
-				nodeIP = a.Address
-				return nil
-			}
-		}
-		return fmt.Errorf("no InternalIP in %v", n.Status.Addresses)
-	})
+	nodeIP := waitNodeAPIAdvertised(t, ctx, e)
 
 	// As users write pods: the service account token mounted by default.
 	publishRootCA(t, e, "default")
@@ -415,6 +399,30 @@ func startNodeAPIEnv(t *testing.T) *env {
 		c.Authentication.X509.ClientCAFile = e.cp.KubeletClientCAFile()
 		c.Pods.BackOffBase = config.D(time.Second)
 	}, nil)
+}
+
+// waitNodeAPIAdvertised waits until the Node advertises the agent's node API port (what the
+// apiserver dials, directly or through a tunnel) and returns its InternalIP.
+func waitNodeAPIAdvertised(t *testing.T, ctx context.Context, e *env) string {
+	t.Helper()
+	var nodeIP string
+	testenv.Eventually(t, 60*time.Second, "node advertises its API", func() error {
+		n, err := e.cp.Admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p := n.Status.DaemonEndpoints.KubeletEndpoint.Port; int(p) != e.agent.Config.NodeAPIPort() {
+			return fmt.Errorf("kubeletEndpoint port %d, want %d", p, e.agent.Config.NodeAPIPort())
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == v1.NodeInternalIP {
+				nodeIP = a.Address
+				return nil
+			}
+		}
+		return fmt.Errorf("no InternalIP in %v", n.Status.Addresses)
+	})
+	return nodeIP
 }
 
 // counterContainer prints "run N" and three lines; run 1 exits 1, run 2 stays. It counts in

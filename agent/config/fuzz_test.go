@@ -5,23 +5,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/holdfast-dev/holdfast/internal/hostile"
 )
 
-// aliasBomb is CVE-2019-11253's billion laughs: 9^9 strings from under 1 KiB.
-const aliasBomb = `nodeName: bomb
-a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
-i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
-`
+// aliasBomb is a configuration file that is CVE-2019-11253's billion laughs.
+var aliasBomb = hostile.YAMLAliasBomb("nodeName: bomb\n")
 
 // FuzzParse feeds configuration files to Parse. It returns either a valid configuration or an
 // error, never both; and what it accepts means the same once written out: the YAML of a loaded
@@ -86,14 +77,11 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// A hostile file fails fast: an alias bomb, and a file over MaxFileBytes whatever it holds.
+// A hostile file is refused: an alias bomb (the YAML decoder bounds alias expansion; without
+// the bound this test would not end), and a file over MaxFileBytes whatever it holds.
 func TestParseRefusesHostileFiles(t *testing.T) {
-	start := time.Now()
 	if _, err := Parse([]byte(aliasBomb), nil); err == nil {
 		t.Error("the alias bomb parsed")
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("refusing the alias bomb took %s", d)
 	}
 	huge := []byte("nodeName: gw-1\n" + strings.Repeat("#", MaxFileBytes))
 	if _, err := Parse(huge, nil); err == nil || !strings.Contains(err.Error(), "limit") {

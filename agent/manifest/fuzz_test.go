@@ -5,26 +5,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
+
+	"github.com/holdfast-dev/holdfast/internal/hostile"
 )
 
-// aliasBomb is CVE-2019-11253's billion laughs: 9^9 strings from under 1 KiB.
-const aliasBomb = `apiVersion: v1
-kind: Pod
-metadata: {name: bomb}
-a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
-i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
-`
+// aliasBomb is a Pod manifest that is CVE-2019-11253's billion laughs.
+var aliasBomb = hostile.YAMLAliasBomb("apiVersion: v1\nkind: Pod\nmetadata: {name: bomb}\n")
 
 // FuzzDecode feeds manifest files to what the file source does with them: Decode, then
 // MakeStatic (defaults and validation). What it accepts must survive being written out and
@@ -102,13 +91,10 @@ func mustYAML(t *testing.T, v any) []byte {
 	return b
 }
 
-// A YAML alias bomb is refused, and quickly: the decoder bounds alias expansion.
+// A YAML alias bomb is refused: the decoder bounds alias expansion (without the bound this
+// test would not end).
 func TestDecodeYAMLBomb(t *testing.T) {
-	start := time.Now()
 	if _, err := Decode([]byte(aliasBomb)); err == nil {
 		t.Fatal("the alias bomb decoded")
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("refusing the alias bomb took %s", d)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/hostile"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -94,26 +96,12 @@ policies:
 	}
 }
 
-// A YAML alias bomb (CVE-2019-11253) is refused, quickly.
+// A YAML alias bomb (CVE-2019-11253) is refused: the decoder bounds alias expansion (without
+// the bound this test would not end). So is a file over the size limit.
 func TestConfigYAMLBomb(t *testing.T) {
-	bomb := `apiVersion: holdfast.dev/v1alpha1
-kind: PolicyConfig
-a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
-i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
-`
-	start := time.Now()
+	bomb := hostile.YAMLAliasBomb("apiVersion: holdfast.dev/v1alpha1\nkind: PolicyConfig\n")
 	if _, err := ParseConfig([]byte(bomb)); err == nil {
 		t.Fatal("the bomb parsed")
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("took %s", d)
 	}
 	if _, err := ParseConfig(make([]byte, maxConfigBytes+1)); err == nil {
 		t.Fatal("an oversized file parsed")
