@@ -12,13 +12,8 @@ import (
 // made leaves the API off, logged, and is not an error.
 func (s *Server) RunOn(ctx context.Context, ln net.Listener) error {
 	defer ln.Close()
-	if s.cfg.Client == nil {
-		s.cfg.Log.Info("node API not served over HTTPS: standalone, no apiserver to authorize requests", "listener", ln.Addr().String())
-		return nil
-	}
-	tlsCfg, err := s.tlsConfig()
-	if err != nil {
-		s.cfg.Log.Error("node API not served: no serving certificate", "dir", s.cfg.PKIDir, "err", err)
+	tlsCfg, ok := s.servingTLS("listener", ln.Addr().String())
+	if !ok {
 		return nil
 	}
 	s.cfg.Log.Info("node API serving", "listener", ln.Addr().String(), "clientCA", s.cfg.ClientCAFile)

@@ -235,17 +235,13 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 // heartbeat, for: a port that cannot be bound (another kubelet on it) is retried, and a serving
 // certificate that cannot be made is logged and the API left off.
 func (s *Server) Run(ctx context.Context) error {
-	if s.cfg.Client == nil {
-		s.cfg.Log.Info("node API not served over HTTPS: standalone, no apiserver to authorize requests", "port", s.cfg.Port)
-		return nil
-	}
-	tlsCfg, err := s.tlsConfig()
-	if err != nil {
-		s.cfg.Log.Error("node API not served: no serving certificate", "dir", s.cfg.PKIDir, "err", err)
+	tlsCfg, ok := s.servingTLS("port", s.cfg.Port)
+	if !ok {
 		return nil
 	}
 	addr := net.JoinHostPort(s.cfg.Address, strconv.Itoa(s.cfg.Port))
 	var ln net.Listener
+	var err error
 	delay := time.Second
 	for {
 		ln, err = net.Listen("tcp", addr)
@@ -263,6 +259,22 @@ func (s *Server) Run(ctx context.Context) error {
 	s.cfg.Log.Info("node API serving", "address", ln.Addr().String(), "clientCA", s.cfg.ClientCAFile)
 	s.serve(ctx, ln, tlsCfg, "node API", s.handler)
 	return nil
+}
+
+// servingTLS is the TLS the HTTPS API serves with, and whether it is served at all: not on a
+// standalone node (no apiserver to authorize requests), nor without a serving certificate;
+// either is logged, with where the API would have been (key, value), and is not an error.
+func (s *Server) servingTLS(key string, where any) (*tls.Config, bool) {
+	if s.cfg.Client == nil {
+		s.cfg.Log.Info("node API not served over HTTPS: standalone, no apiserver to authorize requests", key, where)
+		return nil, false
+	}
+	tlsCfg, err := s.tlsConfig()
+	if err != nil {
+		s.cfg.Log.Error("node API not served: no serving certificate", "dir", s.cfg.PKIDir, "err", err)
+		return nil, false
+	}
+	return tlsCfg, true
 }
 
 // withAuth authenticates and authorizes every request before h sees it.
