@@ -211,7 +211,8 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	// What the node has and uses: eviction's signals, and the node API's stats.
 	host := eviction.HostObserver{NodeFS: cfg.StateDir, ImageFS: imageFS.Root}
-	usage := &stats.Provider{NodeName: cfg.NodeName, Cgroups: cgroups.Host(), Pods: podMgr.ActivePods, Runtime: rt, Host: host}
+	activePods := func() []*v1.Pod { pods, _ := podMgr.ActivePods(); return pods }
+	usage := &stats.Provider{NodeName: cfg.NodeName, Cgroups: cgroups.Host(), Pods: activePods, Runtime: rt, Host: host}
 	evictionMgr, err := a.evictionManager(rt, host, podMgr, collector, recorder)
 	if err != nil {
 		return err

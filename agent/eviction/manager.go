@@ -36,6 +36,10 @@ const (
 	podCleanupPoll    = time.Second
 )
 
+// admissionSettleTimeout bounds how long eviction waits, in a row, for pods still being
+// admitted before it ranks those it has.
+const admissionSettleTimeout = 30 * time.Second
+
 // immediateGracePeriod is the grace period of a pod evicted for a hard threshold, kubelet's
 // immediateEvictionGracePeriodSeconds.
 const immediateGracePeriod = time.Second
@@ -49,8 +53,9 @@ const mirrorAnnotation = "kubernetes.io/config.mirror"
 
 // Pods is the part of the pod manager eviction acts on.
 type Pods interface {
-	// ActivePods are the admitted pods that run: not finished, not being deleted or evicted.
-	ActivePods() []*v1.Pod
+	// ActivePods are the admitted pods that run: not finished, not being deleted or evicted;
+	// undecided counts the pods whose admission is not decided yet.
+	ActivePods() (active []*v1.Pod, undecided int)
 	// Evict stops the pod's containers with the grace period and ends it Failed with reason
 	// Evicted and the message.
 	Evict(pod *v1.Pod, grace time.Duration, message string) error
@@ -93,13 +98,16 @@ type Manager struct {
 	recorder  record.EventRecorder
 	log       *slog.Logger
 
-	mu sync.Mutex // protects firstMet, lastMet, conditions
+	mu sync.Mutex // protects firstMet, lastMet, conditions, undecidedSince
 	// firstMet is when each threshold met now was first seen met (soft grace periods).
 	firstMet map[string]time.Time
 	// lastMet is when a threshold of each pressure condition was last seen met.
 	lastMet map[v1.NodeConditionType]time.Time
 	// conditions are the pressure conditions in effect since the last observation.
 	conditions []v1.NodeConditionType
+	// undecidedSince is when eviction began waiting for pods' admission decisions; zero when
+	// it is not waiting.
+	undecidedSince time.Time
 }
 
 // NewManager builds a manager; Run runs it. reclaimer may be nil.
@@ -228,7 +236,15 @@ func (m *Manager) reclaim(ctx context.Context, t Threshold) bool {
 
 // evictOne evicts the first pod in kubelet's ranking for the threshold that is not critical.
 func (m *Manager) evictOne(ctx context.Context, t Threshold, obs Observations) *v1.Pod {
-	pods := m.pods.ActivePods()
+	pods, undecided := m.pods.ActivePods()
+	if m.awaitAdmission(undecided) {
+		// Right after an agent restart the restored pods are admitted one by one, their
+		// containers running all along: ranking only those admitted so far once evicted a
+		// Guaranteed pod while the BestEffort hog beside it was still being admitted.
+		m.log.Info("eviction threshold met; waiting for every pod's admission before choosing one",
+			"threshold", t.String(), "undecided", undecided)
+		return nil
+	}
 	if len(pods) == 0 {
 		m.log.Warn("eviction threshold met but no pod to evict", "threshold", t.String())
 		return nil
@@ -260,6 +276,23 @@ func (m *Manager) evictOne(ctx context.Context, t Threshold, obs Observations) *
 	}
 	m.log.Warn("eviction threshold met but every pod is critical", "threshold", t.String())
 	return nil
+}
+
+// awaitAdmission says whether to hold off evicting because pods are still being admitted, for
+// at most admissionSettleTimeout in a row: a pod whose admission hangs must not stop eviction
+// for good.
+func (m *Manager) awaitAdmission(undecided int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if undecided == 0 {
+		m.undecidedSince = time.Time{}
+		return false
+	}
+	now := m.cfg.Now()
+	if m.undecidedSince.IsZero() {
+		m.undecidedSince = now
+	}
+	return now.Sub(m.undecidedSince) < admissionSettleTimeout
 }
 
 // waitForCleanup waits until the evicted pod's memory, disk and PIDs are released, or

@@ -35,16 +35,18 @@ type eviction struct {
 type fakePods struct {
 	pods    []*v1.Pod
 	evicted []eviction
+	// undecided is how many pods await their admission decision.
+	undecided int
 }
 
-func (f *fakePods) ActivePods() []*v1.Pod {
+func (f *fakePods) ActivePods() ([]*v1.Pod, int) {
 	var out []*v1.Pod
 	for _, p := range f.pods {
 		if !slices.ContainsFunc(f.evicted, func(e eviction) bool { return e.pod == p.Name }) {
 			out = append(out, p)
 		}
 	}
-	return out
+	return out, f.undecided
 }
 
 func (f *fakePods) Evict(pod *v1.Pod, grace time.Duration, message string) error {
@@ -167,6 +169,40 @@ func TestSynchronizeEvictsOnePodPerInterval(t *testing.T) {
 	m.Synchronize(ctx)
 	if m.UnderPressure(v1.NodeMemoryPressure) {
 		t.Error("MemoryPressure still there after the transition period")
+	}
+}
+
+// While pods are still being admitted (restored after an agent restart, their containers
+// running), no pod is chosen: the one not yet admitted may be the hog. The wait is bounded,
+// so that a pod whose admission hangs does not stop eviction for good.
+func TestSynchronizeWaitsForAdmission(t *testing.T) {
+	pods := &fakePods{pods: []*v1.Pod{testPod("guaranteed", "200Mi", "", 0)}, undecided: 1}
+	stats := fakeStats{"guaranteed": {Memory: 100 * mi}, "hog": {Memory: 3 << 30}}
+	obs := &fakeObserver{obs: Observations{SignalMemoryAvailable: {Available: 50 * mi, Capacity: 16 << 30}}}
+	m, clk, _ := newTestManager(t, nil, obs, pods, stats, nil)
+	ctx := context.Background()
+	if p := m.Synchronize(ctx); p != nil {
+		t.Fatalf("evicted %s while a pod was still being admitted", p.Name)
+	}
+	if !m.UnderPressure(v1.NodeMemoryPressure) {
+		t.Error("no MemoryPressure while waiting: the condition must not wait for admission")
+	}
+	// The hog is admitted: it is the one evicted.
+	pods.pods, pods.undecided = append(pods.pods, testPod("hog", "", "", 0)), 0
+	clk.now = clk.now.Add(10 * time.Second)
+	if p := m.Synchronize(ctx); p == nil || p.Name != "hog" {
+		t.Fatalf("evicted %v, want the hog", p)
+	}
+
+	// An admission that never ends holds eviction back for admissionSettleTimeout only.
+	pods.undecided = 1
+	clk.now = clk.now.Add(10 * time.Second)
+	if p := m.Synchronize(ctx); p != nil {
+		t.Fatalf("evicted %s at once while a pod was being admitted", p.Name)
+	}
+	clk.now = clk.now.Add(admissionSettleTimeout)
+	if p := m.Synchronize(ctx); p == nil || p.Name != "guaranteed" {
+		t.Fatalf("evicted %v after the settle timeout, want the guaranteed pod (the only one left)", p)
 	}
 }
 

@@ -195,20 +195,24 @@ func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
 }
 
 // ActivePods are the admitted pods that run: not finished, not being deleted and not being
-// evicted. The eviction manager chooses among them.
-func (m *Manager) ActivePods() []*v1.Pod {
+// evicted. The eviction manager chooses among them. undecided counts the pods whose
+// admission is not decided yet (just restored after an agent restart, or just arrived): they
+// may run already, and ranking without them could evict the wrong pod.
+func (m *Manager) ActivePods() (active []*v1.Pod, undecided int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []*v1.Pod
 	for _, w := range m.workers {
 		w.mu.Lock()
-		if w.decision != nil && w.decision.Admitted && !w.removed && !w.orphan && !w.terminal &&
-			w.eviction == nil && w.pod.DeletionTimestamp == nil {
-			out = append(out, w.pod)
+		switch {
+		case w.removed || w.orphan || w.terminal:
+		case w.decision == nil:
+			undecided++
+		case w.decision.Admitted && w.eviction == nil && w.pod.DeletionTimestamp == nil:
+			active = append(active, w.pod)
 		}
 		w.mu.Unlock()
 	}
-	return out
+	return active, undecided
 }
 
 // Evict kills the pod for node pressure, as kubelet's eviction manager does: its containers
