@@ -109,7 +109,7 @@ func nodeMetricsProblems(f metricstest.Families) error {
 	if v, ok := f.Value("holdfast_apiserver_offline_seconds"); !ok || v != 0 {
 		problems = append(problems, fmt.Sprintf("holdfast_apiserver_offline_seconds = %v (served: %v) with the apiserver up, want 0", v, ok))
 	}
-	for _, m := range []string{"holdfast_outbox_depth", "holdfast_outbox_entries", "holdfast_apiserver_offline_periods_total",
+	for _, m := range []string{"holdfast_outbox_depth", "holdfast_outbox_entries", "holdfast_outbox_superseded_total", "holdfast_apiserver_offline_periods_total",
 		"go_goroutines", "process_resident_memory_bytes"} {
 		atLeast(0, m)
 	}

@@ -31,9 +31,9 @@ type BoltStore struct {
 	// closed is set once by Close; methods check it first.
 	closed atomic.Bool
 
-	writes, skipped, commits, quarantined atomic.Uint64
-	byBucketMu                            sync.Mutex        // protects writesByBucket
-	writesByBucket                        map[string]uint64 // changing writes by top-level bucket
+	writes, skipped, commits, quarantined, superseded atomic.Uint64
+	byBucketMu                                        sync.Mutex        // protects writesByBucket
+	writesByBucket                                    map[string]uint64 // changing writes by top-level bucket
 	// pageSize and pageAllocAtOpen turn bbolt's own count of the page bytes its write
 	// transactions allocated into the bytes the store wrote since Open (Stats.BytesWritten).
 	pageSize        uint64
@@ -48,10 +48,11 @@ func (s *BoltStore) Path() string { return s.path }
 // Stats implements Store.
 func (s *BoltStore) Stats() Stats {
 	return Stats{
-		Writes:        s.writes.Load(),
-		SkippedWrites: s.skipped.Load(),
-		Commits:       s.commits.Load(),
-		Quarantined:   s.quarantined.Load(),
+		Writes:           s.writes.Load(),
+		SkippedWrites:    s.skipped.Load(),
+		Commits:          s.commits.Load(),
+		Quarantined:      s.quarantined.Load(),
+		OutboxSuperseded: s.superseded.Load(),
 		WritesByBucket: func() map[string]uint64 {
 			s.byBucketMu.Lock()
 			defer s.byBucketMu.Unlock()
@@ -883,7 +884,9 @@ func (s *BoltStore) AppendStatus(u StatusUpdate) (uint64, error) {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	var seq uint64
+	var superseded uint64
 	err = s.update(func(tx *bolt.Tx) error {
+		superseded = 0 // the function runs again when a batch is retried
 		ob := tx.Bucket(bucketOutbox)
 		var err error
 		if seq, err = ob.NextSequence(); err != nil {
@@ -896,12 +899,30 @@ func (s *BoltStore) AppendStatus(u StatusUpdate) (uint64, error) {
 		if err != nil {
 			return err
 		}
+		// Drop the pod's pending entries after its oldest: the new one supersedes them.
+		var drop [][]byte
+		c := idx.Cursor()
+		if k, _ := c.First(); k != nil {
+			for k, _ = c.Next(); k != nil; k, _ = c.Next() {
+				drop = append(drop, clone(k))
+			}
+		}
+		for _, k := range drop {
+			if err := ob.Delete(k); err != nil {
+				return err
+			}
+			if err := idx.Delete(k); err != nil {
+				return err
+			}
+			superseded++
+		}
 		return idx.Put(seqKey(seq), []byte{})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	s.count(bucketOutbox, true)
+	s.superseded.Add(superseded)
 	return seq, nil
 }
 

@@ -198,6 +198,7 @@ var contractCases = []struct {
 	{"NodeAndMeta", testNodeAndMeta},
 	{"PodListResourceVersion", testPodListRV},
 	{"OutboxOrderCoalesceAck", testOutbox},
+	{"OutboxBoundedOffline", testOutboxBounded},
 	{"QuarantinePodRecords", testQuarantinePods},
 	{"QuarantineOtherRecords", testQuarantineOthers},
 	{"CopiesInAndOut", testCopies},
@@ -493,6 +494,44 @@ func testPodListRV(t *testing.T, s Store) {
 	}
 }
 
+// testOutboxBounded: weeks offline with crash-looping pods (every restart a status change)
+// leave two entries per pod in the outbox, the oldest pending and the latest, whatever the
+// number of changes; the pending status is the latest and still says how late it is.
+func testOutboxBounded(t *testing.T, s Store) {
+	const changes = 3000
+	for i := range changes {
+		for _, uid := range []types.UID{"looping", "flapping"} {
+			_, err := s.AppendStatus(StatusUpdate{
+				UID: uid, Namespace: "default", Name: "pod-" + string(uid),
+				Status: testStatus(v1.PodRunning, int32(i)), Timestamp: t0.Add(time.Duration(i) * 5 * time.Minute),
+			})
+			must(t, err)
+		}
+	}
+	if n, err := s.OutboxLen(); err != nil || n != 4 {
+		t.Errorf("OutboxLen after %d changes of 2 pods: %d, %v; want 4", changes, n, err)
+	}
+	if n := s.Stats().OutboxSuperseded; n != 2*(changes-2) {
+		t.Errorf("OutboxSuperseded = %d, want %d", n, 2*(changes-2))
+	}
+	pending, errs, err := s.PendingStatuses()
+	must(t, err)
+	if len(errs) != 0 || len(pending) != 2 {
+		t.Fatalf("pending %+v, errors %v", pending, errs)
+	}
+	for _, p := range pending {
+		if rc := p.Status.ContainerStatuses[0].RestartCount; rc != changes-1 || !p.FirstTimestamp.Equal(t0) ||
+			!p.Timestamp.Equal(t0.Add((changes-1)*5*time.Minute)) || p.Entries != 2 {
+			t.Errorf("pending %s: restartCount %d, first %s, latest %s, entries %d; want %d, %s, %s, 2",
+				p.UID, rc, p.FirstTimestamp, p.Timestamp, p.Entries, changes-1, t0, t0.Add((changes-1)*5*time.Minute))
+		}
+		must(t, s.AckStatuses(p.UID, p.LastSeq))
+	}
+	if n, err := s.OutboxLen(); err != nil || n != 0 {
+		t.Errorf("OutboxLen after delivery: %d, %v", n, err)
+	}
+}
+
 func testOutbox(t *testing.T, s Store) {
 	pending, errs, err := s.PendingStatuses()
 	must(t, err)
@@ -519,8 +558,13 @@ func testOutbox(t *testing.T, s Store) {
 		}
 		last = seq
 	}
-	if n, err := s.OutboxLen(); err != nil || n != 6 {
-		t.Errorf("OutboxLen after 6 appends: %d, %v; want 6, not coalesced", n, err)
+	// a's Running (the second of its three) was superseded by its Succeeded: a pod keeps its
+	// oldest pending entry and its latest.
+	if n, err := s.OutboxLen(); err != nil || n != 5 {
+		t.Errorf("OutboxLen after 6 appends: %d, %v; want 5", n, err)
+	}
+	if n := s.Stats().OutboxSuperseded; n != 1 {
+		t.Errorf("OutboxSuperseded = %d, want 1", n)
 	}
 	pending, errs, err = s.PendingStatuses()
 	must(t, err)
@@ -541,7 +585,7 @@ func testOutbox(t *testing.T, s Store) {
 		}
 	}
 	want := []view{
-		{"a", v1.PodSucceeded, t0.Add(6 * time.Minute), t0.Add(time.Minute), 3},
+		{"a", v1.PodSucceeded, t0.Add(6 * time.Minute), t0.Add(time.Minute), 2},
 		{"b", v1.PodFailed, t0.Add(5 * time.Minute), t0.Add(2 * time.Minute), 2},
 		{"c", v1.PodRunning, t0.Add(4 * time.Minute), t0.Add(4 * time.Minute), 1},
 	}

@@ -86,7 +86,8 @@
 //	|-- <seq, uint64 big-endian> -> {uid, namespace, name, status: v1.PodStatus, timestamp}
 //	outbox_index/
 //	|-- <pod UID>/
-//	    |-- <seq, uint64 BE>     -> "" (which outbox entries belong to the pod, for acks)
+//	    |-- <seq, uint64 BE>     -> "" (which outbox entries belong to the pod, for acks;
+//	                                    at most two: its oldest pending and its latest)
 //	quarantine/                     (bucket sequence = last quarantine number)
 //	|-- <n, uint64 big-endian>   -> {key: original bucket path and key, reason, at, value: raw bytes}
 //

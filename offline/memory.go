@@ -594,8 +594,21 @@ func (m *MemStore) AppendStatus(u StatusUpdate) (uint64, error) {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	defer m.mu.Unlock()
+	// As BoltStore: the pod's oldest pending entry stays, the later ones are superseded.
+	kept := m.outbox[:0:0]
+	oldest := false
+	for _, e := range m.outbox {
+		if d, err := decodeStatus(e.raw); err == nil && d.UID == u.UID {
+			if oldest {
+				m.stats.OutboxSuperseded++
+				continue
+			}
+			oldest = true
+		}
+		kept = append(kept, e)
+	}
 	m.outboxSeq++
-	m.outbox = append(m.outbox, memOutboxEntry{seq: m.outboxSeq, raw: raw})
+	m.outbox = append(kept, memOutboxEntry{seq: m.outboxSeq, raw: raw})
 	m.wrote(bucketOutbox, true)
 	return m.outboxSeq, nil
 }

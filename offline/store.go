@@ -117,6 +117,12 @@ type Store interface {
 	// AppendStatus appends a pod status update to the outbox and returns
 	// its sequence number. Sequence numbers increase strictly, across
 	// restarts, and are never reused. u.Timestamp is kept as given.
+	//
+	// The outbox keeps at most two entries per pod, so that it stays
+	// bounded through weeks offline however often a pod's status changes:
+	// the pod's oldest pending entry (how late its status is) and the new
+	// one. The entries between are dropped, superseded: only the latest
+	// status is ever sent. Stats().OutboxSuperseded counts them.
 	AppendStatus(u StatusUpdate) (seq uint64, err error)
 
 	// PendingStatuses returns the outbox coalesced per pod: one entry per
@@ -130,8 +136,9 @@ type Store interface {
 	// Entries appended later stay. Acking nothing is a no-op.
 	AckStatuses(uid types.UID, upTo uint64) error
 
-	// OutboxLen returns how many entries the outbox holds, not coalesced:
-	// what it costs in the file while the apiserver is out of reach.
+	// OutboxLen returns how many entries the outbox holds, not coalesced
+	// (at most two per pod): what it costs in the file while the apiserver
+	// is out of reach.
 	OutboxLen() (int, error)
 
 	// NodeName returns the node name recorded by SetNodeName, or "".
@@ -291,7 +298,8 @@ type PendingStatus struct {
 	FirstTimestamp time.Time
 	// LastSeq is the sequence number to ack once Status was delivered.
 	LastSeq uint64
-	// Entries is how many pending entries were coalesced.
+	// Entries is how many pending entries were coalesced (1 or 2: see
+	// AppendStatus).
 	Entries int
 }
 
@@ -328,6 +336,10 @@ type Stats struct {
 	Commits uint64
 	// Quarantined counts records moved to the quarantine.
 	Quarantined uint64
+	// OutboxSuperseded counts pending status updates dropped from the
+	// outbox because a newer status of the same pod replaced them before
+	// they were delivered (see AppendStatus).
+	OutboxSuperseded uint64
 	// BytesWritten counts the bytes committed transactions wrote to the database file
 	// (BoltStore: whole pages, what flash wears by; MemStore: 0, it has no file).
 	BytesWritten uint64

@@ -311,7 +311,9 @@ var (
 	storeSizeDesc = metrics.NewDesc(namespace+"_store_db_size_bytes",
 		"Size in bytes of the state database file.", nil, nil, metrics.ALPHA, "")
 	outboxEntriesDesc = metrics.NewDesc(namespace+"_outbox_entries",
-		"Status updates kept in the state database's outbox, not coalesced: one per status change made while the apiserver was out of reach, until delivered (the outbox has no size cap).", nil, nil, metrics.ALPHA, "")
+		"Status updates kept in the state database's outbox until delivered: at most two per pod (its oldest pending status and its latest), however long the apiserver is out of reach.", nil, nil, metrics.ALPHA, "")
+	outboxSupersededDesc = metrics.NewDesc(namespace+"_outbox_superseded_total",
+		"Pending pod status updates dropped from the outbox because a newer status of the same pod replaced them before delivery (only the latest is ever sent).", nil, nil, metrics.ALPHA, "")
 )
 
 // storeCollector reads the store's own counters at each scrape, rather than counting on the
@@ -323,7 +325,7 @@ type storeCollector struct {
 }
 
 func (c *storeCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{storeTransactionsDesc, storeWritesDesc, storeSkippedWritesDesc, storeBytesWrittenDesc, storeSizeDesc, outboxEntriesDesc} {
+	for _, d := range []*metrics.Desc{storeTransactionsDesc, storeWritesDesc, storeSkippedWritesDesc, storeBytesWrittenDesc, storeSizeDesc, outboxEntriesDesc, outboxSupersededDesc} {
 		ch <- d
 	}
 }
@@ -336,6 +338,7 @@ func (c *storeCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	}
 	ch <- metrics.NewLazyConstMetric(storeSkippedWritesDesc, metrics.CounterValue, float64(s.SkippedWrites))
 	ch <- metrics.NewLazyConstMetric(storeBytesWrittenDesc, metrics.CounterValue, float64(s.BytesWritten))
+	ch <- metrics.NewLazyConstMetric(outboxSupersededDesc, metrics.CounterValue, float64(s.OutboxSuperseded))
 	if fi, err := os.Stat(c.path); err == nil {
 		ch <- metrics.NewLazyConstMetric(storeSizeDesc, metrics.GaugeValue, float64(fi.Size()))
 	}

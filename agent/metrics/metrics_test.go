@@ -119,7 +119,7 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := New()
-	store := &fakeStore{stats: offline.Stats{Writes: 7, WritesByBucket: map[string]uint64{"pods": 4, "outbox": 3}, SkippedWrites: 3, Commits: 5, BytesWritten: 40960}, outbox: 9}
+	store := &fakeStore{stats: offline.Stats{Writes: 7, WritesByBucket: map[string]uint64{"pods": 4, "outbox": 3}, SkippedWrites: 3, Commits: 5, BytesWritten: 40960, OutboxSuperseded: 4}, outbox: 9}
 	depth := 2
 	m.WatchStore(store, path)
 	m.WatchOutbox(func() int { return depth })
@@ -138,6 +138,7 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 		"holdfast_store_db_size_bytes":        32768,
 		"holdfast_outbox_depth":               2,
 		"holdfast_outbox_entries":             9,
+		"holdfast_outbox_superseded_total":    4,
 	} {
 		if got, ok := f.Value(name); !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
