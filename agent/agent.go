@@ -130,8 +130,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			"type", e.Type, "reason", e.Reason, "message", e.Message)
 		recent.Add(e)
 	})
+	// Events recorded while the apiserver is out of reach wait in a bounded backlog.
+	var eventBacklog *events.Backlog
 	if client != nil {
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		eventBacklog = events.NewBacklog(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, events.DefaultBacklogSize, a.log.With("component", "events"))
+		broadcaster.StartRecordingToSink(eventBacklog)
+		a.metrics.WatchEventBacklog(eventBacklog)
 	}
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "holdfast", Host: cfg.NodeName})
 
@@ -316,6 +320,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return true
 	})
+	if eventBacklog != nil {
+		g.Go(func() error { return eventBacklog.Run(ctx) })
+	}
 	g.Go(func() error { return podMgr.Run(ctx) })
 	g.Go(func() error { return collector.Run(ctx) })
 	g.Go(func() error { return evictionMgr.Run(ctx) })

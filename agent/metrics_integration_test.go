@@ -110,6 +110,7 @@ func nodeMetricsProblems(f metricstest.Families) error {
 		problems = append(problems, fmt.Sprintf("holdfast_apiserver_offline_seconds = %v (served: %v) with the apiserver up, want 0", v, ok))
 	}
 	for _, m := range []string{"holdfast_outbox_depth", "holdfast_outbox_entries", "holdfast_outbox_superseded_total", "holdfast_apiserver_offline_periods_total",
+		"holdfast_event_backlog", "holdfast_event_backlog_dropped_total",
 		"go_goroutines", "process_resident_memory_bytes"} {
 		atLeast(0, m)
 	}
@@ -144,6 +145,9 @@ func checkOfflineMetrics(t *testing.T, e *env) {
 	if v, _ := f.Value("holdfast_outbox_entries"); v < 1 {
 		t.Errorf("holdfast_outbox_entries = %v with statuses computed offline, want at least 1", v)
 	}
+	if v, _ := f.Value("holdfast_event_backlog"); v < 1 {
+		t.Errorf("holdfast_event_backlog = %v with events recorded offline, want at least 1", v)
+	}
 	if _, ok := f.Value("holdfast_boot_milestone_seconds", "milestone", "node_registered"); ok {
 		t.Error("holdfast_boot_milestone_seconds says the node registered, with the apiserver down")
 	}
@@ -160,6 +164,9 @@ func checkOnlineAgainMetrics(t *testing.T, e *env) {
 		}
 		if v, _ := f.Value("holdfast_apiserver_offline_seconds"); v != 0 {
 			return fmt.Errorf("holdfast_apiserver_offline_seconds = %v", v)
+		}
+		if v, ok := f.Value("holdfast_event_backlog"); !ok || v != 0 {
+			return fmt.Errorf("holdfast_event_backlog = %v (served: %v), want 0: the events of the outage delivered", v, ok)
 		}
 		// At least the one: right after its restart the apiserver may refuse a write or two.
 		if v, _ := f.Value("holdfast_apiserver_offline_periods_total"); v < 1 {

@@ -125,6 +125,7 @@ func TestOfflineRestartAndReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.cp.Stop()
+	offlineFrom := time.Now().Truncate(time.Second) // events carry whole seconds
 	e.agent.Start()
 
 	e.waitLocalRunning(t, "keep", "doomed")
@@ -163,7 +164,9 @@ func TestOfflineRestartAndReconnect(t *testing.T) {
 		}
 	}
 
-	// Reconnect: the deletion is applied, the statuses catch up.
+	// Reconnect: the deletion is applied, the statuses catch up, the events of the outage
+	// arrive with their own times.
+	offlineTo := time.Now()
 	e.cp.Start()
 	testenv.Eventually(t, 90*time.Second, "doomed stopped after reconnect", func() error {
 		if _, err := e.localPod("doomed"); err == nil {
@@ -200,6 +203,22 @@ func TestOfflineRestartAndReconnect(t *testing.T) {
 		return nil
 	})
 	checkOnlineAgainMetrics(t, e)
+	testenv.Eventually(t, 60*time.Second, "crashy's events from the outage in the API", func() error {
+		evs, err := e.cp.Admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=crashy"})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, ev := range evs.Items {
+			// A series of events goes on after the outage (one event, its count growing):
+			// it began during it.
+			if at := ev.FirstTimestamp.Time; !at.Before(offlineFrom) && !at.After(offlineTo) {
+				return nil
+			}
+			seen = append(seen, fmt.Sprintf("%s %s..%s x%d", ev.Reason, ev.FirstTimestamp.Format(time.RFC3339), ev.LastTimestamp.Format(time.RFC3339), ev.Count))
+		}
+		return fmt.Errorf("no event of crashy between %s and %s: %v", offlineFrom.Format(time.RFC3339), offlineTo.Format(time.RFC3339), seen)
+	})
 	api, _ := pods.Get(ctx, "crashy", metav1.GetOptions{})
 	if rc := api.Status.ContainerStatuses[0].RestartCount; rc < offlineRestarts {
 		t.Errorf("restartCount went back from %d (offline) to %d (API)", offlineRestarts, rc)

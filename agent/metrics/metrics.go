@@ -286,17 +286,42 @@ func (m *Metrics) WatchOutbox(depth func() int) {
 		nil, nil, metrics.ALPHA, ""), value: func() float64 { return float64(depth()) }})
 }
 
-// gaugeFunc is a gauge read at each scrape.
+// EventBacklog is what the metrics read from the event backlog (events.Backlog) at each scrape.
+type EventBacklog interface {
+	Len() int
+	Dropped() uint64
+}
+
+// WatchEventBacklog adds the events waiting for the apiserver and those dropped from the full
+// backlog, read at each scrape.
+func (m *Metrics) WatchEventBacklog(b EventBacklog) {
+	if m == nil {
+		return
+	}
+	m.registry.CustomMustRegister(&gaugeFunc{desc: metrics.NewDesc(namespace+"_event_backlog",
+		"Events recorded while the apiserver was out of reach and not yet delivered (kept in memory, coalesced, at most 1000).",
+		nil, nil, metrics.ALPHA, ""), value: func() float64 { return float64(b.Len()) }})
+	m.registry.CustomMustRegister(&gaugeFunc{kind: metrics.CounterValue, desc: metrics.NewDesc(namespace+"_event_backlog_dropped_total",
+		"Events dropped, the oldest first, because the event backlog was full while the apiserver was out of reach.",
+		nil, nil, metrics.ALPHA, ""), value: func() float64 { return float64(b.Dropped()) }})
+}
+
+// gaugeFunc is a gauge read at each scrape (or a counter, when kind says so).
 type gaugeFunc struct {
 	metrics.BaseStableCollector
 	desc  *metrics.Desc
+	kind  metrics.ValueType // zero: a gauge
 	value func() float64
 }
 
 func (g *gaugeFunc) DescribeWithStability(ch chan<- *metrics.Desc) { ch <- g.desc }
 
 func (g *gaugeFunc) CollectWithStability(ch chan<- metrics.Metric) {
-	ch <- metrics.NewLazyConstMetric(g.desc, metrics.GaugeValue, g.value())
+	kind := g.kind
+	if kind == 0 {
+		kind = metrics.GaugeValue
+	}
+	ch <- metrics.NewLazyConstMetric(g.desc, kind, g.value())
 }
 
 var (
