@@ -75,6 +75,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
+	// The state database first: its lock keeps a second agent on the same state directory
+	// from touching anything (the logger, the PKI, the containers) before it gives up.
+	stateKey := a.loadStateKey()
+	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{Key: stateKey})
+	if err != nil {
+		return fmt.Errorf("%w (is another holdfast running with state dir %s?)", err, cfg.StateDir)
+	}
+	defer store.Close()
+	boot.Done("open_store")
 
 	// Before any container starts: the shim runs this binary as each container's logger.
 	loggerPath, err := logs.Install(logs.Config{
@@ -141,13 +150,6 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	hostIPs := node.NewAddressKeeper(cfg.NodeIP, cfg.StateDir).IPs
 	netMgr := network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir)
-	stateKey := a.loadStateKey()
-	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{Key: stateKey})
-	if err != nil {
-		return fmt.Errorf("%w (is another holdfast running with state dir %s?)", err, cfg.StateDir)
-	}
-	defer store.Close()
-	boot.Done("open_store")
 	a.metrics.WatchStore(store, store.Path())
 	stateCondition := a.reportStore(report)
 	for _, c := range stateCondition {

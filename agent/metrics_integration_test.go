@@ -98,7 +98,7 @@ func nodeMetricsProblems(f metricstest.Families) error {
 	atLeast(1, "holdfast_store_writes_total", "bucket", "pods")
 	atLeast(1, "holdfast_store_writes_total", "bucket", "outbox")
 	// The boot happened, in phases, and reached its milestones.
-	for _, phase := range []string{"install_logger", "connect_runtime", "preload_images", "identity", "open_store",
+	for _, phase := range []string{"open_store", "install_logger", "connect_runtime", "preload_images", "identity",
 		"load_policies", "restore_pods", "start"} {
 		atLeast(0, "holdfast_boot_phase_duration_seconds", "phase", phase)
 	}

@@ -188,9 +188,17 @@ func (a *Agent) Stop() {
 
 // Binary is the holdfast binary the agent runs, for tests of its CLI.
 func (a *Agent) Binary() string {
+	a.t.Helper()
+	return HoldfastBinary(a.t)
+}
+
+// HoldfastBinary is the holdfast binary agents run (built once per test binary), for tests
+// that run it themselves.
+func HoldfastBinary(t testing.TB) string {
+	t.Helper()
 	p, err := holdfastBinary()
 	if err != nil {
-		a.t.Fatalf("holdfast binary: %v", err)
+		t.Fatalf("holdfast binary: %v", err)
 	}
 	return p
 }
