@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,10 +22,9 @@ import (
 // floorNamespace is where the floor's containers run, apart from either agent's.
 const floorNamespace = "bench-floor"
 
-// measureFloor creates and starts the pods' container n times straight through the
-// containerd client: busybox running `sleep`, a new snapshot, the image's config, a fresh
-// set of namespaces, no logging, no pod network. Each sample runs from NewContainer until
-// Start returned; the container is removed between samples, untimed.
+// measureFloor creates and starts the pods' container n times, one after the other,
+// straight through the containerd client (startFloorContainer). Each sample runs from
+// NewContainer until Start returned; the container is removed between samples, untimed.
 func measureFloor(t testing.TB, cd *testenv.Containerd, n int) []time.Duration {
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), floorNamespace)
@@ -35,40 +34,93 @@ func measureFloor(t testing.TB, cd *testenv.Containerd, n int) []time.Duration {
 	}
 	var out []time.Duration
 	for i := range n {
-		id := fmt.Sprintf("floor-%d-%d", time.Now().UnixNano(), i)
 		start := time.Now()
-		ctr, err := cd.Client.NewContainer(ctx, id,
-			client.WithImage(image),
-			client.WithNewSnapshot(id, image),
-			client.WithNewSpec(oci.WithImageConfig(image), oci.WithProcessArgs(podCommand...)))
+		fc, err := startFloorContainer(ctx, cd, image, fmt.Sprintf("floor-%d-%d", time.Now().UnixNano(), i))
 		if err != nil {
-			t.Fatalf("floor: create container: %v", err)
-		}
-		task, err := ctr.NewTask(ctx, cio.NullIO)
-		if err != nil {
-			t.Fatalf("floor: create task: %v", err)
-		}
-		if err := task.Start(ctx); err != nil {
-			t.Fatalf("floor: start task: %v", err)
+			t.Fatalf("floor: %v", err)
 		}
 		out = append(out, time.Since(start))
-
-		exited, err := task.Wait(ctx)
-		if err != nil {
-			t.Fatalf("floor: wait task: %v", err)
-		}
-		if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
-			t.Fatalf("floor: kill task: %v", err)
-		}
-		<-exited
-		if _, err := task.Delete(ctx); err != nil {
-			t.Fatalf("floor: delete task: %v", err)
-		}
-		if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil {
-			t.Fatalf("floor: delete container: %v", err)
+		if err := fc.remove(ctx); err != nil {
+			t.Fatalf("floor: %v", err)
 		}
 	}
 	return out
+}
+
+// measureBurstFloor creates and starts the pods' container n times at once (one goroutine
+// each, as the burst creates its pods) and returns the wall time until every Start returned.
+// The containers are removed afterwards, untimed.
+func measureBurstFloor(t testing.TB, cd *testenv.Containerd, n int) time.Duration {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), floorNamespace)
+	image, err := cd.Client.GetImage(ctx, testenv.BusyboxImage)
+	if err != nil {
+		t.Fatalf("burst floor: %v", err)
+	}
+	prefix := fmt.Sprintf("burst-floor-%d", time.Now().UnixNano())
+	started := make([]*floorContainer, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() { started[i], errs[i] = startFloorContainer(ctx, cd, image, fmt.Sprintf("%s-%d", prefix, i)) })
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for i, fc := range started {
+		if fc != nil {
+			wg.Go(func() {
+				if err := fc.remove(ctx); err != nil {
+					errs[i] = errors.Join(errs[i], err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("burst floor: %v", err)
+	}
+	return took
+}
+
+// floorContainer is one of the floor's containers, running.
+type floorContainer struct {
+	ctr  client.Container
+	task client.Task
+}
+
+// startFloorContainer creates and starts the pods' container as the floor runs it: busybox
+// running `sleep`, a new snapshot, the image's config, a fresh set of namespaces, no
+// logging, no pod network. On error nothing is left behind.
+func startFloorContainer(ctx context.Context, cd *testenv.Containerd, image client.Image, id string) (*floorContainer, error) {
+	ctr, err := cd.Client.NewContainer(ctx, id,
+		client.WithImage(image),
+		client.WithNewSnapshot(id, image),
+		client.WithNewSpec(oci.WithImageConfig(image), oci.WithProcessArgs(podCommand...)))
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	fc := &floorContainer{ctr: ctr}
+	if fc.task, err = ctr.NewTask(ctx, cio.NullIO); err != nil {
+		return nil, errors.Join(fmt.Errorf("create task: %w", err), fc.remove(ctx))
+	}
+	if err := fc.task.Start(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("start task: %w", err), fc.remove(ctx))
+	}
+	return fc, nil
+}
+
+// remove kills the container's task, if any, and deletes it with its snapshot.
+func (fc *floorContainer) remove(ctx context.Context) error {
+	if fc.task != nil {
+		if _, err := fc.task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete task %s: %w", fc.ctr.ID(), err)
+		}
+	}
+	if err := fc.ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil {
+		return fmt.Errorf("delete container %s: %w", fc.ctr.ID(), err)
+	}
+	return nil
 }
 
 // runningTasks maps the ID of every running task in namespace to its pid.

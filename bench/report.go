@@ -26,14 +26,24 @@ type AgentResult struct {
 	// FirstNodeReadyS is the agent's first start until its Node is Ready.
 	FirstNodeReadyS float64   `json:"firstNodeReadySeconds"`
 	FloorMS         []float64 `json:"floorMs"`
-	StartupMS       []float64 `json:"startupMs"`
-	BurstS          []float64 `json:"burstSeconds"`
+	// NetworkAddMS and NetworkDelMS are the network floor: CNI ADD and DEL of the agents'
+	// network configuration in a fresh network namespace, one sample per latency pod.
+	NetworkAddMS []float64 `json:"networkAddMs"`
+	NetworkDelMS []float64 `json:"networkDelMs"`
+	StartupMS    []float64 `json:"startupMs"`
+	// BurstFloorS is the burst floor: as many containers as the burst has pods, created and
+	// started at once through the containerd client, one per repetition of the burst.
+	BurstFloorS []float64 `json:"burstFloorSeconds"`
+	BurstS      []float64 `json:"burstSeconds"`
 	// DrainS is, for every batch of pods deleted, the time from the delete calls until the
 	// pods were gone from the API and their containers from containerd.
 	DrainS       []float64 `json:"drainSeconds"`
 	Steady       *Steady   `json:"steady"`
 	Restarts     []Restart `json:"restarts"`
 	OfflineBootS []float64 `json:"offlineBootSeconds,omitempty"`
+	// BootFloorS is the boot floor of each offline boot: the same reboot, the containers
+	// started again from their stored specs by a minimal loop (networks included).
+	BootFloorS []float64 `json:"bootFloorSeconds,omitempty"`
 }
 
 // Steady is the steady-state window with Pods pods running.
@@ -179,17 +189,21 @@ func (r *Report) finish() {
 	row(sec, "floor: container create+start via containerd client, min", "ms", pct(floor, 0))
 	row(sec, "floor p50", "ms", pct(floor, 50))
 	row(sec, "floor p99", "ms", pct(floor, 99))
+	netAdd := func(a *AgentResult) []float64 { return a.NetworkAddMS }
+	row(sec, "network floor: CNI ADD in a fresh netns, p50", "ms", pct(netAdd, 50))
+	row(sec, "network floor: CNI DEL, p50", "ms", pct(func(a *AgentResult) []float64 { return a.NetworkDelMS }, 50))
 	row(sec, "pod created -> Running+Ready (watch), min", "ms", pct(startup, 0))
 	row(sec, "pod startup p50", "ms", pct(startup, 50))
 	row(sec, "pod startup p99", "ms", pct(startup, 99))
-	row(sec, "pod startup p50 / floor p50", "x", func(a *AgentResult) (float64, bool) {
-		f := percentile(a.FloorMS, 50)
-		return percentile(a.StartupMS, 50) / f, f > 0 && len(a.StartupMS) > 0
-	})
-	row(fmt.Sprintf("burst, %v pods at once", pods), fmt.Sprintf("all Running+Ready, median of %v", reps), "s",
-		pct(func(a *AgentResult) []float64 { return a.BurstS }, 50))
+	row(sec, "pod startup p50 / floor p50", "x", ratioOf(pct(startup, 50), pct(floor, 50)))
+	row(sec, "pod startup p50 / (floor p50 + network floor p50)", "x", ratioOf(pct(startup, 50), sumOf(pct(floor, 50), pct(netAdd, 50))))
+	sec = fmt.Sprintf("burst, %v pods at once", pods)
+	burstFloor, burst := pct(func(a *AgentResult) []float64 { return a.BurstFloorS }, 50), pct(func(a *AgentResult) []float64 { return a.BurstS }, 50)
+	row(sec, "burst floor: as many containers at once via containerd client, median", "s", burstFloor)
+	row(sec, fmt.Sprintf("all Running+Ready, median of %v", reps), "s", burst)
+	row(sec, "burst / burst floor", "x", ratioOf(burst, burstFloor))
 
-	row(fmt.Sprintf("burst, %v pods at once", pods), fmt.Sprintf("delete %v pods -> gone from API and containerd, median", pods), "s",
+	row(sec, fmt.Sprintf("delete %v pods -> gone from API and containerd, median", pods), "s",
 		pct(func(a *AgentResult) []float64 { return a.DrainS }, 50))
 
 	steady := func(f func(*Steady) float64) func(*AgentResult) (float64, bool) {
@@ -237,11 +251,14 @@ func (r *Report) finish() {
 		return float64(n), len(a.Restarts) > 0
 	})
 	if h != nil && len(h.OfflineBootS) > 0 {
-		row("offline boot (holdfast only)", fmt.Sprintf("reboot, apiserver down -> %v cached pods running", pods), "s",
-			pct(func(a *AgentResult) []float64 { return a.OfflineBootS }, 50))
+		sec = "offline boot (holdfast only)"
+		bootFloor, boot := pct(func(a *AgentResult) []float64 { return a.BootFloorS }, 50), pct(func(a *AgentResult) []float64 { return a.OfflineBootS }, 50)
+		row(sec, "boot floor: minimal loop, netns + CNI ADD + task start per cached pod", "s", bootFloor)
+		row(sec, fmt.Sprintf("reboot, apiserver down -> %v cached pods running", pods), "s", boot)
 		if k != nil {
 			r.Rows[len(r.Rows)-1].KubeletText = "cannot"
 		}
+		row(sec, "offline boot / boot floor", "x", ratioOf(boot, bootFloor))
 	}
 	if r.Wasm != nil {
 		for _, b := range r.Wasm.Benchmarks {
@@ -253,6 +270,24 @@ func (r *Report) finish() {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// ratioOf divides two figures of an agent, if both were measured and the divisor is positive.
+func ratioOf(num, den func(*AgentResult) (float64, bool)) func(*AgentResult) (float64, bool) {
+	return func(a *AgentResult) (float64, bool) {
+		n, okN := num(a)
+		d, okD := den(a)
+		return n / d, okN && okD && d > 0
+	}
+}
+
+// sumOf adds two figures of an agent, if both were measured.
+func sumOf(x, y func(*AgentResult) (float64, bool)) func(*AgentResult) (float64, bool) {
+	return func(a *AgentResult) (float64, bool) {
+		vx, okX := x(a)
+		vy, okY := y(a)
+		return vx + vy, okX && okY
+	}
+}
 
 // percentile is series.percentile over float samples.
 func percentile(xs []float64, q float64) float64 {

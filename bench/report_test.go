@@ -49,7 +49,8 @@ ok  	github.com/holdfast-dev/holdfast/wasm	12.3s
 func TestReportRendering(t *testing.T) {
 	r := newReport(Smoke())
 	r.Agents = []*AgentResult{
-		{Agent: Holdfast, Version: "dev", FloorMS: []float64{100, 200}, StartupMS: []float64{300, 400}, BurstS: []float64{2},
+		{Agent: Holdfast, Version: "dev", FloorMS: []float64{100, 200}, NetworkAddMS: []float64{50, 60}, NetworkDelMS: []float64{40},
+			StartupMS: []float64{300, 400}, BurstFloorS: []float64{1}, BurstS: []float64{2}, BootFloorS: []float64{0.5},
 			Steady:   &Steady{WindowS: 3, AgentRSSMiB: 20, Breakdown: map[string]*Share{"agent": {Processes: 1, CPUMillicores: 12.5, PSSMiB: 30, WriteKiBPerMin: 4}}},
 			Restarts: []Restart{{NodeReadyS: 1, PodsReadyS: 2}}, OfflineBootS: []float64{3}},
 		{Agent: Kubelet, Version: "v1.37.2", FloorMS: []float64{100, 200}, StartupMS: []float64{600, 800}, BurstS: []float64{4},
@@ -63,7 +64,12 @@ func TestReportRendering(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
 	}
-	for _, want := range []string{"| metric | holdfast | kubelet |", "| pod startup p99 | 400 ms | 800 ms | 0.50 |", "```\nBenchmarkX-2", "| holdfast | 12.5 / 30.0 / 4 (1) |"} {
+	for _, want := range []string{"| metric | holdfast | kubelet |", "| pod startup p99 | 400 ms | 800 ms | 0.50 |", "```\nBenchmarkX-2", "| holdfast | 12.5 / 30.0 / 4 (1) |",
+		// Ratios to the floors: startup p50 300 ms over the floor's 100 ms, and over 100 + 50 ms
+		// of network floor; burst 2 s over 1 s; offline boot 3 s over 0.5 s. The kubelet has no
+		// network, burst or boot floor here: no ratio for it.
+		"| pod startup p50 / floor p50 | 3.0x | 6.0x | 0.50 |", "| pod startup p50 / (floor p50 + network floor p50) | 2.0x | - |  |",
+		"| burst / burst floor | 2.0x | - |  |", "| offline boot / boot floor | 6.0x | - |  |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}

@@ -25,23 +25,45 @@ import (
 // podCommand is what every pod's one container runs, and the floor's container too.
 var podCommand = []string{"sleep", "86400"}
 
-// benchPod is the pod spec both agents get: one busybox container, image already present,
-// pod network through the CNI bridge, no service account token (no controller-manager
-// publishes kube-root-ca.crt here), the node's DNS, 1s grace.
+// benchConfigMap is the ConfigMap every bench pod mounts.
+const benchConfigMap = "holdfast-bench"
+
+// benchPod is the pod spec both agents get, as users write pods: one busybox container, image
+// already present, pod network through the CNI bridge, the default service account's token
+// (the API's ServiceAccount admission adds the projected volume: token, kube-root-ca.crt,
+// namespace), a ConfigMap volume, the node's DNS, 1s grace.
 func benchPod(name, node string) *v1.Pod {
-	no, grace := false, int64(1)
+	grace := int64(1)
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "holdfast-bench"}},
 		Spec: v1.PodSpec{
 			NodeName: node,
 			Containers: []v1.Container{{
 				Name: "main", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: podCommand,
+				VolumeMounts: []v1.VolumeMount{{Name: "config", MountPath: "/etc/bench", ReadOnly: true}},
 			}},
-			AutomountServiceAccountToken:  &no,
+			Volumes: []v1.Volume{{Name: "config", VolumeSource: v1.VolumeSource{
+				ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: benchConfigMap}},
+			}}},
 			TerminationGracePeriodSeconds: &grace,
 			DNSPolicy:                     v1.DNSDefault,
 		},
 	}
+}
+
+// createConfigMaps creates what the pods' volumes read: the bench's ConfigMap, and
+// kube-root-ca.crt, which kube-controller-manager's root CA publisher would create in every
+// namespace (none runs here) and every service account token volume projects.
+func createConfigMaps(ctx context.Context, cp *testenv.ControlPlane) error {
+	for _, cm := range []*v1.ConfigMap{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(cp.CAData())}},
+		{ObjectMeta: metav1.ObjectMeta{Name: benchConfigMap}, Data: map[string]string{"greeting": "hello", "level": "info"}},
+	} {
+		if _, err := cp.Admin.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create ConfigMap %s: %w", cm.Name, err)
+		}
+	}
+	return nil
 }
 
 // podTimeout bounds every wait for pods or a node: far above anything either agent needs on
@@ -78,6 +100,9 @@ func Run(t *testing.T, opts Options) *Report {
 	}
 	holdfastBin := buildHoldfast(t)
 	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{Nodes: nodes})
+	if err := createConfigMaps(context.Background(), cp); err != nil {
+		t.Fatal(err)
+	}
 	for _, kind := range agents {
 		res := &AgentResult{Agent: kind}
 		rep.Agents = append(rep.Agents, res)
@@ -106,6 +131,7 @@ type env struct {
 	opts  Options
 	cp    *testenv.ControlPlane
 	cd    *testenv.Containerd
+	cni   *testenv.CNINetwork
 	agent *agentProc
 	tr    *tracker
 	ns    string // containerd namespace
@@ -134,6 +160,14 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, kind, bin string, opts Opt
 
 	opts.Logf("%s: floor, %d containers through the containerd client", kind, opts.LatencyPods)
 	res.FloorMS = durationsMS(measureFloor(t, cd, opts.LatencyPods))
+	opts.Logf("%s: network floor, %d CNI ADD and DEL in fresh network namespaces", kind, opts.LatencyPods)
+	add, del := measureNetworkFloor(t, cni, opts.LatencyPods)
+	res.NetworkAddMS, res.NetworkDelMS = durationsMS(add), durationsMS(del)
+	for rep := range opts.Reps {
+		took := measureBurstFloor(t, cd, opts.Pods)
+		opts.Logf("%s: burst floor %d/%d: %d containers started at once in %.2fs", kind, rep+1, opts.Reps, opts.Pods, took.Seconds())
+		res.BurstFloorS = append(res.BurstFloorS, took.Seconds())
+	}
 
 	dir := t.TempDir()
 	var a *agentProc
@@ -145,7 +179,7 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, kind, bin string, opts Opt
 	if fi, err := os.Stat(a.bin); err == nil {
 		res.BinaryMiB = float64(fi.Size()) / (1 << 20)
 	}
-	e := &env{t: t, opts: opts, cp: cp, cd: cd, agent: a, ns: ns, pods: cp.Admin.CoreV1().Pods(metav1.NamespaceDefault), res: res}
+	e := &env{t: t, opts: opts, cp: cp, cd: cd, cni: cni, agent: a, ns: ns, pods: cp.Admin.CoreV1().Pods(metav1.NamespaceDefault), res: res}
 	// Runs before containerd's cleanup (cleanups run last-registered first): the agent
 	// deletes what pods remain, as on a real node, then dies; whatever is left is removed
 	// from the API and killed in containerd.
@@ -227,7 +261,9 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, kind, bin string, opts Opt
 		res.Restarts = append(res.Restarts, e.restart(rep, steadyPods))
 	}
 	if kind == Holdfast && !opts.SkipOffline {
-		res.OfflineBootS = append(res.OfflineBootS, e.offlineBoot(steadyPods).Seconds())
+		boot, floor := e.offlineBoot(steadyPods)
+		res.OfflineBootS = append(res.OfflineBootS, boot.Seconds())
+		res.BootFloorS = append(res.BootFloorS, floor.Seconds())
 	}
 	e.deleteAndDrain(steadyPods)
 }
@@ -512,24 +548,28 @@ func markNodeLost(ctx context.Context, c kubernetes.Interface, node string, pods
 }
 
 // offlineBoot reboots the gateway with the apiserver out of reach: apiserver stopped, agent
-// killed, containerd stopped as a reboot stops it (every task gone) and the pods' network
-// namespaces with it (they live on tmpfs on a real machine), then started again; the agent is
-// timed from its start until it reports every pod Running and ready from its cache.
-func (e *env) offlineBoot(names []string) time.Duration {
+// killed, containerd stopped as a reboot stops it (every task gone), the pods' network
+// namespaces and volume tmpfs with it (they live on tmpfs on a real machine), then started
+// again; the agent is timed from its start until it reports every pod Running and ready from
+// its cache. Before the agent starts, the boot floor is measured on the same reboot
+// (measureBootFloor), then the node is rebooted again, so the agent boots as if the floor had
+// not run. It returns the agent's boot and the floor.
+func (e *env) offlineBoot(names []string) (boot, floor time.Duration) {
 	t := e.t
 	ctx := context.Background()
 	e.logf("offline boot: apiserver down, reboot, %d cached pods", len(names))
 	e.cp.Stop()
 	e.agent.kill(t)
-	e.cd.Stop()
-	netnsDir := filepath.Join(e.agent.dir, "netns")
-	if err := testenv.UnmountUnder(netnsDir); err != nil {
+	e.reboot()
+	floor, bf := measureBootFloor(t, e.cd, e.cni, e.ns)
+	if bf.tasks != len(names) {
+		t.Errorf("boot floor: %d tasks started, want one per pod, %d", bf.tasks, len(names))
+	}
+	e.logf("boot floor: %d tasks (%d pod networks) started %.2fs after containerd answered", bf.tasks, len(bf.networks), floor.Seconds())
+	if err := bf.teardown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(netnsDir); err != nil {
-		t.Fatal(err)
-	}
-	e.cd.Start()
+	e.reboot()
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
@@ -562,7 +602,19 @@ func (e *env) offlineBoot(names []string) time.Duration {
 	}
 	e.logf("offline boot: %d pods running %.2fs after the agent started", len(names), took.Seconds())
 	e.cp.Start()
-	return took
+	return took, floor
+}
+
+// reboot does to the node what a reboot does, with the agent down: containerd loses every task
+// and its state, the agent's directory every mount (pod network namespaces, tmpfs volumes) and
+// what was on them, and containerd starts again.
+func (e *env) reboot() {
+	t := e.t
+	e.cd.Stop()
+	if err := testenv.LoseVolatileState(e.agent.dir, filepath.Join(e.agent.dir, "netns")); err != nil {
+		t.Fatal(err)
+	}
+	e.cd.Start()
 }
 
 // deleteNodePods deletes every pod bound to node, with the given grace period (nil: the

@@ -1,6 +1,8 @@
 package bench_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/holdfast-dev/holdfast/bench"
@@ -8,9 +10,10 @@ import (
 )
 
 // TestHarnessSmoke runs the benchmark harness through every step with a few pods and one
-// repetition, so that it cannot rot between `make bench` runs. It asserts that every figure
-// was produced, never what it is: the machine running the test suite is busy. The kubelet
-// takes part if hack/build-kubelet.sh has built it; otherwise holdfast is measured alone.
+// repetition, so that it cannot rot between `make bench` runs, and logs its table: the floors
+// and the ratios to them. It asserts that every figure was produced, never what it is: the
+// machine running the test suite is busy. The kubelet takes part if hack/build-kubelet.sh has
+// built it; otherwise holdfast is measured alone.
 func TestHarnessSmoke(t *testing.T) {
 	testenv.RequireIntegration(t)
 	opts := bench.Smoke()
@@ -33,11 +36,13 @@ func TestHarnessSmoke(t *testing.T) {
 		if a == nil {
 			t.Fatalf("no result for %s", name)
 		}
-		if len(a.FloorMS) != opts.LatencyPods || len(a.StartupMS) != opts.LatencyPods {
-			t.Errorf("%s: %d floor and %d startup samples, want %d each", name, len(a.FloorMS), len(a.StartupMS), opts.LatencyPods)
+		if len(a.FloorMS) != opts.LatencyPods || len(a.StartupMS) != opts.LatencyPods ||
+			len(a.NetworkAddMS) != opts.LatencyPods || len(a.NetworkDelMS) != opts.LatencyPods {
+			t.Errorf("%s: %d floor, %d startup, %d CNI ADD and %d CNI DEL samples, want %d each",
+				name, len(a.FloorMS), len(a.StartupMS), len(a.NetworkAddMS), len(a.NetworkDelMS), opts.LatencyPods)
 		}
-		if len(a.BurstS) != opts.Reps || len(a.Restarts) != opts.Reps {
-			t.Errorf("%s: %d bursts and %d restarts, want %d each", name, len(a.BurstS), len(a.Restarts), opts.Reps)
+		if len(a.BurstS) != opts.Reps || len(a.BurstFloorS) != opts.Reps || len(a.Restarts) != opts.Reps {
+			t.Errorf("%s: %d bursts, %d burst floors and %d restarts, want %d each", name, len(a.BurstS), len(a.BurstFloorS), len(a.Restarts), opts.Reps)
 		}
 		if s := a.Steady; s == nil || s.Samples == 0 || s.AgentRSSMiB <= 0 || !s.ContainerdFound || s.WorkloadProcesses != opts.Pods ||
 			s.Breakdown["agent"] == nil || s.Breakdown["containerd"] == nil {
@@ -52,10 +57,29 @@ func TestHarnessSmoke(t *testing.T) {
 			t.Errorf("%s: no version on its Node", name)
 		}
 	}
-	if h := rep.Agent(bench.Holdfast); len(h.OfflineBootS) != 1 {
-		t.Errorf("holdfast: %d offline boots, want 1", len(h.OfflineBootS))
+	if h := rep.Agent(bench.Holdfast); len(h.OfflineBootS) != 1 || len(h.BootFloorS) != 1 {
+		t.Errorf("holdfast: %d offline boots and %d boot floors, want 1 each", len(h.OfflineBootS), len(h.BootFloorS))
 	}
 	if len(rep.Rows) == 0 {
 		t.Error("no rows in the report")
+	}
+	// Every floor and every ratio to a floor is in the table, with its figure for every agent
+	// it applies to.
+	for _, want := range []string{"floor p50", "network floor: CNI ADD", "network floor: CNI DEL", "/ floor p50",
+		"/ (floor p50 + network floor p50)", "burst floor:", "burst / burst floor", "boot floor:", "offline boot / boot floor"} {
+		if !slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return strings.Contains(r.Metric, want) }) {
+			t.Errorf("no row %q in the report", want)
+		}
+	}
+	for _, r := range rep.Rows {
+		if !strings.Contains(r.Metric, "floor") {
+			continue
+		}
+		if r.Holdfast == nil {
+			t.Errorf("holdfast: no figure for %q", r.Metric)
+		}
+		if opts.KubeletPath != "" && r.Kubelet == nil && !strings.Contains(r.Section, "holdfast only") {
+			t.Errorf("kubelet: no figure for %q", r.Metric)
+		}
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// createNetNS makes a new network namespace and bind-mounts it at path. If path already holds
+// CreateNetNS makes a new network namespace and bind-mounts it at path. If path already holds
 // a mounted namespace it is kept. The unshare happens on a locked OS thread that is thrown
 // away afterwards (never unlocked), so no goroutine ever runs in the new namespace by mistake.
-func createNetNS(path string) error {
+func CreateNetNS(path string) error {
 	if isNetNS(path) {
 		return nil
 	}
@@ -53,8 +53,8 @@ func createNetNS(path string) error {
 	return nil
 }
 
-// removeNetNS unmounts and deletes the namespace file; a missing one is not an error.
-func removeNetNS(path string) error {
+// RemoveNetNS unmounts and deletes the namespace file; a missing one is not an error.
+func RemoveNetNS(path string) error {
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount netns %s: %w", path, err)
 	}

@@ -77,14 +77,25 @@ func (m *Manager) load() (gocni.CNI, error) {
 		return m.cni, nil
 	}
 	m.cni, m.loadedConf = nil, ""
-	c, err := gocni.New(gocni.WithPluginConfDir(m.confDir), gocni.WithPluginDir(m.binDirs), gocni.WithMinNetworkCount(2))
+	c, err := LoadCNI(m.confDir, m.binDirs)
+	if err != nil {
+		return nil, err
+	}
+	m.cni, m.loadedConf = c, fp
+	return c, nil
+}
+
+// LoadCNI reads the CNI configuration pods get: the loopback network, then the first
+// configuration of confDir, with the plugins found in binDirs. (The benchmark's network
+// floor loads it the same way.)
+func LoadCNI(confDir string, binDirs []string) (gocni.CNI, error) {
+	c, err := gocni.New(gocni.WithPluginConfDir(confDir), gocni.WithPluginDir(binDirs), gocni.WithMinNetworkCount(2))
 	if err != nil {
 		return nil, fmt.Errorf("init CNI: %w", err)
 	}
 	if err := c.Load(gocni.WithLoNetwork, gocni.WithDefaultConf); err != nil {
-		return nil, fmt.Errorf("%w in %s: %v", ErrNetworkNotReady, m.confDir, err)
+		return nil, fmt.Errorf("%w in %s: %v", ErrNetworkNotReady, confDir, err)
 	}
-	m.cni, m.loadedConf = c, fp
 	return c, nil
 }
 
@@ -177,7 +188,7 @@ func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string, por
 		// running.
 		_ = m.del(ctx, c, podUID, namespace, name, old)
 	}
-	if err := createNetNS(path); err != nil {
+	if err := CreateNetNS(path); err != nil {
 		return nil, err
 	}
 	pn := &PodNetwork{NetNSPath: path, ContainerID: podUID, Args: podArgs(podUID, namespace, name), PortMappings: ports}
@@ -198,7 +209,7 @@ func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string, por
 		if derr := m.del(ctx, c, podUID, namespace, name, pn); derr != nil {
 			err = fmt.Errorf("%w (and CNI DEL after it: %v)", err, derr)
 		}
-		_ = removeNetNS(path)
+		_ = RemoveNetNS(path)
 		return nil, fmt.Errorf("CNI setup of pod %s/%s: %w", namespace, name, err)
 	}
 	for ifname, cfg := range res.Interfaces {
@@ -275,7 +286,7 @@ func (m *Manager) Teardown(ctx context.Context, podUID, namespace, name string) 
 			return fmt.Errorf("CNI teardown of pod %s/%s: %w", namespace, name, err)
 		}
 	}
-	if err := removeNetNS(path); err != nil {
+	if err := RemoveNetNS(path); err != nil {
 		return err
 	}
 	if err := os.Remove(m.recordPath(podUID)); err != nil && !os.IsNotExist(err) {

@@ -257,24 +257,33 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 // Call it with the agent killed and containerd stopped (Containerd.Stop), as Reboot does.
 func (a *Agent) LoseVolatileState() {
 	a.t.Helper()
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(a.Dir))
-	if err != nil {
-		a.t.Fatalf("reboot: list mounts under %s: %v", a.Dir, err)
-	}
-	if err := unmountUnder(a.Dir); err != nil {
+	if err := LoseVolatileState(a.Dir, a.Config.CNI.NetNSDir); err != nil {
 		a.t.Fatalf("reboot: %v", err)
+	}
+}
+
+// LoseVolatileState is Agent.LoseVolatileState for an agent run from dir (holdfast's or any
+// other) whose pod network namespaces live in netnsDir ("": none of its own).
+func LoseVolatileState(dir, netnsDir string) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return fmt.Errorf("list mounts under %s: %w", dir, err)
+	}
+	if err := unmountUnder(dir); err != nil {
+		return err
 	}
 	for _, m := range mounts {
 		if err := clearMountPoint(m.Mountpoint); err != nil {
-			a.t.Fatalf("reboot: %v", err)
+			return err
 		}
 	}
 	// The namespace directory itself is on tmpfs on a gateway (/var/run/netns).
-	if dir := a.Config.CNI.NetNSDir; dir != "" {
-		if err := clearMountPoint(dir); err != nil {
-			a.t.Fatalf("reboot: %v", err)
+	if netnsDir != "" {
+		if err := clearMountPoint(netnsDir); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // clearMountPoint removes what is left at an unmounted mount point: a file (a network namespace
