@@ -78,8 +78,14 @@ deps:
 	hack/build-conformance-tools.sh
 	$(GO) run ./hack/mkimage -o $(HOLDFAST_TEST_IMAGES)
 
+# BENCH_SMOKE_TABLE receives the table of the bench harness's smoke run (TestHarnessSmoke), printed
+# after the tests so that every CI log shows the floors and the ratios to them.
+BENCH_SMOKE_TABLE ?= $(CURDIR)/_output/bench-smoke.txt
+
 test: deps
-	$(GO) test $(TEST_FLAGS) $(PKGS)
+	mkdir -p $(dir $(BENCH_SMOKE_TABLE)) && rm -f $(BENCH_SMOKE_TABLE)
+	HOLDFAST_BENCH_SMOKE_TABLE=$(BENCH_SMOKE_TABLE) $(GO) test $(TEST_FLAGS) $(PKGS)
+	@if [ -s $(BENCH_SMOKE_TABLE) ]; then echo "== bench harness smoke run (TestHarnessSmoke; small and noisy, no timing asserted) =="; cat $(BENCH_SMOKE_TABLE); fi
 	if hack/vm/can-boot.sh; then $(MAKE) gateway-test GATEWAY_RUN='Scenario1|Scenario2'; \
 	else echo "gateway VM scenarios not run: no usable /dev/kvm (HOLDFAST_GATEWAY_VM=1 runs them under software emulation)"; fi
 

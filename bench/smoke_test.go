@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +27,12 @@ func TestHarnessSmoke(t *testing.T) {
 		return
 	}
 	t.Logf("\n%s", rep.Table())
+	// `make test` prints it after the run: go test shows a passing test's log only with -v.
+	if path := os.Getenv("HOLDFAST_BENCH_SMOKE_TABLE"); path != "" {
+		if err := os.WriteFile(path, []byte(rep.Table()), 0o644); err != nil {
+			t.Errorf("write the table for make test: %v", err)
+		}
+	}
 
 	agents := []string{bench.Holdfast}
 	if opts.KubeletPath != "" {
