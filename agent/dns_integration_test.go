@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
@@ -38,7 +39,7 @@ func containerOutput(path string) (string, error) {
 // waitOutput waits until the container's log holds marker and returns it.
 func waitOutput(t *testing.T, e *env, pod *v1.Pod, container, marker string) string {
 	t.Helper()
-	path := filepath.Join(e.agent.Config.PodLogDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), container, "0.log")
+	path := filepath.Join(e.agent.Config.PodLogDir, logs.PodDirName(pod.Namespace, pod.Name, string(pod.UID)), container, "0.log")
 	var out string
 	testenv.Eventually(t, 90*time.Second, "the output of "+pod.Name, func() error {
 		var err error

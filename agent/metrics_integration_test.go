@@ -12,36 +12,54 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/holdfast-dev/holdfast/agent/metrics/metricstest"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
-// localMetrics scrapes /metrics on the agent's local socket, as an exporter on the gateway
-// (or `curl --unix-socket`) would, with no apiserver involved.
-func (e *env) localMetrics(ctx context.Context) (metricstest.Families, error) {
+// localGet GETs path from the agent's local API socket, as `curl --unix-socket` on the gateway
+// would, with no apiserver involved, and returns the body of a 200.
+func (e *env) localGet(ctx context.Context, path string) ([]byte, error) {
 	socket := e.agent.Config.LocalAPISocket
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 		},
 	}}
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://holdfast/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://holdfast"+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("GET /metrics on %s: %w", socket, err)
+		return nil, fmt.Errorf("GET %s on %s: %w", path, socket, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("read /metrics on %s: %w", socket, err)
+		return nil, fmt.Errorf("read %s on %s: %w", path, socket, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics on %s: %s %.200s", socket, resp.Status, body)
+		return nil, fmt.Errorf("GET %s on %s: %s %.200s", path, socket, resp.Status, body)
+	}
+	return body, nil
+}
+
+// localMetrics scrapes /metrics on the agent's local socket, as an exporter on the gateway
+// would.
+func (e *env) localMetrics(ctx context.Context) (metricstest.Families, error) {
+	body, err := e.localGet(ctx, "/metrics")
+	if err != nil {
+		return nil, err
 	}
 	return metricstest.Parse(bytes.NewReader(body))
+}
+
+// localLogs reads a container's log through the local API, as `holdfast logs` does.
+func (e *env) localLogs(ctx context.Context, p *v1.Pod, container string) (string, error) {
+	body, err := e.localGet(ctx, "/containerLogs/"+p.Namespace+"/"+p.Name+"/"+container)
+	return string(body), err
 }
 
 // proxyMetrics scrapes /metrics through the apiserver's node proxy with the admin client, as

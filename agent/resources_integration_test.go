@@ -18,13 +18,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
+	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
 // podLog returns what a container of a pod printed (attempt 0).
 func (e *env) podLog(t *testing.T, p *v1.Pod, container string) string {
 	t.Helper()
-	b, _ := os.ReadFile(filepath.Join(e.agent.Config.PodLogDir, p.Namespace+"_"+p.Name+"_"+string(p.UID), container, "0.log"))
+	b, _ := os.ReadFile(filepath.Join(e.agent.Config.PodLogDir, logs.PodDirName(p.Namespace, p.Name, string(p.UID)), container, "0.log"))
 	return string(b)
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
+	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
@@ -83,7 +84,7 @@ func (h HostStats) diskStats(pod *v1.Pod) (PodStats, bool) {
 	}
 	dirs := []string{filepath.Join(h.PodsDir, string(pod.UID))}
 	if h.PodLogDir != "" {
-		dirs = append(dirs, filepath.Join(h.PodLogDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID)))
+		dirs = append(dirs, filepath.Join(h.PodLogDir, logs.PodDirName(pod.Namespace, pod.Name, string(pod.UID))))
 	}
 	for _, dir := range dirs {
 		bytes, inodes := du(dir, dev)

@@ -15,6 +15,22 @@ import (
 // is not a plain file. holdfast never follows it (containerd GHSA-rgh6-rfwx-v388).
 var ErrUnsafePath = errors.New("unsafe log path")
 
+// maxNameBytes is the longest file name Linux file systems take (NAME_MAX).
+const maxNameBytes = 255
+
+// PodDirName is the name of a pod's log directory below the pod log root: the kubelet's
+// NAMESPACE_NAME_UID, with the pod name cut short when the whole would be longer than a file
+// name may be. The API allows 253-character names, and a namespace of up to 63 besides: the
+// kubelet then fails the pod with "file name too long" (kubernetes/kubernetes#91410); holdfast
+// runs it. Namespace and UID are kept whole, so log collectors that parse the name still
+// find the pod, and the UID keeps it unique.
+func PodDirName(namespace, name, uid string) string {
+	if over := len(namespace) + len(name) + len(uid) + 2 - maxNameBytes; over > 0 {
+		name = name[:max(len(name)-over, 0)]
+	}
+	return namespace + "_" + name + "_" + uid
+}
+
 // location is a log file split where symlinks stop being followed: root is resolved as usual,
 // dirs and name are opened one at a time without following symlinks.
 type location struct {

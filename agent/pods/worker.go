@@ -1087,7 +1087,7 @@ func gracePeriod(pod *v1.Pod) time.Duration {
 	return v1.DefaultTerminationGracePeriodSeconds * time.Second
 }
 
-// podLogDirName is kubelet's NAMESPACE_NAME_UID.
+// podLogDirName is kubelet's NAMESPACE_NAME_UID, fit for a file name.
 func podLogDirName(pod *v1.Pod) string {
-	return pod.Namespace + "_" + pod.Name + "_" + string(pod.UID)
+	return logs.PodDirName(pod.Namespace, pod.Name, string(pod.UID))
 }
