@@ -2,17 +2,23 @@ package sources
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -148,7 +154,7 @@ func (s *FileSource) syncFile(path string) {
 		if old != nil {
 			delete(s.pods, path)
 			s.Log.Info("static manifest removed; stopping its pod", "path", path, "pod", old.Name)
-			s.Sink.Remove(old.UID, "static manifest "+path+" was removed")
+			s.Sink.Remove(old.UID, "static manifest "+displayPath(path)+" was removed")
 		}
 		return
 	}
@@ -156,6 +162,9 @@ func (s *FileSource) syncFile(path string) {
 		return
 	}
 	pod, err := s.read(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return // gone since the stat (or a dangling symlink): its removal event follows
+	}
 	if err != nil {
 		msg := err.Error()
 		if s.bad[path] != msg {
@@ -167,7 +176,7 @@ func (s *FileSource) syncFile(path string) {
 			}
 			if s.Recorder != nil {
 				ref := &v1.ObjectReference{Kind: "Node", Name: s.NodeName, UID: types.UID(s.NodeName)}
-				s.Recorder.Eventf(ref, v1.EventTypeWarning, "InvalidStaticManifest", "static manifest %s skipped: %v", path, err)
+				s.Recorder.Eventf(ref, v1.EventTypeWarning, "InvalidStaticManifest", "static manifest %s skipped: %v", displayPath(path), err)
 			}
 		}
 		return
@@ -179,15 +188,58 @@ func (s *FileSource) syncFile(path string) {
 	s.pods[path] = pod
 	if old != nil {
 		s.Log.Info("static manifest changed; replacing its pod", "path", path, "pod", pod.Name)
-		s.Sink.Remove(old.UID, "static manifest "+path+" changed")
+		s.Sink.Remove(old.UID, "static manifest "+displayPath(path)+" changed")
 	} else {
 		s.Log.Info("static pod found", "path", path, "pod", pod.Name)
 	}
 	s.Sink.Update(pod)
 }
 
+// displayPath is path as events and messages show it: as it is, or quoted when it holds a
+// newline, another control character or invalid UTF-8 (log lines quote it themselves).
+func displayPath(path string) string {
+	if !utf8.ValidString(path) || strings.ContainsFunc(path, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return strconv.Quote(path)
+	}
+	return path
+}
+
+// open opens a manifest for reading: a regular file of the directory, or a symlink to one
+// inside it. The agent runs as root, so a symlink leading outside the directory is not followed:
+// a link to /etc/shadow must not have its content echoed in a parse error. A FIFO is opened
+// without blocking and refused (opening it for reading would wait for a writer, and the
+// source with it), as is a device.
+func (s *FileSource) open(path string) (*os.File, error) {
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.EvalSymlinks(s.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if rel, err := filepath.Rel(dir, resolved); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, fmt.Errorf("a symlink to %s, outside the manifest directory: not followed", resolved)
+	}
+	// O_NOFOLLOW: resolved has no symlink left, unless one was put there since.
+	f, err := os.OpenFile(resolved, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("not a regular file (%s): not read", st.Mode().Type())
+	}
+	return f, nil
+}
+
 func (s *FileSource) read(path string) (*v1.Pod, error) {
-	f, err := os.Open(path)
+	f, err := s.open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +247,13 @@ func (s *FileSource) read(path string) (*v1.Pod, error) {
 	data, err := io.ReadAll(io.LimitReader(f, manifest.MaxSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read: %w", err)
+	}
+	if len(data) > manifest.MaxSize {
+		size := "more"
+		if st, err := f.Stat(); err == nil {
+			size = strconv.FormatInt(st.Size(), 10) + " bytes,"
+		}
+		return nil, fmt.Errorf("manifest is %s more than the %d bytes allowed", size, manifest.MaxSize)
 	}
 	pod, err := manifest.Decode(data)
 	if err != nil {
