@@ -213,6 +213,16 @@ bench: deps bench-kubelet
 	$(GO) test -count=1 -timeout 60m -run '^TestSideBySide$$' -v ./bench/ -args -bench.side-by-side \
 		$(if $(BENCH_OUT),-bench.out=$(abspath $(BENCH_OUT))) $(BENCH_FLAGS)
 
+## Soak
+
+.PHONY: soak
+
+# soak runs the fault tests at the sizes `make test` has no time for (docs/reliability.md):
+# containerd killed six times with 30 pods (the kubelet's restart test; 8 pods in make test).
+soak: deps
+	HOLDFAST_CONTAINERD_RESTART_PODS=30 $(GO) test -race -count=1 -timeout 60m -v \
+		-run '^TestContainerdKilledRepeatedly$$' ./agent/
+
 ## Conformance
 
 .PHONY: conformance conformance-tools

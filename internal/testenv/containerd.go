@@ -198,6 +198,15 @@ func (c *Containerd) StopDaemon() {
 	}
 }
 
+// KillDaemon kills only the daemon with SIGKILL, as a crash or the OOM killer does: the shims
+// and their tasks keep running, and after Start a client re-attaches to them.
+func (c *Containerd) KillDaemon() {
+	c.t.Helper()
+	if err := c.proc.Stop(syscall.SIGKILL, 0); err != nil {
+		c.t.Fatalf("kill containerd daemon: %v", err)
+	}
+}
+
 // Start starts the daemon again on the same root after Stop or StopDaemon and waits until it
 // answers.
 func (c *Containerd) Start() {
