@@ -94,6 +94,13 @@ func (lf *File) Write(line []byte) (int, error) {
 		}
 	}
 	n, err := lf.f.Write(line)
+	if err != nil && n > 0 {
+		// A full file system took part of the line: take it back, so that the file holds
+		// whole lines only and the next line does not run on from a torn one.
+		if terr := lf.f.Truncate(lf.size); terr == nil {
+			n = 0
+		}
+	}
 	lf.size += int64(n)
 	return n, errors.Join(err, rotateErr)
 }

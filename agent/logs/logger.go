@@ -241,7 +241,11 @@ type lazyFile struct {
 	mu       sync.Mutex // protects the fields below
 	f        *File
 	nextOpen time.Time
-	dropped  int
+	dropped  int // lines dropped because the file could not be opened
+	// failing counts the lines dropped since writes began to fail (a full file system): the
+	// first failure is reported, then only the count once a write succeeds again, rather than
+	// one diagnostic per line of a chatty container.
+	failing int
 }
 
 func (w *lazyFile) open() {
@@ -271,7 +275,15 @@ func (w *lazyFile) write(line []byte) {
 		return
 	}
 	if _, err := w.f.Write(line); err != nil {
-		fmt.Fprintf(w.diag, "%s: %v\n", LoggerName, err)
+		if w.failing == 0 {
+			fmt.Fprintf(w.diag, "%s: %v; lines are dropped until writes succeed again\n", LoggerName, err)
+		}
+		w.failing++
+		return
+	}
+	if w.failing > 0 {
+		fmt.Fprintf(w.diag, "%s: writing again after %d lines were dropped\n", LoggerName, w.failing)
+		w.failing = 0
 	}
 }
 
@@ -280,6 +292,9 @@ func (w *lazyFile) close() error {
 	defer w.mu.Unlock()
 	if w.dropped > 0 {
 		fmt.Fprintf(w.diag, "%s: %d lines dropped: the log file could not be opened\n", LoggerName, w.dropped)
+	}
+	if w.failing > 0 {
+		fmt.Fprintf(w.diag, "%s: %d lines dropped at the end: the log file could not be written\n", LoggerName, w.failing)
 	}
 	if w.f == nil {
 		return nil
