@@ -266,7 +266,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if client != nil {
 		api := &sources.APISource{Client: client, NodeName: cfg.NodeName, Sink: podMgr, Store: store,
-			Log: a.log.With("component", "apisource"), OnMirrorDeleted: statusMgr.MirrorDeleted}
+			Log: a.log.With("component", "apisource"), Recorder: recorder, OnMirrorDeleted: statusMgr.MirrorDeleted}
 		// Boot from the cache first, with no apiserver call on the path; the informer then
 		// reconciles when the apiserver answers.
 		if n := api.Restore(); n > 0 {

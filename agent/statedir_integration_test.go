@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -113,4 +115,75 @@ func TestReadOnlyStateDir(t *testing.T) {
 	if strings.Contains(out, "panic") || strings.Contains(out, `msg="holdfast running"`) {
 		t.Errorf("holdfast panicked or started:\n%s", out)
 	}
+}
+
+// TestStateDirFull: the state directory's file system fills up (a pod's emptyDir, a log gone
+// wild, a full flash). The pod already running runs on untouched; a new pod is not lost: it
+// runs, or waits with the reason in its status, and its event says the node could not cache
+// it; once there is room again it runs and is cached, with nothing restarted by hand.
+func TestStateDirFull(t *testing.T) {
+	e := startEnv(t, true, func(c *config.Config) {
+		if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", c.StateDir, "tmpfs", 0, "size=32m,mode=0700"); err != nil {
+			t.Fatalf("mount a small state file system: %v", err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(c.StateDir, unix.MNT_DETACH) })
+		// Eviction would act on a full node file system (DiskPressure, then pods evicted, as the
+		// kubelet does; TestEvictionDiskPressure): this test is about the state store.
+		c.EvictionHard["nodefs.available"] = "0%"
+		c.EvictionHard["nodefs.inodesFree"] = "0%"
+	})
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, sleeperPod("before", false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.waitAPIRunning(t, "before")["before"]
+
+	filler := filepath.Join(e.agent.Config.StateDir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for chunk := make([]byte, 64<<10); ; {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	f.Close()
+
+	if _, err := pods.Create(ctx, sleeperPod("during", false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the NotCached event of the pod created on a full disk", func() error {
+		evs, err := e.cp.Admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=during,reason=NotCached"})
+		if err != nil {
+			return err
+		}
+		if len(evs.Items) == 0 || !strings.Contains(evs.Items[0].Message, "no space left on device") {
+			return fmt.Errorf("events %+v", evs.Items)
+		}
+		return nil
+	})
+	time.Sleep(5 * time.Second) // what a full disk does to the running pod has had time to show
+	e.requireUntouched(t, "before")
+	if p, err := pods.Get(ctx, "before", metav1.GetOptions{}); err != nil || containerIDOf(p) != containerIDOf(before) {
+		t.Errorf("before: container %v, was %s (%v)", p.Status.ContainerStatuses, containerIDOf(before), err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAPIRunning(t, "during")
+	testenv.Eventually(t, 90*time.Second, "the pod cached once there is room", func() error {
+		for _, l := range strings.Split(e.agent.Log(), "\n") {
+			if strings.Contains(l, `msg="pod cached after all"`) && strings.Contains(l, "pod=default/during") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no \"pod cached after all\" line for default/during")
+	})
+	e.requireUntouched(t, "before")
 }

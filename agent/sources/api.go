@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,10 +14,14 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/offline"
 )
+
+// ReasonNotCached is the event reason of a pod the state store could not cache.
+const ReasonNotCached = "NotCached"
 
 // APISource delivers the pods bound to this node in the apiserver, through an informer.
 // Deletions are authoritative: the informer reports a pod deleted only when the apiserver
@@ -32,13 +37,24 @@ type APISource struct {
 	Sink     Sink
 	Store    offline.Store
 	Log      *slog.Logger
+	// Recorder, if set, gets a Warning event on a pod the state store could not cache (a full
+	// state file system): the one place its operator looks.
+	Recorder record.EventRecorder
 	// OnMirrorDeleted is told when a mirror pod disappears from the apiserver, so that the
 	// status side re-creates it while its static pod runs.
 	OnMirrorDeleted func(pod *v1.Pod)
 
 	synced  cache.InformerSynced
 	indexer cache.Indexer
+
+	mu sync.Mutex // protects uncached
+	// uncached holds the pods the store failed to cache (a full state file system), cached
+	// again every cacheRetry: a pod whose spec never changes would otherwise stay uncached.
+	uncached map[types.UID]bool
 }
+
+// cacheRetry is how often caching the pods the store failed to cache is tried again.
+const cacheRetry = 30 * time.Second
 
 // Restore delivers the pods cached by earlier runs, before the apiserver is contacted: the
 // boot path of an offline gateway. Records that cannot be decoded are reported and skipped.
@@ -104,14 +120,71 @@ func (s *APISource) update(obj any) {
 	if !ok || isMirror(pod) {
 		return
 	}
-	if err := s.Store.PutPod(offline.SourceAPI, forCache(pod)); err != nil {
-		// Still run it: losing the cache entry only matters after a reboot while offline.
-		s.Log.Error("cache pod; it will not survive a reboot without the apiserver", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-	}
+	s.cache(pod)
 	s.Sink.Update(pod)
 }
 
+// cache writes the pod to the store. A pod the store cannot take still runs: losing the cache
+// entry only matters after a reboot while offline. It is said in the pod's events and tried
+// again until it is cached.
+func (s *APISource) cache(pod *v1.Pod) {
+	err := s.Store.PutPod(offline.SourceAPI, forCache(pod))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		if s.uncached[pod.UID] {
+			delete(s.uncached, pod.UID)
+			s.Log.Info("pod cached after all", "pod", pod.Namespace+"/"+pod.Name)
+		}
+		return
+	}
+	if s.uncached == nil {
+		s.uncached = map[types.UID]bool{}
+	}
+	if !s.uncached[pod.UID] {
+		s.uncached[pod.UID] = true
+		s.Log.Error("cache pod; it will not survive a reboot without the apiserver until it is cached", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		if s.Recorder != nil {
+			s.Recorder.Eventf(pod, v1.EventTypeWarning, ReasonNotCached,
+				"the pod runs, but the node could not cache it for offline restarts (a reboot without the apiserver will not start it until it is): %v", err)
+		}
+	}
+}
+
+// retryUncached caches again the pods the store failed to cache, as the informer has them now.
+func (s *APISource) retryUncached() {
+	s.mu.Lock()
+	uids := make([]types.UID, 0, len(s.uncached))
+	for uid := range s.uncached {
+		uids = append(uids, uid)
+	}
+	s.mu.Unlock()
+	for _, uid := range uids {
+		pod := s.byUID(uid)
+		if pod == nil {
+			s.mu.Lock()
+			delete(s.uncached, uid) // gone from the apiserver meanwhile
+			s.mu.Unlock()
+			continue
+		}
+		s.cache(pod)
+	}
+}
+
+// byUID is the informer's pod with the UID, nil if it has none.
+func (s *APISource) byUID(uid types.UID) *v1.Pod {
+	for _, obj := range s.indexer.List() {
+		if p, ok := obj.(*v1.Pod); ok && p.UID == uid {
+			return p
+		}
+	}
+	return nil
+}
+
 func (s *APISource) forget(uid types.UID) {
+	s.mu.Lock()
+	delete(s.uncached, uid)
+	s.mu.Unlock()
 	if err := s.Store.DeletePod(uid); err != nil && !errors.Is(err, offline.ErrNotFound) {
 		s.Log.Error("remove cached pod", "uid", uid, "err", err)
 	}
@@ -164,9 +237,17 @@ func (s *APISource) Run(ctx context.Context, factory informers.SharedInformerFac
 		s.Log.Info("apiserver pod source synced", "after", time.Since(start).Round(time.Millisecond))
 		s.reconcileCache()
 	}
-	<-ctx.Done()
-	factory.Shutdown()
-	return nil
+	retry := time.NewTicker(cacheRetry)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			factory.Shutdown()
+			return nil
+		case <-retry.C:
+			s.retryUncached()
+		}
+	}
 }
 
 // isMirror: mirror pods are this agent's reflection of its static pods, not pods to run.
