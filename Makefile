@@ -218,8 +218,10 @@ bench: deps bench-kubelet
 .PHONY: soak
 
 # soak runs the fault tests at the sizes `make test` has no time for (docs/reliability.md):
-# containerd killed six times with 30 pods (the kubelet's restart test; 8 pods in make test).
+# the state store's writer SIGKILLed in 300 rounds (3 in make test), containerd killed six
+# times with 30 pods (the kubelet's restart test; 8 pods in make test).
 soak: deps
+	HOLDFAST_STORE_KILL_ROUNDS=300 $(GO) test -count=1 -timeout 60m -v -run '^TestKillDuringWrites$$' ./offline/
 	HOLDFAST_CONTAINERD_RESTART_PODS=30 $(GO) test -race -count=1 -timeout 60m -v \
 		-run '^TestContainerdKilledRepeatedly$$' ./agent/
 
