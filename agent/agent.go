@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -106,7 +107,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	preloaded := a.preloadImages(ctx, rt)
 	boot.Done("preload_images")
 
-	var client kubernetes.Interface
+	var client, heartbeatClient kubernetes.Interface
 	var id *identity.Identity
 	if !cfg.Standalone() {
 		// The node's identity: a kubeconfig as it is, or a certificate bootstrapped with a
@@ -126,6 +127,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		restCfg.QPS, restCfg.Burst = 50, 100
 		if client, err = kubernetes.NewForConfig(restCfg); err != nil {
 			return fmt.Errorf("apiserver client: %w", err)
+		}
+		// The heartbeats (Lease, node status) get a client of their own with a deadline on
+		// every request, the kubelet's: on a link that died without a reset a request would
+		// otherwise hang until the connection's health check gave up (76 s measured by
+		// TestApiserverBlackhole), past the Lease's duration.
+		hbCfg := rest.CopyConfig(restCfg)
+		hbCfg.Timeout = min(cfg.NodeStatus.UpdateFrequency.Duration, cfg.NodeStatus.LeaseDuration.Duration)
+		hbCfg.QPS = -1 // never throttled behind the other requests
+		if heartbeatClient, err = kubernetes.NewForConfig(hbCfg); err != nil {
+			return fmt.Errorf("apiserver heartbeat client: %w", err)
 		}
 		boot.Done("identity")
 	}
@@ -302,7 +313,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			Reserved:        reserved,
 			KubeletPort:     int32(cfg.NodeAPIPort()),
 			Metrics:         a.metrics,
-		}, client, rt.Version, func() error {
+			// As the kubelet: repeated Lease failures close every connection, so that the
+			// informer's watch, hung on a dead link, reconnects.
+			OnRepeatedHeartbeatFailure: id.CloseAllConns,
+		}, heartbeatClient, rt.Version, func() error {
 			if err := podMgr.RelistHealthy(); err != nil {
 				return err
 			}

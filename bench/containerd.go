@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
-	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -125,18 +123,7 @@ func (fc *floorContainer) remove(ctx context.Context) error {
 
 // runningTasks maps the ID of every running task in namespace to its pid.
 func runningTasks(ctx context.Context, cd *testenv.Containerd, namespace string) (map[string]uint32, error) {
-	ctx = namespaces.WithNamespace(ctx, namespace)
-	resp, err := cd.Client.TaskService().List(ctx, &tasksapi.ListTasksRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("list tasks in %s: %w", namespace, err)
-	}
-	out := map[string]uint32{}
-	for _, p := range resp.Tasks {
-		if p.Status == tasktypes.Status_RUNNING {
-			out[p.ID] = p.Pid
-		}
-	}
-	return out, nil
+	return cd.RunningTasks(ctx, namespace)
 }
 
 // waitDrained waits until namespace holds no container at all.

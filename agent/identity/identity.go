@@ -151,6 +151,11 @@ func newBootstrapped(opts Options) (*Identity, error) {
 // RESTConfig returns a copy of the configuration clients of the apiserver use.
 func (id *Identity) RESTConfig() *rest.Config { return rest.CopyConfig(id.config) }
 
+// CloseAllConns closes every connection to the apiserver made with the identity, so that
+// requests and watches hung on a dead link (no reset: a NAT entry gone, a modem that lost its
+// carrier) fail and reconnect, as the kubelet does when its heartbeats keep failing.
+func (id *Identity) CloseAllConns() { id.dialer.CloseAll() }
+
 // Bootstrapped reports whether the identity is a certificate holdfast requests and renews.
 func (id *Identity) Bootstrapped() bool { return id.certs != nil }
 

@@ -75,6 +75,10 @@ type Config struct {
 	// Metrics is told whether each status sync reached the apiserver, and when the node
 	// registered; nil: nothing is recorded.
 	Metrics *metrics.Metrics
+	// OnRepeatedHeartbeatFailure is called when Lease renewals keep failing (the kubelet
+	// closes every connection to the apiserver then, so that watches hung on a dead link
+	// reconnect); nil: nothing.
+	OnRepeatedHeartbeatFailure func()
 }
 
 // Controller owns the Node object and its Lease.
@@ -133,7 +137,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.cfg.Metrics.Milestone(metrics.MilestoneNodeRegistered)
 
 	ctl := lease.NewController(clock.RealClock{}, c.client, c.cfg.NodeName,
-		int32(c.cfg.LeaseDuration/time.Second), nil, c.cfg.RenewInterval,
+		int32(c.cfg.LeaseDuration/time.Second), c.cfg.OnRepeatedHeartbeatFailure, c.cfg.RenewInterval,
 		c.cfg.NodeName, LeaseNamespace, ownedByNode(node))
 	var wg sync.WaitGroup
 	wg.Add(1)

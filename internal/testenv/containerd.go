@@ -15,6 +15,8 @@ import (
 	"text/template"
 	"time"
 
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
@@ -214,6 +216,22 @@ func (c *Containerd) Start() {
 	if err := c.startDaemon(); err != nil {
 		c.t.Fatalf("restart containerd: %v", err)
 	}
+}
+
+// RunningTasks maps the ID of every running task in namespace to its pid.
+func (c *Containerd) RunningTasks(ctx context.Context, namespace string) (map[string]uint32, error) {
+	ctx = namespaces.WithNamespace(ctx, namespace)
+	resp, err := c.Client.TaskService().List(ctx, &tasksapi.ListTasksRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks in %s: %w", namespace, err)
+	}
+	out := map[string]uint32{}
+	for _, p := range resp.Tasks {
+		if p.Status == tasktypes.Status_RUNNING {
+			out[p.ID] = p.Pid
+		}
+	}
+	return out, nil
 }
 
 // Running reports whether the daemon is running.
