@@ -11,7 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CreateNetNS makes a new network namespace and bind-mounts it at path. If path already holds
+// CreateNetNS makes a new network namespace with its loopback interface up (what CNI's
+// loopback plugin does) and bind-mounts it at path. If path already holds
 // a mounted namespace it is kept. The unshare happens on a locked OS thread that is thrown
 // away afterwards (never unlocked), so no goroutine ever runs in the new namespace by mistake.
 func CreateNetNS(path string) error {
@@ -38,6 +39,10 @@ func CreateNetNS(path string) error {
 		runtime.LockOSThread()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			mountErr = fmt.Errorf("unshare network namespace: %w", err)
+			return
+		}
+		if err := loopbackUp(); err != nil {
+			mountErr = err
 			return
 		}
 		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
@@ -71,4 +76,26 @@ func isNetNS(path string) bool {
 		return false
 	}
 	return st.Type == unix.NSFS_MAGIC
+}
+
+// loopbackUp sets lo up in the calling thread's network namespace; the kernel then gives it
+// 127.0.0.1 and ::1.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("bring up lo: socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring up lo: read flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	return nil
 }

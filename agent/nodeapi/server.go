@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"sync"
@@ -153,6 +154,10 @@ func (s *Server) ServeLocal(ctx context.Context, path string) error {
 	routes.Handle("/", s.routes())
 	routes.HandleFunc("POST /restart/{ns}/{pod}", s.restart)
 	routes.HandleFunc("GET /describe/{ns}/{pod}", s.describe)
+	// Go's profiles of the agent itself (heap, goroutines, CPU), for measuring its footprint
+	// on the gateway: root's socket only, never the network side.
+	routes.HandleFunc("GET /debug/pprof/", pprof.Index)
+	routes.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	s.serve(ctx, ln, nil, "local API", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.active.Add(1)
 		defer s.active.Done()

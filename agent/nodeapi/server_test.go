@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -373,5 +374,48 @@ func TestServingCertificate(t *testing.T) {
 	c3, err := servingCertificate(dir, []string{"gw"}, append(ips, net.ParseIP("198.51.100.1")), now)
 	if err != nil || string(c3.Certificate[0]) == string(c1.Certificate[0]) {
 		t.Errorf("not remade for a new address (%v)", err)
+	}
+}
+
+// The local socket serves the agent's own Go profiles (its footprint on the gateway is
+// measured with them); the network side never does (TestAuthentication's 404 above).
+func TestLocalSocketServesProfiles(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(Config{NodeName: "gw", PKIDir: dir, Pods: fakePods{}, Runtime: &fakeRuntime{}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "api.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.ServeLocal(ctx, sock) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := client.Get("http://holdfast/debug/pprof/heap?debug=1")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("heap profile: %d %s", resp.StatusCode, b)
+			}
+			body = string(b)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("local socket not served: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(body, "heap profile:") || !strings.Contains(body, "# HeapInuse") {
+		t.Errorf("heap profile in text form: %.300s", body)
 	}
 }

@@ -7,8 +7,10 @@ package status
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -227,10 +229,18 @@ func (m *Manager) poke() {
 	}
 }
 
+// Retries while the apiserver does not answer: from the first to the last, doubling. Status
+// changes that arrive meanwhile wait for the next try (they are in the outbox already).
+const (
+	unreachableRetryFirst = time.Second
+	unreachableRetryMax   = 10 * time.Second
+)
+
 // Run writes dirty statuses until ctx ends. A failed write stays dirty and is retried.
 func (m *Manager) Run(ctx context.Context) error {
 	ticker := time.NewTicker(10 * time.Second)
 	defer ticker.Stop()
+	retry := unreachableRetryFirst
 	for {
 		select {
 		case <-ctx.Done():
@@ -238,11 +248,32 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-m.wake:
 		case <-ticker.C:
 		}
-		m.syncAll(ctx)
+		if !m.syncAll(ctx) {
+			retry = unreachableRetryFirst
+			continue
+		}
+		// Every pod's status changes at boot: without the pause, each change would try every
+		// pending pod again against an apiserver that does not answer.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(retry):
+		}
+		retry = min(2*retry, unreachableRetryMax)
 	}
 }
 
-func (m *Manager) syncAll(ctx context.Context) {
+// unreachable: the request got no answer from the apiserver (a transport error, as opposed
+// to an answer that refused it, or a failure of this pod's own); the other pending writes
+// would get none either.
+func unreachable(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr)
+}
+
+// syncAll delivers the pending statuses, oldest first, and reports whether it stopped because
+// the apiserver did not answer: the first write that gets no answer ends the round.
+func (m *Manager) syncAll(ctx context.Context) (apiUnreachable bool) {
 	type job struct {
 		uid       types.UID
 		pod       *v1.Pod
@@ -321,9 +352,15 @@ func (m *Manager) syncAll(ctx context.Context) {
 		}
 		m.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
+			if unreachable(err) {
+				m.log.Warn("report pod status; apiserver unreachable, the statuses wait in the outbox", "pod", j.pod.Namespace+"/"+j.pod.Name,
+					"pending", len(jobs), "err", err)
+				return true
+			}
 			m.log.Warn("report pod status", "pod", j.pod.Namespace+"/"+j.pod.Name, "err", err)
 		}
 	}
+	return false
 }
 
 // ensureMirror returns the mirror pod of a static pod, creating it (or replacing one made

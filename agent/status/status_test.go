@@ -5,12 +5,16 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
+	"syscall"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -69,5 +73,51 @@ func TestForbiddenStatusWriteIsRetried(t *testing.T) {
 	}
 	if got.Status.Phase != v1.PodRunning || got.Status.PodIP != "10.88.0.7" {
 		t.Fatalf("status in the API after the authorizer relented: %+v", got.Status)
+	}
+}
+
+// With the apiserver out of reach (an offline boot), a round of writes stops at the first
+// that gets no answer instead of trying every pending pod, and a write refused by the
+// apiserver does not stop the others.
+func TestUnreachableApiserverEndsTheRound(t *testing.T) {
+	var pods []*v1.Pod
+	for _, name := range []string{"a", "b", "c"} {
+		pods = append(pods, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)}})
+	}
+	client := fake.NewSimpleClientset(pods[0].DeepCopy(), pods[1].DeepCopy(), pods[2].DeepCopy())
+	var calls int
+	var answer error
+	client.PrependReactor("*", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		calls++
+		if answer != nil {
+			return true, nil, answer
+		}
+		return false, nil, nil
+	})
+	m := NewManager(client, nil, "gw", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, p := range pods {
+		m.SetPodStatus(p, v1.PodStatus{Phase: v1.PodRunning})
+	}
+	ctx := context.Background()
+
+	answer = &url.Error{Op: "Get", URL: "https://10.0.0.1:6443/api/v1/namespaces/default/pods/a", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+	if !m.syncAll(ctx) {
+		t.Error("syncAll did not report the apiserver unreachable")
+	}
+	if calls != 1 || m.Pending() != 3 {
+		t.Errorf("unreachable apiserver: %d requests, %d pending; want 1 request, 3 pending", calls, m.Pending())
+	}
+
+	calls, answer = 0, apierrors.NewForbidden(v1.Resource("pods"), "a", errors.New("no relationship found between node and this object"))
+	if m.syncAll(ctx) {
+		t.Error("a refusal was taken for an unreachable apiserver")
+	}
+	if calls != 3 || m.Pending() != 3 {
+		t.Errorf("refused writes: %d requests, %d pending; want 3 requests (one per pod), 3 pending", calls, m.Pending())
+	}
+
+	answer = nil
+	if m.syncAll(ctx) || m.Pending() != 0 {
+		t.Errorf("apiserver back: %d pending, want 0", m.Pending())
 	}
 }
