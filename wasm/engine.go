@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -27,10 +28,11 @@ type Engine struct {
 	closed  bool
 }
 
-// NewEngine starts a wazero runtime built with WithCloseOnContextDone(true).
-// so that a guest stops when its call's context is done, with the
+// NewEngine starts a wazero runtime with the
 // compilation cache of cfg, and with the host modules (sandboxed WASI and
-// holdfast's) instantiated once.
+// holdfast's) instantiated once. A guest stops when its call's context is
+// done through the checkpoints compile inserts (see checkpoint.go), not
+// wazero's WithCloseOnContextDone, which costs far more.
 func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -53,7 +55,6 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 		cache = wazero.NewCompilationCache()
 	}
 	rc := wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(true).
 		WithCompilationCache(cache).
 		WithMemoryLimitPages(cfg.ceilingPages).
 		WithCoreFeatures(api.CoreFeaturesV2)
@@ -63,6 +64,11 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 		_ = r.Close(ctx)
 		_ = cache.Close(ctx)
 		return nil, fmt.Errorf("instantiate WASI: %w", err)
+	}
+	if err := e.instantiateCheckpointModule(ctx); err != nil {
+		_ = r.Close(ctx)
+		_ = cache.Close(ctx)
+		return nil, fmt.Errorf("instantiate checkpoint module: %w", err)
 	}
 	if err := e.instantiateHostModule(ctx); err != nil {
 		_ = r.Close(ctx)
@@ -164,8 +170,23 @@ func (e *Engine) Load(ctx context.Context, spec Spec) (*Module, error) {
 	return m, nil
 }
 
+// compile instruments b with checkpoints and compiles it. ModuleInfo
+// describes b as its author built it.
 func (e *Engine) compile(ctx context.Context, name string, b []byte) (wazero.CompiledModule, ModuleInfo, error) {
-	compiled, err := e.runtime.CompileModule(ctx, b)
+	instrumented, err := instrumentCheckpoints(b)
+	if errors.Is(err, errReservedImport) {
+		return nil, ModuleInfo{}, newError(ErrUngrantedImport, name, "load", err.Error(), nil)
+	}
+	if err != nil {
+		// wazero explains a malformed module best; compiling does not run it.
+		if c, cerr := e.runtime.CompileModule(ctx, b); cerr != nil {
+			return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "compile: "+firstLine(cerr.Error()), cerr)
+		} else {
+			_ = c.Close(ctx)
+		}
+		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "instrument: "+err.Error(), err)
+	}
+	compiled, err := e.runtime.CompileModule(ctx, instrumented)
 	if err != nil {
 		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "compile: "+firstLine(err.Error()), err)
 	}

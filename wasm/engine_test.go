@@ -86,6 +86,7 @@ func TestLoadRefusals(t *testing.T) {
 		{"ungranted import", wat(t, "ungranted"), nil, wasm.ErrUngrantedImport, []string{"holdfast.http_request", `"http" grant`}},
 		{"ungranted import, other grants", wat(t, "ungranted"), []wasm.Grant{wasm.GrantTCP, wasm.GrantFile}, wasm.ErrUngrantedImport, []string{"holdfast.http_request"}},
 		{"foreign import", wat(t, "foreignimport"), nil, wasm.ErrUngrantedImport, []string{"env.system"}},
+		{"reserved import", wat(t, "reservedimport"), nil, wasm.ErrUngrantedImport, []string{"holdfast:runtime.checkpoint"}},
 		{"unsupported ABI", wat(t, "abi2"), nil, wasm.ErrInvalidModule, []string{"ABI version 2"}},
 		{"_initialize never returns", wat(t, "initloop"), nil, wasm.ErrTimeout, []string{"_initialize"}},
 		{"command module", wat(t, "command"), nil, wasm.ErrInvalidModule, []string{"-buildmode=c-shared"}},

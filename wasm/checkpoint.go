@@ -1,0 +1,631 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// A guest must stop when its call's deadline passes, even in a loop that
+// never calls the host. wazero's own way (RuntimeConfig
+// WithCloseOnContextDone) makes compiled code exit to Go at every iteration
+// of every loop to look at a flag (wazero issue #2466): about 40 ns per
+// iteration, 90% of a small C policy's call and most of a Go policy's.
+//
+// Instead the engine rewrites each module before compiling it. A counter
+// global is decremented at every function entry and every loop iteration;
+// when it reaches zero the guest resets it and calls the host's checkpoint,
+// which stops the guest if the call's context is done. Every path that runs
+// long either loops or calls, so a guest reaches a checkpoint at least every
+// checkpointInterval entries or iterations: a few microseconds of work
+// between two exits to Go. The exits also keep the goroutine preemptible
+// (compiled code is not), so a garbage collection never waits long for a
+// running guest.
+//
+// The rewrite adds one function import (checkpointModule.checkpointName,
+// appended after the guest's imports, so later function indices shift by
+// one), one type and one mutable i32 global (appended: no other index
+// moves). Guests cannot import checkpointModule themselves.
+const (
+	checkpointModule   = "holdfast:runtime"
+	checkpointName     = "checkpoint"
+	checkpointInterval = 1 << 12
+)
+
+// instantiateCheckpointModule defines the host side of the checkpoints.
+func (e *Engine) instantiateCheckpointModule(ctx context.Context) error {
+	_, err := e.runtime.NewHostModuleBuilder(checkpointModule).
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(checkpoint), nil, nil).
+		Export(checkpointName).
+		Instantiate(ctx)
+	return err
+}
+
+// checkpoint stops the guest with the exit code wazero itself would use if
+// the context of the call (or of the instantiation) is done. classify turns
+// it into ErrTimeout or ErrCanceled.
+func checkpoint(ctx context.Context, _ api.Module, _ []uint64) {
+	err := ctx.Err()
+	if err == nil {
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		panic(sys.NewExitError(sys.ExitCodeContextCanceled))
+	}
+	panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
+}
+
+// errReservedImport refuses a guest that imports checkpointModule itself.
+var errReservedImport = errors.New("that import module is reserved for the host's own use")
+
+// Section ids of the binary format.
+const (
+	secCustom = 0
+	secType   = 1
+	secImport = 2
+	secGlobal = 6
+	secExport = 7
+	secStart  = 8
+	secElem   = 9
+	secCode   = 10
+)
+
+// sectionRank orders the known sections as the binary format requires
+// (the tag section, 13, sits between memory and global).
+var sectionRank = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
+
+// instrumentCheckpoints returns b with checkpoints inserted (see above). It
+// refuses what it cannot rewrite exactly: a malformed module, or an
+// instruction outside the features the engine enables.
+func instrumentCheckpoints(b []byte) ([]byte, error) {
+	if len(b) < 8 || !bytes.Equal(b[:4], []byte("\x00asm")) || binary.LittleEndian.Uint32(b[4:8]) != 1 {
+		return nil, errors.New("not a WebAssembly binary module (version 1)")
+	}
+	type section struct {
+		id   byte
+		body []byte
+	}
+	var secs []section
+	r := &reader{b: b, off: 8}
+	for r.more() {
+		id := r.byte()
+		body := r.bytes(r.u32())
+		if r.err != nil {
+			return nil, fmt.Errorf("section %d: %w", id, r.err)
+		}
+		secs = append(secs, section{id, body})
+	}
+
+	var nTypes, nFuncImports, nGlobalImports, nGlobals uint32
+	for _, s := range secs {
+		sr := &reader{b: s.body}
+		switch s.id {
+		case secType:
+			nTypes = sr.u32()
+		case secImport:
+			for n := sr.u32(); n > 0 && sr.err == nil; n-- {
+				mod, name := sr.name(), sr.name()
+				if mod == checkpointModule {
+					return nil, fmt.Errorf("imports %s.%s: %w", mod, name, errReservedImport)
+				}
+				switch kind := sr.byte(); kind {
+				case 0: // func
+					sr.u32()
+					nFuncImports++
+				case 1: // table
+					sr.byte()
+					sr.limits()
+				case 2: // memory
+					sr.limits()
+				case 3: // global
+					sr.byte()
+					sr.byte()
+					nGlobalImports++
+				default:
+					return nil, fmt.Errorf("import of unknown kind %#x", kind)
+				}
+			}
+		case secGlobal:
+			nGlobals = sr.u32()
+		}
+		if sr.err != nil {
+			return nil, fmt.Errorf("section %d: %w", s.id, sr.err)
+		}
+	}
+	rw := &rewriter{
+		yieldFunc: nFuncImports,
+		counter:   nGlobalImports + nGlobals,
+	}
+	yieldType := nTypes
+
+	newType := []byte{0x60, 0x00, 0x00} // () -> ()
+	newImport := appendImport(nil, yieldType)
+	newGlobal := append([]byte{0x7f, 0x01, 0x41}, appendS32(nil, checkpointInterval)...)
+	newGlobal = append(newGlobal, 0x0b)
+	// added holds the sections to create if the module has none.
+	added := map[byte][]byte{
+		secType:   append(appendU32(nil, 1), newType...),
+		secImport: append(appendU32(nil, 1), newImport...),
+		secGlobal: append(appendU32(nil, 1), newGlobal...),
+	}
+
+	out := append([]byte(nil), b[:8]...)
+	emit := func(id byte, body []byte) {
+		out = append(out, id)
+		out = appendU32(out, uint32(len(body)))
+		out = append(out, body...)
+	}
+	emitMissingBefore := func(rank int) {
+		for _, id := range []byte{secType, secImport, secGlobal} {
+			if body, ok := added[id]; ok && sectionRank[id] < rank {
+				emit(id, body)
+				delete(added, id)
+			}
+		}
+	}
+	for _, s := range secs {
+		if s.id != secCustom {
+			rank, ok := sectionRank[s.id]
+			if !ok {
+				return nil, fmt.Errorf("unknown section %d", s.id)
+			}
+			emitMissingBefore(rank)
+		}
+		var body []byte
+		var err error
+		switch s.id {
+		case secType:
+			body, err = appendToVector(s.body, newType)
+			delete(added, secType)
+		case secImport:
+			body, err = appendToVector(s.body, newImport)
+			delete(added, secImport)
+		case secGlobal:
+			body, err = rw.globals(s.body, newGlobal)
+			delete(added, secGlobal)
+		case secExport:
+			body, err = rw.exports(s.body)
+		case secStart:
+			sr := &reader{b: s.body}
+			body, err = appendU32(nil, rw.fn(sr.u32())), sr.err
+		case secElem:
+			body, err = rw.elems(s.body)
+		case secCode:
+			body, err = rw.code(s.body)
+		case secCustom:
+			body, err = rw.custom(s.body)
+		default:
+			body = s.body
+		}
+		if err != nil {
+			return nil, fmt.Errorf("section %d: %w", s.id, err)
+		}
+		if body != nil {
+			emit(s.id, body)
+		}
+	}
+	emitMissingBefore(len(sectionRank) + 1)
+	return out, nil
+}
+
+func appendImport(out []byte, typeIdx uint32) []byte {
+	out = appendName(out, checkpointModule)
+	out = appendName(out, checkpointName)
+	out = append(out, 0x00)
+	return appendU32(out, typeIdx)
+}
+
+// appendToVector adds one encoded element at the end of a vector.
+func appendToVector(vec, elem []byte) ([]byte, error) {
+	r := &reader{b: vec}
+	n := r.u32()
+	if r.err != nil {
+		return nil, r.err
+	}
+	out := appendU32(nil, n+1)
+	out = append(out, vec[r.off:]...)
+	return append(out, elem...), nil
+}
+
+// rewriter rewrites function indices (shifted by the added import) and
+// inserts the checkpoints into code.
+type rewriter struct {
+	yieldFunc uint32 // index of the added import
+	counter   uint32 // index of the added global
+}
+
+func (w *rewriter) fn(i uint32) uint32 {
+	if i >= w.yieldFunc {
+		return i + 1
+	}
+	return i
+}
+
+// checkpointCode decrements the counter and, at zero, resets it and calls
+// the host. It leaves the operand stack as it found it and encloses no
+// branch target, so the code around it is unaffected.
+func (w *rewriter) checkpointCode(out []byte) []byte {
+	out = append(out, 0x23) // global.get
+	out = appendU32(out, w.counter)
+	out = append(out, 0x41, 0x01, 0x6b, 0x24) // i32.const 1, i32.sub, global.set
+	out = appendU32(out, w.counter)
+	out = append(out, 0x23) // global.get
+	out = appendU32(out, w.counter)
+	out = append(out, 0x45, 0x04, 0x40, 0x41) // i32.eqz, if (no result), i32.const
+	out = appendS32(out, checkpointInterval)
+	out = append(out, 0x24) // global.set
+	out = appendU32(out, w.counter)
+	out = append(out, 0x10) // call
+	out = appendU32(out, w.yieldFunc)
+	return append(out, 0x0b) // end
+}
+
+func (w *rewriter) globals(body, added []byte) ([]byte, error) {
+	r := &reader{b: body}
+	n := r.u32()
+	out := appendU32(nil, n+1)
+	for ; n > 0 && r.err == nil; n-- {
+		out = append(out, r.byte(), r.byte()) // valtype, mutability
+		var err error
+		if out, err = w.instructions(r, out, false); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.done(); err != nil {
+		return nil, err
+	}
+	return append(out, added...), nil
+}
+
+func (w *rewriter) exports(body []byte) ([]byte, error) {
+	r := &reader{b: body}
+	n := r.u32()
+	out := appendU32(nil, n)
+	for ; n > 0 && r.err == nil; n-- {
+		out = appendName(out, r.name())
+		kind, idx := r.byte(), r.u32()
+		if kind == 0 {
+			idx = w.fn(idx)
+		}
+		out = appendU32(append(out, kind), idx)
+	}
+	return out, r.done()
+}
+
+func (w *rewriter) elems(body []byte) ([]byte, error) {
+	r := &reader{b: body}
+	n := r.u32()
+	out := appendU32(nil, n)
+	for ; n > 0 && r.err == nil; n-- {
+		flags := r.u32()
+		out = appendU32(out, flags)
+		if flags > 7 {
+			return nil, fmt.Errorf("element segment with flags %d", flags)
+		}
+		var err error
+		if flags&2 != 0 && flags&1 == 0 { // explicit table index
+			out = appendU32(out, r.u32())
+		}
+		if flags&1 == 0 { // active: offset expression
+			if out, err = w.instructions(r, out, false); err != nil {
+				return nil, err
+			}
+		}
+		if flags&3 != 0 { // elemkind or reftype
+			out = append(out, r.byte())
+		}
+		count := r.u32()
+		out = appendU32(out, count)
+		for ; count > 0 && r.err == nil; count-- {
+			if flags&4 == 0 {
+				out = appendU32(out, w.fn(r.u32()))
+			} else if out, err = w.instructions(r, out, false); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, r.done()
+}
+
+func (w *rewriter) code(body []byte) ([]byte, error) {
+	r := &reader{b: body}
+	n := r.u32()
+	out := appendU32(nil, n)
+	var fb []byte
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		fr := &reader{b: r.bytes(r.u32())}
+		groups := fr.u32()
+		fb = appendU32(fb[:0], groups)
+		for ; groups > 0 && fr.err == nil; groups-- {
+			fb = appendU32(fb, fr.u32())
+			fb = append(fb, fr.byte())
+		}
+		fb = w.checkpointCode(fb)
+		var err error
+		if fb, err = w.instructions(fr, fb, true); err != nil {
+			return nil, fmt.Errorf("function %d: %w", i, err)
+		}
+		if err := fr.done(); err != nil {
+			return nil, fmt.Errorf("function %d: %w", i, err)
+		}
+		out = appendU32(out, uint32(len(fb)))
+		out = append(out, fb...)
+	}
+	return out, r.done()
+}
+
+// custom keeps custom sections, remapping the function indices of the name
+// section (function, local and label names) so that traps still name the
+// right functions.
+func (w *rewriter) custom(body []byte) ([]byte, error) {
+	r := &reader{b: body}
+	if r.name() != "name" || r.err != nil {
+		return body, nil
+	}
+	out := append([]byte(nil), body[:r.off]...)
+	for r.more() {
+		id := r.byte()
+		sub := r.bytes(r.u32())
+		if r.err != nil {
+			return nil, r.err
+		}
+		if id >= 1 && id <= 3 {
+			sr := &reader{b: sub}
+			n := sr.u32()
+			nb := appendU32(nil, n)
+			for ; n > 0 && sr.err == nil; n-- {
+				nb = appendU32(nb, w.fn(sr.u32()))
+				if id == 1 {
+					nb = appendName(nb, sr.name())
+					continue
+				}
+				m := sr.u32()
+				nb = appendU32(nb, m)
+				for ; m > 0 && sr.err == nil; m-- {
+					nb = appendU32(nb, sr.u32())
+					nb = appendName(nb, sr.name())
+				}
+			}
+			if err := sr.done(); err != nil {
+				return nil, fmt.Errorf("name subsection %d: %w", id, err)
+			}
+			sub = nb
+		}
+		out = append(out, id)
+		out = appendU32(out, uint32(len(sub)))
+		out = append(out, sub...)
+	}
+	return out, nil
+}
+
+// instructions copies instructions up to and including the end that closes
+// the expression, remapping function indices and, in function bodies,
+// putting a checkpoint at the top of every loop.
+func (w *rewriter) instructions(r *reader, out []byte, body bool) ([]byte, error) {
+	depth := 0
+	for r.err == nil {
+		if !r.more() {
+			return nil, errors.New("code ends inside an expression")
+		}
+		op := r.byte()
+		out = append(out, op)
+		switch {
+		case op == 0x02 || op == 0x03 || op == 0x04: // block, loop, if
+			out = r.copyBlockType(out)
+			depth++
+			if op == 0x03 && body {
+				out = w.checkpointCode(out)
+			}
+		case op == 0x0b: // end
+			if depth == 0 {
+				return out, r.err
+			}
+			depth--
+		case op == 0x0c || op == 0x0d: // br, br_if
+			out = appendU32(out, r.u32())
+		case op == 0x0e: // br_table
+			n := r.u32()
+			out = appendU32(out, n)
+			for ; n > 0 && r.err == nil; n-- {
+				out = appendU32(out, r.u32())
+			}
+			out = appendU32(out, r.u32())
+		case op == 0x10 || op == 0xd2: // call, ref.func
+			out = appendU32(out, w.fn(r.u32()))
+		case op == 0x11: // call_indirect
+			out = appendU32(out, r.u32())
+			out = appendU32(out, r.u32())
+		case op == 0x1c: // select with types
+			n := r.u32()
+			out = appendU32(out, n)
+			for ; n > 0 && r.err == nil; n-- {
+				out = append(out, r.byte())
+			}
+		case op >= 0x20 && op <= 0x26: // local, global, table get/set
+			out = appendU32(out, r.u32())
+		case op >= 0x28 && op <= 0x3e: // loads and stores
+			out = r.copyMemarg(out)
+		case op == 0x3f || op == 0x40: // memory.size, memory.grow
+			out = appendU32(out, r.u32())
+		case op == 0x41, op == 0x42: // i32.const, i64.const
+			out = r.copyLEB(out)
+		case op == 0x43:
+			out = append(out, r.bytes(4)...)
+		case op == 0x44:
+			out = append(out, r.bytes(8)...)
+		case op == 0xd0: // ref.null
+			out = append(out, r.byte())
+		case op == 0x00 || op == 0x01 || op == 0x05 || op == 0x0f || op == 0x1a || op == 0x1b ||
+			(op >= 0x45 && op <= 0xc4) || op == 0xd1:
+			// no immediates
+		case op == 0xfc:
+			sub := r.u32()
+			out = appendU32(out, sub)
+			switch {
+			case sub <= 7: // saturating truncations
+			case sub == 8 || sub == 10 || sub == 12 || sub == 14: // memory.init, memory.copy, table.init, table.copy
+				out = appendU32(out, r.u32())
+				out = appendU32(out, r.u32())
+			case sub == 9 || sub == 11 || sub == 13 || (sub >= 15 && sub <= 17): // data.drop, memory.fill, elem.drop, table.grow/size/fill
+				out = appendU32(out, r.u32())
+			default:
+				return nil, fmt.Errorf("unsupported instruction 0xfc %d", sub)
+			}
+		case op == 0xfd:
+			sub := r.u32()
+			out = appendU32(out, sub)
+			switch {
+			case sub <= 11 || sub == 92 || sub == 93: // loads and stores
+				out = r.copyMemarg(out)
+			case sub == 12 || sub == 13: // v128.const, i8x16.shuffle
+				out = append(out, r.bytes(16)...)
+			case sub >= 21 && sub <= 34: // extract and replace lane
+				out = append(out, r.byte())
+			case sub >= 84 && sub <= 91: // load and store lane
+				out = r.copyMemarg(out)
+				out = append(out, r.byte())
+			case sub > 275:
+				return nil, fmt.Errorf("unsupported instruction 0xfd %d", sub)
+			}
+		default:
+			return nil, fmt.Errorf("unsupported instruction %#x", op)
+		}
+	}
+	return nil, r.err
+}
+
+// reader decodes the binary format; the first error sticks.
+type reader struct {
+	b   []byte
+	off int
+	err error
+}
+
+var errTruncated = errors.New("truncated")
+
+func (r *reader) more() bool { return r.err == nil && r.off < len(r.b) }
+
+func (r *reader) done() error {
+	if r.err == nil && r.off != len(r.b) {
+		r.err = fmt.Errorf("%d unexpected bytes", len(r.b)-r.off)
+	}
+	return r.err
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil || r.off >= len(r.b) {
+		r.fail(errTruncated)
+		return 0
+	}
+	c := r.b[r.off]
+	r.off++
+	return c
+}
+
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *reader) bytes(n uint32) []byte {
+	if r.err != nil || uint64(n) > uint64(len(r.b)-r.off) {
+		r.fail(errTruncated)
+		return nil
+	}
+	b := r.b[r.off : r.off+int(n)]
+	r.off += int(n)
+	return b
+}
+
+func (r *reader) u32() uint32 {
+	var v uint32
+	for shift := 0; shift < 35; shift += 7 {
+		c := r.byte()
+		if r.err != nil {
+			return 0
+		}
+		v |= uint32(c&0x7f) << shift
+		if c&0x80 == 0 {
+			return v
+		}
+	}
+	r.fail(errors.New("integer too long"))
+	return 0
+}
+
+// copyLEB copies a signed LEB128 integer of up to 64 bits.
+func (r *reader) copyLEB(out []byte) []byte {
+	for i := 0; i < 10; i++ {
+		c := r.byte()
+		if r.err != nil {
+			return out
+		}
+		out = append(out, c)
+		if c&0x80 == 0 {
+			return out
+		}
+	}
+	r.fail(errors.New("integer too long"))
+	return out
+}
+
+func (r *reader) name() string { return string(r.bytes(r.u32())) }
+
+func (r *reader) limits() {
+	flags := r.byte()
+	r.u32()
+	if flags&1 != 0 {
+		r.u32()
+	}
+}
+
+// copyBlockType copies a block type: empty (0x40), a value type (one byte)
+// or a type index (a positive s33).
+func (r *reader) copyBlockType(out []byte) []byte {
+	if r.off < len(r.b) && r.b[r.off]&0xc0 == 0x40 { // one-byte negative: 0x40 or a value type
+		return append(out, r.byte())
+	}
+	return r.copyLEB(out)
+}
+
+// copyMemarg copies alignment and offset (and a memory index if the
+// alignment's bit 6 says there is one).
+func (r *reader) copyMemarg(out []byte) []byte {
+	align := r.u32()
+	out = appendU32(out, align)
+	if align&0x40 != 0 {
+		out = appendU32(out, r.u32())
+	}
+	return appendU32(out, r.u32())
+}
+
+func appendU32(out []byte, v uint32) []byte {
+	for v >= 0x80 {
+		out = append(out, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(out, byte(v))
+}
+
+func appendS32(out []byte, v int32) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(out, c)
+		}
+		out = append(out, c|0x80)
+	}
+}
+
+func appendName(out []byte, s string) []byte {
+	out = appendU32(out, uint32(len(s)))
+	return append(out, s...)
+}
