@@ -27,21 +27,46 @@ import (
 // (compiled code is not), so a garbage collection never waits long for a
 // running guest.
 //
+// The same rewrite bounds the guest's call stack. wazero's compiler keeps
+// it on the host heap, doubling it as it grows, and traps only past 50 MB,
+// after allocating about 160 MB per call: far more than the guest's memory
+// limit, and not the guest's to spend. A second global holds the stack
+// budget: each function subtracts its estimated frame size on entry and
+// gives it back on every way out (its body is wrapped in a block, and
+// return becomes a branch to that block's end); a call that would go below
+// zero stops the guest with a trap.
+//
 // The rewrite adds one function import (checkpointModule.checkpointName,
 // appended after the guest's imports, so later function indices shift by
-// one), one type and one mutable i32 global (appended: no other index
-// moves). Guests cannot import checkpointModule themselves.
+// one), types and two mutable i32 globals (appended: no other index moves).
+// Guests cannot import checkpointModule themselves.
 const (
 	checkpointModule   = "holdfast:runtime"
 	checkpointName     = "checkpoint"
 	checkpointInterval = 1 << 12
+	// StackBudgetBytes bounds the estimated size of a guest's call stack.
+	// A frame is estimated at frameBaseBytes plus frameValueBytes per
+	// parameter, local and instruction of the function that pushes a value
+	// (a bound on its operand stack's height, whose values the compiler may
+	// spill to the frame). wazero's compiler uses less: the real stack stays
+	// under the budget. TestStackOverflowHostMemory measures what the host
+	// allocates for it (wazero doubles the stack as it grows, copying it).
+	StackBudgetBytes = 8 << 20
+	frameBaseBytes   = 64
+	frameValueBytes  = 16
+)
+
+// What the guest tells checkpoint.
+const (
+	checkpointPeriodic       = 0
+	checkpointStackExhausted = 1
 )
 
 // instantiateCheckpointModule defines the host side of the checkpoints.
 func (e *Engine) instantiateCheckpointModule(ctx context.Context) error {
 	_, err := e.runtime.NewHostModuleBuilder(checkpointModule).
 		NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(checkpoint), nil, nil).
+		WithGoModuleFunction(api.GoModuleFunc(checkpoint), []api.ValueType{api.ValueTypeI32}, nil).
 		Export(checkpointName).
 		Instantiate(ctx)
 	return err
@@ -49,8 +74,11 @@ func (e *Engine) instantiateCheckpointModule(ctx context.Context) error {
 
 // checkpoint stops the guest with the exit code wazero itself would use if
 // the context of the call (or of the instantiation) is done. classify turns
-// it into ErrTimeout or ErrCanceled.
-func checkpoint(ctx context.Context, _ api.Module, _ []uint64) {
+// it into ErrTimeout or ErrCanceled. A guest out of stack gets a trap.
+func checkpoint(ctx context.Context, _ api.Module, stack []uint64) {
+	if uint32(stack[0]) == checkpointStackExhausted {
+		panic(newError(ErrTrap, "", "", fmt.Sprintf("stack overflow: the guest's call stack is over its budget of %d MiB", StackBudgetBytes>>20), nil))
+	}
 	err := ctx.Err()
 	if err == nil {
 		return
@@ -66,14 +94,15 @@ var errReservedImport = errors.New("that import module is reserved for the host'
 
 // Section ids of the binary format.
 const (
-	secCustom = 0
-	secType   = 1
-	secImport = 2
-	secGlobal = 6
-	secExport = 7
-	secStart  = 8
-	secElem   = 9
-	secCode   = 10
+	secCustom   = 0
+	secType     = 1
+	secImport   = 2
+	secFunction = 3
+	secGlobal   = 6
+	secExport   = 7
+	secStart    = 8
+	secElem     = 9
+	secCode     = 10
 )
 
 // sectionRank orders the known sections as the binary format requires
@@ -102,12 +131,25 @@ func instrumentCheckpoints(b []byte) ([]byte, error) {
 		secs = append(secs, section{id, body})
 	}
 
-	var nTypes, nFuncImports, nGlobalImports, nGlobals uint32
+	var nFuncImports, nGlobalImports, nGlobals uint32
+	var types []funcType
+	var funcTypes []uint32   // type index of each defined function
+	var importTypes []uint32 // type index of each imported function
 	for _, s := range secs {
 		sr := &reader{b: s.body}
 		switch s.id {
 		case secType:
-			nTypes = sr.u32()
+			for n := sr.u32(); n > 0 && sr.err == nil; n-- {
+				if form := sr.byte(); form != 0x60 {
+					return nil, fmt.Errorf("type of form %#x", form)
+				}
+				params := sr.bytes(sr.u32())
+				types = append(types, funcType{params: uint32(len(params)), results: sr.bytes(sr.u32())})
+			}
+		case secFunction:
+			for n := sr.u32(); n > 0 && sr.err == nil; n-- {
+				funcTypes = append(funcTypes, sr.u32())
+			}
 		case secImport:
 			for n := sr.u32(); n > 0 && sr.err == nil; n-- {
 				mod, name := sr.name(), sr.name()
@@ -116,7 +158,7 @@ func instrumentCheckpoints(b []byte) ([]byte, error) {
 				}
 				switch kind := sr.byte(); kind {
 				case 0: // func
-					sr.u32()
+					importTypes = append(importTypes, sr.u32())
 					nFuncImports++
 				case 1: // table
 					sr.byte()
@@ -141,18 +183,49 @@ func instrumentCheckpoints(b []byte) ([]byte, error) {
 	rw := &rewriter{
 		yieldFunc: nFuncImports,
 		counter:   nGlobalImports + nGlobals,
+		stack:     nGlobalImports + nGlobals + 1,
+		types:     types,
+		funcTypes: funcTypes,
+		allTypes:  append(importTypes, funcTypes...),
 	}
-	yieldType := nTypes
+	yieldType := uint32(len(types))
+	newTypes := []byte{0x60, 0x01, 0x7f, 0x00} // (i32) -> ()
+	// Bodies are wrapped in a block typed () -> results; a function with
+	// several results needs a type for that.
+	rw.wrapTypes = map[string]uint32{}
+	for i, t := range types {
+		if t.params == 0 && len(t.results) > 1 {
+			rw.wrapTypes[string(t.results)] = uint32(i)
+		}
+	}
+	next := yieldType + 1
+	for _, ti := range funcTypes {
+		if int(ti) >= len(types) {
+			return nil, fmt.Errorf("function of type %d, out of range", ti)
+		}
+		res := types[ti].results
+		if _, ok := rw.wrapTypes[string(res)]; ok || len(res) < 2 {
+			continue
+		}
+		rw.wrapTypes[string(res)] = next
+		next++
+		newTypes = append(newTypes, 0x60, 0x00)
+		newTypes = appendU32(newTypes, uint32(len(res)))
+		newTypes = append(newTypes, res...)
+	}
+	nNewTypes := next - yieldType
 
-	newType := []byte{0x60, 0x00, 0x00} // () -> ()
 	newImport := appendImport(nil, yieldType)
-	newGlobal := append([]byte{0x7f, 0x01, 0x41}, appendS32(nil, checkpointInterval)...)
-	newGlobal = append(newGlobal, 0x0b)
+	var newGlobals []byte
+	for _, init := range []int32{checkpointInterval, StackBudgetBytes} {
+		newGlobals = append(newGlobals, 0x7f, 0x01, 0x41) // mutable i32, i32.const
+		newGlobals = append(appendS32(newGlobals, init), 0x0b)
+	}
 	// added holds the sections to create if the module has none.
 	added := map[byte][]byte{
-		secType:   append(appendU32(nil, 1), newType...),
+		secType:   append(appendU32(nil, nNewTypes), newTypes...),
 		secImport: append(appendU32(nil, 1), newImport...),
-		secGlobal: append(appendU32(nil, 1), newGlobal...),
+		secGlobal: append(appendU32(nil, 2), newGlobals...),
 	}
 
 	out := append([]byte(nil), b[:8]...)
@@ -181,13 +254,13 @@ func instrumentCheckpoints(b []byte) ([]byte, error) {
 		var err error
 		switch s.id {
 		case secType:
-			body, err = appendToVector(s.body, newType)
+			body, err = appendToVector(s.body, nNewTypes, newTypes)
 			delete(added, secType)
 		case secImport:
-			body, err = appendToVector(s.body, newImport)
+			body, err = appendToVector(s.body, 1, newImport)
 			delete(added, secImport)
 		case secGlobal:
-			body, err = rw.globals(s.body, newGlobal)
+			body, err = rw.globals(s.body, 2, newGlobals)
 			delete(added, secGlobal)
 		case secExport:
 			body, err = rw.exports(s.body)
@@ -221,23 +294,39 @@ func appendImport(out []byte, typeIdx uint32) []byte {
 	return appendU32(out, typeIdx)
 }
 
-// appendToVector adds one encoded element at the end of a vector.
-func appendToVector(vec, elem []byte) ([]byte, error) {
+// appendToVector adds n encoded elements at the end of a vector.
+func appendToVector(vec []byte, n uint32, elems []byte) ([]byte, error) {
 	r := &reader{b: vec}
-	n := r.u32()
+	count := r.u32()
 	if r.err != nil {
 		return nil, r.err
 	}
-	out := appendU32(nil, n+1)
+	out := appendU32(nil, count+n)
 	out = append(out, vec[r.off:]...)
-	return append(out, elem...), nil
+	return append(out, elems...), nil
+}
+
+type funcType struct {
+	params  uint32
+	results []byte // value types, one byte each
 }
 
 // rewriter rewrites function indices (shifted by the added import) and
 // inserts the checkpoints into code.
 type rewriter struct {
 	yieldFunc uint32 // index of the added import
-	counter   uint32 // index of the added global
+	counter   uint32 // index of the checkpoint counter global
+	stack     uint32 // index of the stack budget global
+	types     []funcType
+	funcTypes []uint32
+	allTypes  []uint32 // type index of every function, imports first (before the rewrite)
+	// pushes counts, in the body being rewritten, the instructions that
+	// push values (and the results of calls): no point of the body can have
+	// more values on its operand stack.
+	pushes uint64
+	// wrapTypes maps a result list of two or more types to the index of
+	// the type () -> results.
+	wrapTypes map[string]uint32
 }
 
 func (w *rewriter) fn(i uint32) uint32 {
@@ -261,15 +350,54 @@ func (w *rewriter) checkpointCode(out []byte) []byte {
 	out = appendS32(out, checkpointInterval)
 	out = append(out, 0x24) // global.set
 	out = appendU32(out, w.counter)
-	out = append(out, 0x10) // call
+	out = append(out, 0x41, checkpointPeriodic, 0x10) // i32.const, call
 	out = appendU32(out, w.yieldFunc)
 	return append(out, 0x0b) // end
 }
 
-func (w *rewriter) globals(body, added []byte) ([]byte, error) {
+// stackEnter takes a frame's estimated size from the stack budget and stops
+// the guest if the budget is exhausted; stackLeave gives it back.
+func (w *rewriter) stackEnter(out []byte, cost int32) []byte {
+	out = append(out, 0x23) // global.get
+	out = appendU32(out, w.stack)
+	out = append(out, 0x41) // i32.const
+	out = appendS32(out, cost)
+	out = append(out, 0x6b, 0x24) // i32.sub, global.set
+	out = appendU32(out, w.stack)
+	out = append(out, 0x23) // global.get
+	out = appendU32(out, w.stack)
+	out = append(out, 0x41, 0x00, 0x48, 0x04, 0x40)         // i32.const 0, i32.lt_s, if (no result)
+	out = append(out, 0x41, checkpointStackExhausted, 0x10) // i32.const, call
+	out = appendU32(out, w.yieldFunc)
+	return append(out, 0x00, 0x0b) // unreachable, end
+}
+
+func (w *rewriter) stackLeave(out []byte, cost int32) []byte {
+	out = append(out, 0x23) // global.get
+	out = appendU32(out, w.stack)
+	out = append(out, 0x41) // i32.const
+	out = appendS32(out, cost)
+	out = append(out, 0x6a, 0x24) // i32.add, global.set
+	return appendU32(out, w.stack)
+}
+
+// blockType is the type of a block with no parameters and the results of
+// function type ti.
+func (w *rewriter) blockType(out []byte, ti uint32) []byte {
+	res := w.types[ti].results
+	switch len(res) {
+	case 0:
+		return append(out, 0x40)
+	case 1:
+		return append(out, res[0])
+	}
+	return appendU32(out, w.wrapTypes[string(res)]) // a positive s33 below 2^31 encodes as a u32
+}
+
+func (w *rewriter) globals(body []byte, nAdded uint32, added []byte) ([]byte, error) {
 	r := &reader{b: body}
 	n := r.u32()
-	out := appendU32(nil, n+1)
+	out := appendU32(nil, n+nAdded)
 	for ; n > 0 && r.err == nil; n-- {
 		out = append(out, r.byte(), r.byte()) // valtype, mutability
 		var err error
@@ -337,20 +465,33 @@ func (w *rewriter) code(body []byte) ([]byte, error) {
 	r := &reader{b: body}
 	n := r.u32()
 	out := appendU32(nil, n)
-	var fb []byte
+	var fb, inner []byte
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		fr := &reader{b: r.bytes(r.u32())}
+		if int(i) >= len(w.funcTypes) {
+			return nil, errors.New("more bodies than functions")
+		}
+		ti := w.funcTypes[i]
+		values := uint64(w.types[ti].params)
 		groups := fr.u32()
 		fb = appendU32(fb[:0], groups)
 		for ; groups > 0 && fr.err == nil; groups-- {
-			fb = appendU32(fb, fr.u32())
+			n := fr.u32()
+			values += uint64(n)
+			fb = appendU32(fb, n)
 			fb = append(fb, fr.byte())
 		}
-		fb = w.checkpointCode(fb)
+		w.pushes = 0
 		var err error
-		if fb, err = w.instructions(fr, fb, true); err != nil {
+		if inner, err = w.instructions(fr, inner[:0], true); err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, err)
 		}
+		cost := int32(min(frameBaseBytes+frameValueBytes*(values+w.pushes), StackBudgetBytes+1))
+		fb = w.stackEnter(fb, cost)
+		fb = w.checkpointCode(fb)
+		fb = w.blockType(append(fb, 0x02), ti) // block: the body's own end closes it
+		fb = append(fb, inner...)
+		fb = append(w.stackLeave(fb, cost), 0x0b)
 		if err := fr.done(); err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, err)
 		}
@@ -406,7 +547,9 @@ func (w *rewriter) custom(body []byte) ([]byte, error) {
 
 // instructions copies instructions up to and including the end that closes
 // the expression, remapping function indices and, in function bodies,
-// putting a checkpoint at the top of every loop.
+// putting a checkpoint at the top of every loop and turning return into a
+// branch to the end of the block that wraps the body (depth counts the
+// blocks open inside it).
 func (w *rewriter) instructions(r *reader, out []byte, body bool) ([]byte, error) {
 	depth := 0
 	for r.err == nil {
@@ -436,10 +579,23 @@ func (w *rewriter) instructions(r *reader, out []byte, body bool) ([]byte, error
 				out = appendU32(out, r.u32())
 			}
 			out = appendU32(out, r.u32())
-		case op == 0x10 || op == 0xd2: // call, ref.func
+		case op == 0x10: // call
+			f := r.u32()
+			if int(f) >= len(w.allTypes) {
+				return nil, fmt.Errorf("call of function %d, out of range", f)
+			}
+			w.pushes += uint64(len(w.types[w.allTypes[f]].results))
+			out = appendU32(out, w.fn(f))
+		case op == 0xd2: // ref.func
+			w.pushes++
 			out = appendU32(out, w.fn(r.u32()))
 		case op == 0x11: // call_indirect
-			out = appendU32(out, r.u32())
+			ti := r.u32()
+			if int(ti) >= len(w.types) {
+				return nil, fmt.Errorf("call_indirect of type %d, out of range", ti)
+			}
+			w.pushes += uint64(len(w.types[ti].results))
+			out = appendU32(out, ti)
 			out = appendU32(out, r.u32())
 		case op == 0x1c: // select with types
 			n := r.u32()
@@ -448,19 +604,32 @@ func (w *rewriter) instructions(r *reader, out []byte, body bool) ([]byte, error
 				out = append(out, r.byte())
 			}
 		case op >= 0x20 && op <= 0x26: // local, global, table get/set
+			if op == 0x20 || op == 0x23 {
+				w.pushes++
+			}
 			out = appendU32(out, r.u32())
 		case op >= 0x28 && op <= 0x3e: // loads and stores
 			out = r.copyMemarg(out)
 		case op == 0x3f || op == 0x40: // memory.size, memory.grow
+			if op == 0x3f {
+				w.pushes++
+			}
 			out = appendU32(out, r.u32())
 		case op == 0x41, op == 0x42: // i32.const, i64.const
+			w.pushes++
 			out = r.copyLEB(out)
 		case op == 0x43:
+			w.pushes++
 			out = append(out, r.bytes(4)...)
 		case op == 0x44:
+			w.pushes++
 			out = append(out, r.bytes(8)...)
 		case op == 0xd0: // ref.null
+			w.pushes++
 			out = append(out, r.byte())
+		case op == 0x0f && body: // return: leave through the end of the wrapping block
+			out[len(out)-1] = 0x0c // br
+			out = appendU32(out, uint32(depth))
 		case op == 0x00 || op == 0x01 || op == 0x05 || op == 0x0f || op == 0x1a || op == 0x1b ||
 			(op >= 0x45 && op <= 0xc4) || op == 0xd1:
 			// no immediates
@@ -473,6 +642,9 @@ func (w *rewriter) instructions(r *reader, out []byte, body bool) ([]byte, error
 				out = appendU32(out, r.u32())
 				out = appendU32(out, r.u32())
 			case sub == 9 || sub == 11 || sub == 13 || (sub >= 15 && sub <= 17): // data.drop, memory.fill, elem.drop, table.grow/size/fill
+				if sub == 16 {
+					w.pushes++
+				}
 				out = appendU32(out, r.u32())
 			default:
 				return nil, fmt.Errorf("unsupported instruction 0xfc %d", sub)
@@ -484,6 +656,9 @@ func (w *rewriter) instructions(r *reader, out []byte, body bool) ([]byte, error
 			case sub <= 11 || sub == 92 || sub == 93: // loads and stores
 				out = r.copyMemarg(out)
 			case sub == 12 || sub == 13: // v128.const, i8x16.shuffle
+				if sub == 12 {
+					w.pushes++
+				}
 				out = append(out, r.bytes(16)...)
 			case sub >= 21 && sub <= 34: // extract and replace lane
 				out = append(out, r.byte())

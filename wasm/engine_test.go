@@ -353,3 +353,20 @@ func TestErrorClassesAreDistinct(t *testing.T) {
 		}
 	}
 }
+
+// The engine rewrites modules (checkpoints, the stack budget): a function
+// leaving by every way there is keeps its results and gives its stack
+// budget back, or 400000 calls in one call would run out of stack.
+func TestRewriteKeepsEveryExit(t *testing.T) {
+	e := newEngine(t, wasm.Limits{})
+	m := e.load(t, wasm.Spec{Name: "exits", Wasm: wat(t, "exits"), Entrypoints: []string{"admit"}})
+	for range 3 {
+		out, err := m.Call(context.Background(), "admit", []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(out) != `{"ok":true}` {
+			t.Fatalf("output %q", out)
+		}
+	}
+}
