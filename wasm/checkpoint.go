@@ -228,7 +228,9 @@ func instrumentCheckpoints(b []byte) ([]byte, error) {
 		secGlobal: append(appendU32(nil, 2), newGlobals...),
 	}
 
-	out := append([]byte(nil), b[:8]...)
+	// The rewrite adds about a third to the code; growing by doubling would
+	// copy it several times over.
+	out := append(make([]byte, 0, len(b)+len(b)/2), b[:8]...)
 	emit := func(id byte, body []byte) {
 		out = append(out, id)
 		out = appendU32(out, uint32(len(body)))
@@ -464,7 +466,7 @@ func (w *rewriter) elems(body []byte) ([]byte, error) {
 func (w *rewriter) code(body []byte) ([]byte, error) {
 	r := &reader{b: body}
 	n := r.u32()
-	out := appendU32(nil, n)
+	out := appendU32(make([]byte, 0, len(body)+len(body)/2), n)
 	var fb, inner []byte
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		fr := &reader{b: r.bytes(r.u32())}
