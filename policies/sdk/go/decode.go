@@ -410,13 +410,50 @@ func (d *decoder) skip(depth int) error {
 		return nil
 	case c == '-' || (c >= '0' && c <= '9'):
 		n, err := d.number()
-		if err == nil && !json.Valid(n) {
+		if err == nil && !validNumber(n) {
 			err = d.fail("invalid number %s", n)
 		}
 		return err
 	default:
 		return d.fail("unexpected character %q", c)
 	}
+}
+
+// validNumber checks JSON's number grammar:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func validNumber(n []byte) bool {
+	i := 0
+	digits := func() bool {
+		start := i
+		for i < len(n) && n[i] >= '0' && n[i] <= '9' {
+			i++
+		}
+		return i > start
+	}
+	if i < len(n) && n[i] == '-' {
+		i++
+	}
+	if i < len(n) && n[i] == '0' {
+		i++
+	} else if !digits() {
+		return false
+	}
+	if i < len(n) && n[i] == '.' {
+		i++
+		if !digits() {
+			return false
+		}
+	}
+	if i < len(n) && (n[i] == 'e' || n[i] == 'E') {
+		i++
+		if i < len(n) && (n[i] == '+' || n[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return false
+		}
+	}
+	return i == len(n)
 }
 
 // field returns which of names key is: the exact match, or else the first
@@ -428,7 +465,7 @@ func field(key []byte, names ...string) string {
 		}
 	}
 	for _, n := range names {
-		if bytes.EqualFold(key, []byte(n)) {
+		if len(key) == len(n) && bytes.EqualFold(key, []byte(n)) {
 			return n
 		}
 	}

@@ -71,3 +71,11 @@ func TestDecodeRefusesMalformed(t *testing.T) {
 		}
 	}
 }
+
+func TestValidNumber(t *testing.T) {
+	for _, n := range []string{"0", "-0", "12", "-12.5", "1e9", "1E+9", "2.5e-3", "0.0", "1", "-", "01", "1.", ".5", "1e", "1e+", "+1", "--1", "1.5.5", "0x1", "1-2"} {
+		if got, want := validNumber([]byte(n)), json.Valid([]byte(n)); got != want {
+			t.Errorf("validNumber(%q) = %v, encoding/json says %v", n, got, want)
+		}
+	}
+}
