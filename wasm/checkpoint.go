@@ -187,9 +187,13 @@ func instrumentCheckpoints(b []byte) ([]byte, error) {
 		types:     types,
 		funcTypes: funcTypes,
 		allTypes:  append(importTypes, funcTypes...),
+		// The helpers come after the guest's functions and the import.
+		enterFunc: nFuncImports + 1 + uint32(len(funcTypes)),
+		leaveFunc: nFuncImports + 2 + uint32(len(funcTypes)),
 	}
 	yieldType := uint32(len(types))
-	newTypes := []byte{0x60, 0x01, 0x7f, 0x00} // (i32) -> ()
+	rw.helperType = yieldType
+	newTypes := []byte{0x60, 0x01, 0x7f, 0x00} // (i32) -> (): the import and the helpers
 	// Bodies are wrapped in a block typed () -> results; a function with
 	// several results needs a type for that.
 	rw.wrapTypes = map[string]uint32{}
@@ -228,9 +232,9 @@ func instrumentCheckpoints(b []byte) ([]byte, error) {
 		secGlobal: append(appendU32(nil, 2), newGlobals...),
 	}
 
-	// The rewrite adds about a third to the code; growing by doubling would
+	// The rewrite adds a few percent to the code; growing by doubling would
 	// copy it several times over.
-	out := append(make([]byte, 0, len(b)+len(b)/2), b[:8]...)
+	out := append(make([]byte, 0, len(b)+len(b)/8), b[:8]...)
 	emit := func(id byte, body []byte) {
 		out = append(out, id)
 		out = appendU32(out, uint32(len(body)))
@@ -264,6 +268,9 @@ func instrumentCheckpoints(b []byte) ([]byte, error) {
 		case secGlobal:
 			body, err = rw.globals(s.body, 2, newGlobals)
 			delete(added, secGlobal)
+		case secFunction:
+			helpers := appendU32(appendU32(nil, yieldType), yieldType)
+			body, err = appendToVector(s.body, 2, helpers)
 		case secExport:
 			body, err = rw.exports(s.body)
 		case secStart:
@@ -319,9 +326,15 @@ type rewriter struct {
 	yieldFunc uint32 // index of the added import
 	counter   uint32 // index of the checkpoint counter global
 	stack     uint32 // index of the stack budget global
-	types     []funcType
-	funcTypes []uint32
-	allTypes  []uint32 // type index of every function, imports first (before the rewrite)
+	// enterFunc and leaveFunc are the added helpers that take a frame's
+	// cost from the stack budget (and pass a checkpoint) and give it back:
+	// a call is a few bytes where the sequences inline made a Go module a
+	// third larger, and a cold start longer with it.
+	enterFunc, leaveFunc uint32
+	helperType           uint32
+	types                []funcType
+	funcTypes            []uint32
+	allTypes             []uint32 // type index of every function, imports first (before the rewrite)
 	// pushes counts, in the body being rewritten, the instructions that
 	// push values (and the results of calls): no point of the body can have
 	// more values on its operand stack.
@@ -355,32 +368,6 @@ func (w *rewriter) checkpointCode(out []byte) []byte {
 	out = append(out, 0x41, checkpointPeriodic, 0x10) // i32.const, call
 	out = appendU32(out, w.yieldFunc)
 	return append(out, 0x0b) // end
-}
-
-// stackEnter takes a frame's estimated size from the stack budget and stops
-// the guest if the budget is exhausted; stackLeave gives it back.
-func (w *rewriter) stackEnter(out []byte, cost int32) []byte {
-	out = append(out, 0x23) // global.get
-	out = appendU32(out, w.stack)
-	out = append(out, 0x41) // i32.const
-	out = appendS32(out, cost)
-	out = append(out, 0x6b, 0x24) // i32.sub, global.set
-	out = appendU32(out, w.stack)
-	out = append(out, 0x23) // global.get
-	out = appendU32(out, w.stack)
-	out = append(out, 0x41, 0x00, 0x48, 0x04, 0x40)         // i32.const 0, i32.lt_s, if (no result)
-	out = append(out, 0x41, checkpointStackExhausted, 0x10) // i32.const, call
-	out = appendU32(out, w.yieldFunc)
-	return append(out, 0x00, 0x0b) // unreachable, end
-}
-
-func (w *rewriter) stackLeave(out []byte, cost int32) []byte {
-	out = append(out, 0x23) // global.get
-	out = appendU32(out, w.stack)
-	out = append(out, 0x41) // i32.const
-	out = appendS32(out, cost)
-	out = append(out, 0x6a, 0x24) // i32.add, global.set
-	return appendU32(out, w.stack)
 }
 
 // blockType is the type of a block with no parameters and the results of
@@ -466,7 +453,7 @@ func (w *rewriter) elems(body []byte) ([]byte, error) {
 func (w *rewriter) code(body []byte) ([]byte, error) {
 	r := &reader{b: body}
 	n := r.u32()
-	out := appendU32(make([]byte, 0, len(body)+len(body)/2), n)
+	out := appendU32(make([]byte, 0, len(body)+len(body)/8), n)
 	var fb, inner []byte
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		fr := &reader{b: r.bytes(r.u32())}
@@ -489,18 +476,59 @@ func (w *rewriter) code(body []byte) ([]byte, error) {
 			return nil, fmt.Errorf("function %d: %w", i, err)
 		}
 		cost := int32(min(frameBaseBytes+frameValueBytes*(values+w.pushes), StackBudgetBytes+1))
-		fb = w.stackEnter(fb, cost)
-		fb = w.checkpointCode(fb)
+		fb = w.callHelper(fb, w.enterFunc, cost)
 		fb = w.blockType(append(fb, 0x02), ti) // block: the body's own end closes it
 		fb = append(fb, inner...)
-		fb = append(w.stackLeave(fb, cost), 0x0b)
+		fb = append(w.callHelper(fb, w.leaveFunc, cost), 0x0b)
 		if err := fr.done(); err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, err)
 		}
 		out = appendU32(out, uint32(len(fb)))
 		out = append(out, fb...)
 	}
-	return out, r.done()
+	if err := r.done(); err != nil {
+		return nil, err
+	}
+	for _, helper := range [][]byte{w.enterBody(), w.leaveBody()} {
+		out = appendU32(out, uint32(len(helper)))
+		out = append(out, helper...)
+	}
+	// The count of bodies, two more, may take more bytes than before.
+	return append(appendU32(nil, n+2), out[len(appendU32(nil, n)):]...), nil
+}
+
+func (w *rewriter) callHelper(out []byte, fn uint32, cost int32) []byte {
+	out = append(out, 0x41) // i32.const
+	out = appendS32(out, cost)
+	out = append(out, 0x10) // call
+	return appendU32(out, fn)
+}
+
+// enterBody is the helper that takes its argument from the stack budget,
+// stops the guest if the budget is exhausted, and passes a checkpoint.
+func (w *rewriter) enterBody() []byte {
+	out := []byte{0x00}     // no locals
+	out = append(out, 0x23) // global.get
+	out = appendU32(out, w.stack)
+	out = append(out, 0x20, 0x00, 0x6b, 0x24) // local.get 0, i32.sub, global.set
+	out = appendU32(out, w.stack)
+	out = append(out, 0x23) // global.get
+	out = appendU32(out, w.stack)
+	out = append(out, 0x41, 0x00, 0x48, 0x04, 0x40)         // i32.const 0, i32.lt_s, if (no result)
+	out = append(out, 0x41, checkpointStackExhausted, 0x10) // i32.const, call
+	out = appendU32(out, w.yieldFunc)
+	out = append(out, 0x00, 0x0b) // unreachable, end
+	out = w.checkpointCode(out)
+	return append(out, 0x0b)
+}
+
+// leaveBody is the helper that gives its argument back to the stack budget.
+func (w *rewriter) leaveBody() []byte {
+	out := []byte{0x00, 0x23} // no locals, global.get
+	out = appendU32(out, w.stack)
+	out = append(out, 0x20, 0x00, 0x6a, 0x24) // local.get 0, i32.add, global.set
+	out = appendU32(out, w.stack)
+	return append(out, 0x0b)
 }
 
 // custom keeps custom sections, remapping the function indices of the name

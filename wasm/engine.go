@@ -209,7 +209,7 @@ func (e *Engine) compile(ctx context.Context, name string, b []byte) (wazero.Com
 
 // rewriteVersion names the output of instrumentCheckpoints in the cache;
 // change it whenever the rewrite changes.
-const rewriteVersion = "checkpoints-1"
+const rewriteVersion = "checkpoints-2"
 
 func (e *Engine) rewritePath(digest string) string {
 	return filepath.Join(e.cfg.cacheDir, "holdfast-rewrite", rewriteVersion+"-"+strings.TrimPrefix(digest, "sha256:")+".wasm")
