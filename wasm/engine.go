@@ -216,7 +216,7 @@ func (e *Engine) rewritePath(digest string) string {
 }
 
 // rewrite returns b instrumented, from the on-disk cache if the engine has
-// one: the rewrite of a Go policy takes 20-35 ms, most of a cold start from
+// one: the rewrite of a Go policy takes 16-35 ms, a sixth of a cold start from
 // the compilation cache. The cache directory is the agent's own, trusted as
 // much as wazero's compiled code next to it; writes are atomic and best
 // effort.
