@@ -358,8 +358,19 @@ func TestErrorClassesAreDistinct(t *testing.T) {
 // leaving by every way there is keeps its results and gives its stack
 // budget back, or 400000 calls in one call would run out of stack.
 func TestRewriteKeepsEveryExit(t *testing.T) {
+	testRewrite(t, "exits")
+}
+
+// The rewrite keeps module shapes Go and clang rarely produce: tables and
+// element segments of every kind, blocks with parameters, a start function,
+// no imports or globals of its own.
+func TestRewriteKeepsModuleShapes(t *testing.T) {
+	testRewrite(t, "shapes")
+}
+
+func testRewrite(t *testing.T, name string) {
 	e := newEngine(t, wasm.Limits{})
-	m := e.load(t, wasm.Spec{Name: "exits", Wasm: wat(t, "exits"), Entrypoints: []string{"admit"}})
+	m := e.load(t, wasm.Spec{Name: name, Wasm: wat(t, name), Entrypoints: []string{"admit"}})
 	for range 3 {
 		out, err := m.Call(context.Background(), "admit", []byte(`{}`))
 		if err != nil {
