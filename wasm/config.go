@@ -11,11 +11,6 @@ const (
 	// DefaultMemoryPages is 1024 pages of 64 KiB: 64 MiB per instance. A Go
 	// policy starts at about 2-4 MiB and a JSON decode of a pod adds little.
 	DefaultMemoryPages = 1024
-	// DefaultCallTimeout is Kubewarden's default evaluation timeout.
-	DefaultCallTimeout = 2 * time.Second
-	// DefaultInitTimeout bounds instantiation (Go's runtime start takes 30-60
-	// ms on a 2-core amd64, several times that on an armv7 gateway).
-	DefaultInitTimeout = 10 * time.Second
 	// DefaultOutputBytes caps a call's JSON output.
 	DefaultOutputBytes = 64 << 10
 	// DefaultHostResponseBytes caps what a host function returns to the guest
@@ -42,10 +37,10 @@ type Limits struct {
 	// the call then fails, the call returns ErrMemoryLimit.
 	MemoryPages uint32
 	// CallTimeout bounds each Call on top of the context's own deadline.
-	// Defaults to DefaultCallTimeout (2 s).
+	// Defaults to DefaultCallTimeout (2 s; 8 s where wazero interprets).
 	CallTimeout time.Duration
 	// InitTimeout bounds the instantiation of one instance (_initialize).
-	// Defaults to DefaultInitTimeout (10 s).
+	// Defaults to DefaultInitTimeout (10 s; 40 s where wazero interprets).
 	InitTimeout time.Duration
 	// OutputBytes caps a call's output. Defaults to DefaultOutputBytes (64 KiB).
 	OutputBytes int

@@ -22,8 +22,9 @@
 //     imports anything else, or a function it was not granted, is refused by
 //     Load with ErrUngrantedImport before any of its code runs.
 //   - Budgets. Every call has a deadline (Limits.CallTimeout and the
-//     context's) and the runtime is built WithCloseOnContextDone(true), so a
-//     looping guest is stopped; linear memory is capped per instance; output
+//     context's), checked at checkpoints the engine inserts into every
+//     module (at function entries and loop iterations), so a looping guest
+//     is stopped; linear memory is capped per instance; output
 //     and host answers are capped; log lines are rate-limited and a guest
 //     that keeps flooding fails its call.
 //

@@ -86,6 +86,7 @@ func TestLoadRefusals(t *testing.T) {
 		{"ungranted import", wat(t, "ungranted"), nil, wasm.ErrUngrantedImport, []string{"holdfast.http_request", `"http" grant`}},
 		{"ungranted import, other grants", wat(t, "ungranted"), []wasm.Grant{wasm.GrantTCP, wasm.GrantFile}, wasm.ErrUngrantedImport, []string{"holdfast.http_request"}},
 		{"foreign import", wat(t, "foreignimport"), nil, wasm.ErrUngrantedImport, []string{"env.system"}},
+		{"reserved import", wat(t, "reservedimport"), nil, wasm.ErrUngrantedImport, []string{"holdfast:runtime.checkpoint"}},
 		{"unsupported ABI", wat(t, "abi2"), nil, wasm.ErrInvalidModule, []string{"ABI version 2"}},
 		{"_initialize never returns", wat(t, "initloop"), nil, wasm.ErrTimeout, []string{"_initialize"}},
 		{"command module", wat(t, "command"), nil, wasm.ErrInvalidModule, []string{"-buildmode=c-shared"}},
@@ -349,6 +350,34 @@ func TestErrorClassesAreDistinct(t *testing.T) {
 			if errors.Is(err, other) != (c == other) {
 				t.Errorf("errors.Is(%v, %v) = %v", c, other, !(c == other))
 			}
+		}
+	}
+}
+
+// The engine rewrites modules (checkpoints, the stack budget): a function
+// leaving by every way there is keeps its results and gives its stack
+// budget back, or 400000 calls in one call would run out of stack.
+func TestRewriteKeepsEveryExit(t *testing.T) {
+	testRewrite(t, "exits")
+}
+
+// The rewrite keeps module shapes Go and clang rarely produce: tables and
+// element segments of every kind, blocks with parameters, a start function,
+// no imports or globals of its own.
+func TestRewriteKeepsModuleShapes(t *testing.T) {
+	testRewrite(t, "shapes")
+}
+
+func testRewrite(t *testing.T, name string) {
+	e := newEngine(t, wasm.Limits{})
+	m := e.load(t, wasm.Spec{Name: name, Wasm: wat(t, name), Entrypoints: []string{"admit"}})
+	for range 3 {
+		out, err := m.Call(context.Background(), "admit", []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(out) != `{"ok":true}` {
+			t.Fatalf("output %q", out)
 		}
 	}
 }

@@ -52,4 +52,9 @@
     (call $pack (i32.const 16) (i32.const 16)))
   ;; recurses until the stack overflows
   (func $deep (export "stackoverflow") (param i32 i32) (result i64)
-    (call $deep (local.get 0) (local.get 1))))
+    (call $deep (local.get 0) (local.get 1)))
+  ;; recurses with 24 values pending on the operand stack and 8 locals in
+  ;; each frame: frames larger than their locals alone suggest
+  (func $wide (export "stackoverflowwide") (param i32 i32) (result i64)
+    (local i64 i64 i64 i64 i64 i64 i64 i64)
+    (i64.add (i64.mul (local.get 9) (i64.const 26)) (i64.add (i64.mul (local.get 8) (i64.const 25)) (i64.add (i64.mul (local.get 7) (i64.const 24)) (i64.add (i64.mul (local.get 6) (i64.const 23)) (i64.add (i64.mul (local.get 5) (i64.const 22)) (i64.add (i64.mul (local.get 4) (i64.const 21)) (i64.add (i64.mul (local.get 3) (i64.const 20)) (i64.add (i64.mul (local.get 2) (i64.const 19)) (i64.add (i64.mul (local.get 9) (i64.const 18)) (i64.add (i64.mul (local.get 8) (i64.const 17)) (i64.add (i64.mul (local.get 7) (i64.const 16)) (i64.add (i64.mul (local.get 6) (i64.const 15)) (i64.add (i64.mul (local.get 5) (i64.const 14)) (i64.add (i64.mul (local.get 4) (i64.const 13)) (i64.add (i64.mul (local.get 3) (i64.const 12)) (i64.add (i64.mul (local.get 2) (i64.const 11)) (i64.add (i64.mul (local.get 9) (i64.const 10)) (i64.add (i64.mul (local.get 8) (i64.const 9)) (i64.add (i64.mul (local.get 7) (i64.const 8)) (i64.add (i64.mul (local.get 6) (i64.const 7)) (i64.add (i64.mul (local.get 5) (i64.const 6)) (i64.add (i64.mul (local.get 4) (i64.const 5)) (i64.add (i64.mul (local.get 3) (i64.const 4)) (i64.add (i64.mul (local.get 2) (i64.const 3)) (call $wide (local.get 0) (local.get 1))))))))))))))))))))))))))))

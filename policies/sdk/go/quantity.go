@@ -6,7 +6,9 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
@@ -20,19 +22,17 @@ func ParseQuantity(s string) (milli int64, err error) {
 	if s == "" {
 		return 0, fmt.Errorf("empty quantity")
 	}
+	if v, ok := parseIntQuantity(s); ok {
+		return v, nil
+	}
+	return parseRatQuantity(s)
+}
+
+// parseRatQuantity parses any quantity exactly, with big numbers.
+func parseRatQuantity(s string) (milli int64, err error) {
 	num := s
 	mult := new(big.Rat).SetInt64(1)
-	suffixes := []struct {
-		s string
-		m *big.Rat
-	}{
-		{"Ki", ratPow(2, 10)}, {"Mi", ratPow(2, 20)}, {"Gi", ratPow(2, 30)},
-		{"Ti", ratPow(2, 40)}, {"Pi", ratPow(2, 50)}, {"Ei", ratPow(2, 60)},
-		{"n", big.NewRat(1, 1e9)}, {"u", big.NewRat(1, 1e6)}, {"m", big.NewRat(1, 1e3)},
-		{"k", ratPow(10, 3)}, {"M", ratPow(10, 6)}, {"G", ratPow(10, 9)},
-		{"T", ratPow(10, 12)}, {"P", ratPow(10, 15)}, {"E", ratPow(10, 18)},
-	}
-	for _, sf := range suffixes {
+	for _, sf := range quantitySuffixes() {
 		if strings.HasSuffix(s, sf.s) {
 			num, mult = strings.TrimSuffix(s, sf.s), sf.m
 			break
@@ -69,6 +69,50 @@ func ParseQuantity(s string) (milli int64, err error) {
 		return 0, fmt.Errorf("quantity %q: out of range", s)
 	}
 	return q.Int64(), nil
+}
+
+// quantitySuffixes are the multipliers of the suffixes, built once: they
+// cost more than the parse itself.
+var quantitySuffixes = sync.OnceValue(func() []quantitySuffix {
+	return []quantitySuffix{
+		{"Ki", ratPow(2, 10), 1 << 10 * 1000}, {"Mi", ratPow(2, 20), 1 << 20 * 1000}, {"Gi", ratPow(2, 30), 1 << 30 * 1000},
+		{"Ti", ratPow(2, 40), 1 << 40 * 1000}, {"Pi", ratPow(2, 50), 1 << 50 * 1000}, {"Ei", ratPow(2, 60), 0},
+		{"n", big.NewRat(1, 1e9), 0}, {"u", big.NewRat(1, 1e6), 0}, {"m", big.NewRat(1, 1e3), 1},
+		{"k", ratPow(10, 3), 1e6}, {"M", ratPow(10, 6), 1e9}, {"G", ratPow(10, 9), 1e12},
+		{"T", ratPow(10, 12), 1e15}, {"P", ratPow(10, 15), 1e18}, {"E", ratPow(10, 18), 0},
+	}
+})
+
+type quantitySuffix struct {
+	s string
+	m *big.Rat
+	// milli is the multiplier in thousandths if it fits an int64, else 0.
+	milli int64
+}
+
+// parseIntQuantity is the common case without big numbers: an integer
+// with an optional suffix ("2", "500m", "128Mi"). It reports false for
+// anything else (decimals, exponents, n and u, overflow), which ParseQuantity
+// then parses exactly.
+func parseIntQuantity(s string) (int64, bool) {
+	num, mult := s, int64(1000)
+	if c := s[len(s)-1]; c < '0' || c > '9' {
+		mult = 0
+		for _, sf := range quantitySuffixes() {
+			if strings.HasSuffix(s, sf.s) {
+				num, mult = s[:len(s)-len(sf.s)], sf.milli
+				break
+			}
+		}
+	}
+	if mult == 0 || num == "" || num[0] == '+' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n > math.MaxInt64/mult || n < -math.MaxInt64/mult {
+		return 0, false
+	}
+	return n * mult, true
 }
 
 func ratPow(base, exp int) *big.Rat {

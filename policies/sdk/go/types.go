@@ -1,6 +1,9 @@
 package sdk
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // ABIVersion is the version of policies/ABI.md this SDK implements.
 const ABIVersion = 1
@@ -133,8 +136,8 @@ type AdmissionRequest struct {
 }
 
 // RawPod returns the pod's JSON as the host sent it, for fields Pod does not
-// model. It decodes the input again, so call it only when needed: JSON
-// decoding dominates a Go policy's time.
+// model. It scans the input again; decoding the raw pod with encoding/json
+// costs far more than the request's own decoding, so do it only when needed.
 func (r *AdmissionRequest) RawPod() (json.RawMessage, error) { return rawPod(r.input) }
 
 // AdmissionResponse is the output of admit.
@@ -162,15 +165,7 @@ type ProbeRequest struct {
 // AdmissionRequest.RawPod.
 func (r *ProbeRequest) RawPod() (json.RawMessage, error) { return rawPod(r.input) }
 
-func rawPod(input []byte) (json.RawMessage, error) {
-	var v struct {
-		Pod json.RawMessage `json:"pod"`
-	}
-	if err := json.Unmarshal(input, &v); err != nil {
-		return nil, err
-	}
-	return v.Pod, nil
-}
+func rawPod(input []byte) (json.RawMessage, error) { return rawMember(input, "pod") }
 
 // ProbeResponse is the output of probe.
 type ProbeResponse struct {
@@ -178,12 +173,13 @@ type ProbeResponse struct {
 	Message string `json:"message,omitempty"`
 }
 
-// DecodeAdmissionRequest parses admit's input. The input must stay
-// unchanged while the request is used (RawPod reads it).
+// DecodeAdmissionRequest parses admit's input, as encoding/json would into
+// AdmissionRequest but without reflection (see decode.go). The input must
+// stay unchanged while the request is used (RawPod reads it).
 func DecodeAdmissionRequest(b []byte) (*AdmissionRequest, error) {
 	r := AdmissionRequest{input: b}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, err
+	if err := decodeAdmissionRequest(b, &r); err != nil {
+		return nil, fmt.Errorf("admission request: %w", err)
 	}
 	return &r, nil
 }
@@ -191,8 +187,8 @@ func DecodeAdmissionRequest(b []byte) (*AdmissionRequest, error) {
 // DecodeProbeRequest parses probe's input; see DecodeAdmissionRequest.
 func DecodeProbeRequest(b []byte) (*ProbeRequest, error) {
 	r := ProbeRequest{input: b}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, err
+	if err := decodeProbeRequest(b, &r); err != nil {
+		return nil, fmt.Errorf("probe request: %w", err)
 	}
 	return &r, nil
 }

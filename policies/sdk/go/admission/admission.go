@@ -5,7 +5,6 @@
 package admission
 
 import (
-	"encoding/json"
 	"errors"
 
 	sdk "github.com/holdfast-dev/holdfast/policies/sdk/go"
@@ -26,7 +25,7 @@ func Evaluate(input []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(handler(req))
+	return handler(req).AppendJSON(make([]byte, 0, 128)), nil
 }
 
 // Deny is a convenience for a denial.
