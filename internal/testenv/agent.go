@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,8 +27,15 @@ import (
 )
 
 var holdfastBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "holdfast-bin-")
+	removeStaleBinaries()
+	dir, err := os.MkdirTemp("", binDirPrefix)
 	if err != nil {
+		return "", err
+	}
+	// The test process that owns the directory: a later one removes it once this one is gone
+	// (a package-level build has no test to clean up after it; 130 MiB each, they filled the
+	// disk of a machine that ran the suite a hundred times).
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return "", err
 	}
 	// Both binaries, as a gateway has them: the agent finds its container logger beside it.
@@ -43,6 +51,27 @@ var holdfastBinary = sync.OnceValues(func() (string, error) {
 	}
 	return filepath.Join(dir, "holdfast"), nil
 })
+
+// binDirPrefix names the temporary directories the holdfast binaries are built into.
+const binDirPrefix = "holdfast-bin-"
+
+// removeStaleBinaries removes the binary directories of test processes that have exited.
+func removeStaleBinaries() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "owner.pid"))
+		if err != nil {
+			continue // being made, or made before owners were recorded: not ours to judge
+		}
+		pid, err := strconv.Atoi(string(b))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
 
 // Agent is a holdfast process under test, run from the binary users run, so that a test can
 // kill -9 it and start it again exactly as an operator's machine would.
