@@ -53,6 +53,7 @@ func TestRelistStallMakesAgentUnhealthy(t *testing.T) {
 		quickBackoff(c)
 		c.NodeStatus.UpdateFrequency = config.D(time.Second)
 		c.Pods.RelistThreshold = config.D(threshold)
+		c.Pods.RelistPeriod = config.D(time.Second) // a stall shows within the threshold
 	})
 	ctx := context.Background()
 	pods := e.cp.Admin.CoreV1().Pods("default")

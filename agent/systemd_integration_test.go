@@ -95,6 +95,7 @@ func TestSystemdNotifyAndWatchdog(t *testing.T) {
 	sock, msgs := notifySocket(t)
 	e := startEnvFor(t, nil, func(_ *env, c *config.Config) {
 		c.Pods.RelistThreshold = config.D(threshold)
+		c.Pods.RelistPeriod = config.D(time.Second) // a stall shows within the threshold
 	}, []string{"NOTIFY_SOCKET=" + sock, "WATCHDOG_USEC=1500000"})
 
 	ready, _ := nextMessage(t, msgs, 2*time.Minute, "READY=1", func(m string) bool { return strings.Contains(m, "READY=1") })

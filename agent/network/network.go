@@ -136,7 +136,7 @@ func (m *Manager) recordPath(podUID string) string {
 
 // Get returns the recorded network of a pod, or nil if it has none.
 func (m *Manager) Get(podUID string) *PodNetwork {
-	b, err := os.ReadFile(m.recordPath(podUID))
+	b, err := fsutil.ReadFileNoAtime(m.recordPath(podUID))
 	if err != nil {
 		return nil
 	}
@@ -157,7 +157,7 @@ func (m *Manager) NetNSPath(podUID string) string {
 
 // record reads a pod's network record, complete or not; nil without one.
 func (m *Manager) record(podUID string) *PodNetwork {
-	b, err := os.ReadFile(m.recordPath(podUID))
+	b, err := fsutil.ReadFileNoAtime(m.recordPath(podUID))
 	if err != nil {
 		return nil
 	}

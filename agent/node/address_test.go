@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 const routeTable = `Iface	Destination	Gateway 	Flags	RefCnt	Use	Metric	Mask		MTU	Window	IRTT
@@ -44,25 +45,36 @@ func TestChooseHostIP(t *testing.T) {
 }
 
 // TestAddressKeeper: the default route's address is kept when the route goes, and across a
-// restart (a new keeper on the same state directory) while it is still gone.
+// restart (a new keeper on the same state directory) while it is still gone; the route is
+// looked up again only once routeTTL has passed.
 func TestAddressKeeper(t *testing.T) {
 	dir := t.TempDir()
-	route := "10.0.2.15"
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	route, lookups := "10.0.2.15", 0
 	k := NewAddressKeeper("", dir)
-	k.route = func() string { return route }
+	k.now = clock
+	k.route = func() string { lookups++; return route }
 	if got := k.IPs(); !reflect.DeepEqual(got, []string{"10.0.2.15"}) {
 		t.Fatalf("with the default route: %v", got)
 	}
 	route = ""
-	if got := k.IPs(); !reflect.DeepEqual(got, []string{"10.0.2.15"}) {
-		t.Errorf("default route gone: %v, want the last known address", got)
+	now = now.Add(routeTTL - time.Second)
+	if got := k.IPs(); !reflect.DeepEqual(got, []string{"10.0.2.15"}) || lookups != 1 {
+		t.Errorf("within routeTTL: %v after %d lookups, want the address looked up once", got, lookups)
+	}
+	now = now.Add(time.Second)
+	if got := k.IPs(); !reflect.DeepEqual(got, []string{"10.0.2.15"}) || lookups != 2 {
+		t.Errorf("default route gone: %v after %d lookups, want the last known address", got, lookups)
 	}
 	restarted := NewAddressKeeper("", dir)
+	restarted.now = clock
 	restarted.route = func() string { return "" }
 	if got := restarted.IPs(); !reflect.DeepEqual(got, []string{"10.0.2.15"}) {
 		t.Errorf("after a restart without default route: %v, want the persisted address", got)
 	}
 	restarted.route = func() string { return "10.0.3.20" }
+	now = now.Add(routeTTL)
 	if got := restarted.IPs(); !reflect.DeepEqual(got, []string{"10.0.3.20"}) {
 		t.Errorf("new default route: %v", got)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -107,14 +108,22 @@ type AddressKeeper struct {
 	configured string
 	path       string
 	route      func() string // the default route's address; "" when there is none
+	now        func() time.Time
 
-	mu   sync.Mutex // protects last
-	last string
+	mu      sync.Mutex // protects last, routeIP, routeAt
+	last    string
+	routeIP string    // what route returned at routeAt
+	routeAt time.Time // zero: route never asked
 }
+
+// routeTTL is how long the default route's address is reused before route is asked again:
+// asking dumps every interface and address of the node over netlink (longer with each pod's
+// veth), and every sync of a pod and every node status wants the address.
+const routeTTL = 10 * time.Second
 
 // NewAddressKeeper reads the last known address from stateDir.
 func NewAddressKeeper(configured, stateDir string) *AddressKeeper {
-	k := &AddressKeeper{configured: configured, path: filepath.Join(stateDir, "node-address"), route: defaultRouteIP}
+	k := &AddressKeeper{configured: configured, path: filepath.Join(stateDir, "node-address"), route: defaultRouteIP, now: time.Now}
 	if b, err := os.ReadFile(k.path); err == nil && net.ParseIP(strings.TrimSpace(string(b))) != nil {
 		k.last = strings.TrimSpace(string(b))
 	}
@@ -123,12 +132,12 @@ func NewAddressKeeper(configured, stateDir string) *AddressKeeper {
 
 // IPs returns the node's addresses (one, IPv4) and remembers the default route's.
 func (k *AddressKeeper) IPs() []string {
-	route := ""
-	if k.configured == "" {
-		route = k.route()
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	route := ""
+	if k.configured == "" {
+		route = k.routeLocked()
+	}
 	if route != "" && route != k.last {
 		// Written only when it changes: flash wears out.
 		if err := fsutil.WriteFileAtomic(k.path, []byte(route+"\n"), 0o644); err == nil {
@@ -136,6 +145,14 @@ func (k *AddressKeeper) IPs() []string {
 		}
 	}
 	return []string{chooseHostIP(k.configured, route, k.last, firstGlobalIPv4)}
+}
+
+// routeLocked returns the default route's address, asked of route at most once per routeTTL.
+func (k *AddressKeeper) routeLocked() string {
+	if now := k.now(); k.routeAt.IsZero() || now.Sub(k.routeAt) >= routeTTL {
+		k.routeIP, k.routeAt = k.route(), now
+	}
+	return k.routeIP
 }
 
 func firstGlobalIPv4() string {

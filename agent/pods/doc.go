@@ -3,8 +3,9 @@
 // A sync observes the pod's containers in the runtime, computes what to do with a pure
 // function (plan.go: no I/O, table-tested), applies it, and computes the pod's status from
 // what it then observes (podstatus.go, also pure). Container exits reach the workers within a
-// fraction of a second through containerd's task events; a relist every RelistPeriod is the
-// safety net for anything an event missed.
+// fraction of a second through containerd's task events, each to its pod's worker alone; a
+// relist every RelistPeriod, and at once when the event subscription is back after a break,
+// is the safety net for anything an event missed.
 //
 // A pod is stopped only on an authoritative removal (Manager.Remove): the pod deleted in the
 // API, or its manifest file removed. Containers the agent finds at start for pods no source

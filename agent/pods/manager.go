@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -107,18 +108,19 @@ type Manager struct {
 	store    offline.Store // nil: decisions are not remembered across restarts
 	admitMu  sync.Mutex    // serializes admission: each decision sees the ones before it
 	backoff  *backoff
-	relistCh chan struct{}   // buffered(1): relist now (a task event arrived)
+	relistCh chan struct{}   // buffered(1): relistDue moved earlier
 	prober   *prober.Manager // nil: no probes; a running container is started and ready
 	hooks    prober.Handler  // runs lifecycle hooks; nil: hooks fail with a clear error
 
 	pullBackoff *backoff // failed pulls, keyed by pod UID + "/" + image
 
-	mu           sync.Mutex // protects workers, ctx, sourcesReady, lastRelist
+	mu           sync.Mutex // protects workers, ctx, sourcesReady, lastRelist, relistDue
 	workers      map[types.UID]*worker
 	ctx          context.Context // set while Run runs; workers start under it
 	wg           sync.WaitGroup  // the worker goroutines
 	sourcesReady func() bool
 	lastRelist   time.Time
+	relistDue    time.Time // when the next relist is due (wall clock, not cfg.Now); zero: now
 	// terminated remembers pods torn down recently, so that a late update from a source (the
 	// API's last status write racing the deletion) does not start them again.
 	terminated map[types.UID]time.Time
@@ -427,6 +429,12 @@ func (w *worker) podUID() types.UID {
 
 // Run starts the workers, follows containerd's task events and relists the runtime until
 // ctx ends, then waits for every worker to return. Containers keep running.
+//
+// Task events are what keeps the workers up to date: an exit reaches the pod's worker within
+// a fraction of a second, with no call to any shim. The relist (every shim asked for its
+// task's state) is the safety net: every RelistPeriod, at once when the event subscription
+// is back after a break, every second while it fails, and as soon as the sources are ready
+// (orphans can only be told from pods then).
 func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	m.ctx = ctx
@@ -444,18 +452,80 @@ func (m *Manager) Run(ctx context.Context) error {
 	}()
 	defer eventsDone.Wait()
 
-	ticker := time.NewTicker(m.cfg.RelistPeriod)
-	defer ticker.Stop()
-	prev := map[string]string{}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var prev map[string]string
+	sourcesWereReady := false
 	for {
-		prev = m.relist(ctx, prev)
+		wait := m.untilRelist()
+		if wait <= 0 {
+			m.scheduleRelist(m.cfg.RelistPeriod)
+			cur, ready, ok := m.relist(ctx, prev)
+			if ok {
+				prev, sourcesWereReady = cur, ready
+			} else {
+				m.requestRelist(relistRetry)
+			}
+			continue
+		}
+		if !sourcesWereReady {
+			// Orphans are adopted at the first relist once the sources are ready: look
+			// every second (no runtime call) rather than wait for the next relist.
+			wait = min(wait, sourcesReadyPoll)
+		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C:
+		case <-timer.C:
 		case <-m.relistCh:
+			timer.Stop() // Go 1.23 timers: no stale tick after Stop or Reset
+		}
+		if !sourcesWereReady && m.SourcesReady() {
+			m.requestRelist(0)
 		}
 	}
+}
+
+const (
+	// relistRetry is how soon a failed relist is tried again (containerd restarting).
+	relistRetry = time.Second
+	// sourcesReadyPoll is how often the sources are checked for readiness until they are.
+	sourcesReadyPoll = time.Second
+	// subscribeSettle is how long after the event subscription is set up the relist that
+	// catches what happened without one runs: containerd registers the subscriber when its
+	// side of the stream starts, a moment after the client's side.
+	subscribeSettle = time.Second
+)
+
+// scheduleRelist sets the next relist d from now, whatever was due: a relist begins.
+func (m *Manager) scheduleRelist(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.relistDue = time.Now().Add(d)
+}
+
+// requestRelist asks for a relist within d (0: now); an earlier one already due stands.
+func (m *Manager) requestRelist(d time.Duration) {
+	m.mu.Lock()
+	if due := time.Now().Add(d); m.relistDue.IsZero() || due.Before(m.relistDue) {
+		m.relistDue = due
+	}
+	m.mu.Unlock()
+	select {
+	case m.relistCh <- struct{}{}:
+	default:
+	}
+}
+
+// untilRelist is the time left until the next relist is due (0 or less: now).
+func (m *Manager) untilRelist() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.relistDue.IsZero() {
+		return 0
+	}
+	return time.Until(m.relistDue)
 }
 
 // DefaultRelistThreshold is kubelet's PLEG relist threshold.
@@ -475,11 +545,13 @@ func (m *Manager) RelistHealthy() error {
 	return nil
 }
 
-// relist lists the runtime, pokes the workers of pods whose containers changed, and hands
-// containers of pods that no source claims to an orphan worker once the sources are ready.
-// The list is bounded by RelistThreshold: a call a hung runtime never answers must not hold
-// the relist loop for good; it gives up (RelistHealthy fails by then anyway) and tries again.
-func (m *Manager) relist(ctx context.Context, prev map[string]string) map[string]string {
+// relist lists the runtime, pokes the workers of pods whose containers changed since the
+// previous list (every pod's at the first), and hands containers of pods that no source
+// claims to an orphan worker once the sources are ready. It returns the pods' fingerprints,
+// whether the sources were ready, and false when the list failed. The list is bounded by
+// RelistThreshold: a call a hung runtime never answers must not hold the relist loop for
+// good; it gives up (RelistHealthy fails by then anyway) and tries again.
+func (m *Manager) relist(ctx context.Context, prev map[string]string) (fingerprints map[string]string, sourcesReady, ok bool) {
 	listCtx, cancel := context.WithTimeout(ctx, m.cfg.RelistThreshold)
 	began := time.Now()
 	list, err := m.rt.List(listCtx)
@@ -489,7 +561,7 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) map[string
 	}
 	if err != nil {
 		m.log.Warn("relist runtime", "err", err)
-		return prev
+		return prev, false, false
 	}
 	byPod := map[string][]runtime.Container{}
 	for _, c := range list {
@@ -510,7 +582,7 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) map[string
 	for uid, fp := range cur {
 		w, ok := m.workers[types.UID(uid)]
 		switch {
-		case ok && prev[uid] != fp:
+		case ok && (prev == nil || prev[uid] != fp):
 			w.poke()
 		case !ok && ready:
 			m.adoptOrphanLocked(byPod[uid][0])
@@ -526,7 +598,7 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) map[string
 		}
 	}
 	m.mu.Unlock()
-	return cur
+	return cur, ready, true
 }
 
 // adoptOrphanLocked starts a worker that tears down a pod no source claims: it was deleted
@@ -549,30 +621,52 @@ func fingerprint(cs []runtime.Container) string {
 	return strings.Join(parts, ",")
 }
 
-// followEvents turns containerd task exits and OOMs into immediate relists. The relist ticker
-// covers the time the subscription is down.
+// followEvents hands containerd's task exits and OOMs to the workers of their pods. When the
+// subscription breaks (containerd restarted), it subscribes again and has the runtime
+// relisted once the new subscription is in place: what happened in between is not
+// delivered.
 func (m *Manager) followEvents(ctx context.Context) {
+	subscribed := func() { m.requestRelist(subscribeSettle) }
 	for ctx.Err() == nil {
-		err := m.rt.SubscribeTaskEvents(ctx, func(ev runtime.TaskEvent) {
-			if ev.OOM {
-				if err := m.rt.RecordOOM(ctx, ev.ContainerID); err != nil {
-					m.log.Debug("record OOM", "container", ev.ContainerID, "err", err)
-				}
-			}
-			select {
-			case m.relistCh <- struct{}{}:
-			default:
-			}
-		})
+		err := m.rt.SubscribeTaskEvents(ctx, subscribed, func(ev runtime.TaskEvent) { m.taskEvent(ctx, ev) })
 		if ctx.Err() != nil {
 			return
 		}
-		m.log.Warn("containerd event subscription ended; relisting only until it is back", "err", err)
+		m.log.Warn("containerd event subscription ended; subscribing again", "err", err)
+		m.requestRelist(0)
 		select {
 		case <-ctx.Done():
-		case <-time.After(2 * time.Second):
+		case <-time.After(resubscribeDelay):
 		}
 	}
+}
+
+// resubscribeDelay is the pause between two attempts to subscribe to containerd's events.
+const resubscribeDelay = time.Second
+
+// taskEvent pokes the worker of the pod whose container exited or was OOM-killed (after
+// recording the OOM on the container, which its exit then reports). A container of no known
+// pod, or one whose pod cannot be read, is left to a relist at once.
+func (m *Manager) taskEvent(ctx context.Context, ev runtime.TaskEvent) {
+	if ev.OOM {
+		if err := m.rt.RecordOOM(ctx, ev.ContainerID); err != nil {
+			m.log.Debug("record OOM", "container", ev.ContainerID, "err", err)
+		}
+	}
+	uid, err := m.rt.PodOf(ctx, ev.ContainerID)
+	if errdefs.IsNotFound(err) {
+		return // removed already: by its worker, which knows
+	}
+	if err != nil {
+		m.log.Debug("find the pod of a task event", "container", ev.ContainerID, "err", err)
+		m.requestRelist(0)
+		return
+	}
+	if w := m.worker(types.UID(uid)); w != nil {
+		w.poke()
+		return
+	}
+	m.requestRelist(0)
 }
 
 // PodUIDs returns the UID of every pod a worker handles, for the local /pods endpoint.

@@ -34,3 +34,37 @@ func TestRelistHealthyThreshold(t *testing.T) {
 		}
 	}
 }
+
+// A relist asked for sooner than the one due moves it earlier; one asked for later leaves it;
+// a relist that begins sets the next a period ahead, whatever was asked before it.
+func TestRelistRequests(t *testing.T) {
+	m := NewManager(Config{}, nil, nil, nil, nil, nil)
+	if d := m.untilRelist(); d > 0 {
+		t.Fatalf("before the first relist: due in %s, want now", d)
+	}
+	m.scheduleRelist(time.Hour)
+	if d := m.untilRelist(); d <= 59*time.Minute {
+		t.Fatalf("after a relist with an hour's period: due in %s", d)
+	}
+	m.requestRelist(2 * time.Hour)
+	if d := m.untilRelist(); d <= 59*time.Minute || d > time.Hour {
+		t.Errorf("a later request moved the relist: due in %s", d)
+	}
+	m.requestRelist(time.Second)
+	if d := m.untilRelist(); d > time.Second {
+		t.Errorf("a relist asked for within a second: due in %s", d)
+	}
+	select {
+	case <-m.relistCh:
+	default:
+		t.Error("the relist loop was not woken up")
+	}
+	m.requestRelist(0)
+	if d := m.untilRelist(); d > 0 {
+		t.Errorf("a relist asked for now: due in %s", d)
+	}
+	m.scheduleRelist(time.Hour)
+	if d := m.untilRelist(); d <= 59*time.Minute {
+		t.Errorf("the relist that begins sets the next an hour ahead: due in %s", d)
+	}
+}

@@ -29,8 +29,12 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
-// resyncPeriod bounds how long a pod goes without a sync even when nothing signals it.
-const resyncPeriod = 10 * time.Second
+// resyncPeriod bounds how long a pod goes without a sync even when nothing signals it
+// (kubelet's syncFrequency). What changes a pod signals its worker: its source (spec,
+// deletion), a task event (exit, OOM), the prober, the services cache, and the relist for
+// what events missed; timed steps (back-off, pull retry, active deadline) set their own,
+// shorter, next sync. Each sync asks the shims of the pod's containers for their state.
+const resyncPeriod = time.Minute
 
 // worker owns one pod: it alone creates, starts, stops and removes the pod's containers.
 type worker struct {

@@ -8,17 +8,31 @@ import (
 	"github.com/containerd/typeurl/v2"
 )
 
-// TaskEvent is a task exit or OOM in holdfast's namespace.
+// TaskEvent is the exit or OOM of a container's task in holdfast's namespace.
 type TaskEvent struct {
 	ContainerID string
 	OOM         bool
 }
 
-// SubscribeTaskEvents calls fn for every task exit and OOM in holdfast's namespace until ctx
-// ends or the subscription fails; it returns the subscription's error.
-func (r *Runtime) SubscribeTaskEvents(ctx context.Context, fn func(TaskEvent)) error {
+// SubscribeTaskEvents calls fn for every exit of a container's main process and every OOM in
+// holdfast's namespace until ctx ends or the subscription fails; it returns the
+// subscription's error. subscribed is called once the subscription is in place: what
+// happened before it (while containerd restarted, say) is not delivered, and the caller
+// relists to learn it.
+//
+// Exits of exec'd processes (exec probes, kubectl exec) are left out: they change nothing in
+// the container's state. Creates, starts and deletes are left out too: the agent makes them
+// itself and observes the result; one made by anything else is found by the relist.
+func (r *Runtime) SubscribeTaskEvents(ctx context.Context, subscribed func(), fn func(TaskEvent)) error {
 	ns := fmt.Sprintf("namespace==%q", r.namespace)
 	ch, errs := r.client.Subscribe(ctx, ns+`,topic=="/tasks/exit"`, ns+`,topic=="/tasks/oom"`)
+	// The client sets the stream up before it returns and reports a failure to do so at once.
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	subscribed()
 	for {
 		select {
 		case <-ctx.Done():
@@ -35,10 +49,22 @@ func (r *Runtime) SubscribeTaskEvents(ctx context.Context, fn func(TaskEvent)) e
 			}
 			switch e := v.(type) {
 			case *apievents.TaskExit:
-				fn(TaskEvent{ContainerID: e.ContainerID})
+				if e.ID == "" || e.ID == e.ContainerID { // the init process, not an exec
+					fn(TaskEvent{ContainerID: e.ContainerID})
+				}
 			case *apievents.TaskOOM:
 				fn(TaskEvent{ContainerID: e.ContainerID, OOM: true})
 			}
 		}
 	}
+}
+
+// PodOf returns the UID of the pod a container belongs to, from its record (containerd's
+// metadata: no call to the container's shim).
+func (r *Runtime) PodOf(ctx context.Context, containerID string) (string, error) {
+	rec, err := r.client.ContainerService().Get(r.ctx(ctx), containerID)
+	if err != nil {
+		return "", fmt.Errorf("get container %s: %w", containerID, err)
+	}
+	return rec.Labels[LabelPodUID], nil
 }

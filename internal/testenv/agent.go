@@ -133,7 +133,6 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 		cfg.CNI.BinDirs = []string{cni.BinDir}
 	}
 	cfg.CNI.NetNSDir = filepath.Join(dir, "netns")
-	cfg.Pods.RelistPeriod = config.D(time.Second)
 	return cfg
 }
 
