@@ -258,7 +258,7 @@ type PodsConfig struct {
 	// when their subscription is back after a break (containerd restarted). Defaults to 1m:
 	// on containerd 1.6 a relist asks every container's shim for its state, which cost the
 	// node more CPU than anything else at 1s (kubelet's generic PLEG period; its evented PLEG
-	// relists every 5m).
+	// relists every 5m), or a third of RelistThreshold when that is shorter.
 	RelistPeriod Duration `json:"relistPeriod,omitempty"`
 	// RelistThreshold is how long the runtime may go without a successful relist before the
 	// agent reports itself unhealthy: /healthz fails and the Node's Ready condition turns
@@ -369,8 +369,10 @@ func (c *Config) applyDefaults() {
 	setDefaultDuration(&c.NodeStatus.LeaseRenewInterval, 10*time.Second)
 	setDefaultDuration(&c.NodeStatus.UpdateFrequency, 10*time.Second)
 	setDefaultDuration(&c.NodeStatus.ReportFrequency, 5*time.Minute)
-	setDefaultDuration(&c.Pods.RelistPeriod, time.Minute)
 	setDefaultDuration(&c.Pods.RelistThreshold, 3*time.Minute)
+	// A threshold set below the period's default takes the period down with it (a third of
+	// it), so that a configuration written when the period was 1s stays valid.
+	setDefaultDuration(&c.Pods.RelistPeriod, min(time.Minute, c.Pods.RelistThreshold.Duration/3))
 	setDefaultDuration(&c.Pods.BackOffBase, 10*time.Second)
 	setDefaultDuration(&c.Pods.BackOffMax, 300*time.Second)
 	setDefaultDuration(&c.Pods.ImagePullBackOffBase, 10*time.Second)

@@ -32,6 +32,22 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
+// A relist threshold set alone below the period's default takes the period down with it (a
+// third of it): a configuration written when the period was 1s stays valid.
+func TestShortRelistThresholdAlone(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte("pods:\n  relistThreshold: 30s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pods.RelistPeriod.Duration != 10*time.Second {
+		t.Errorf("relistPeriod %s, want 10s", c.Pods.RelistPeriod)
+	}
+}
+
 func TestLoadFile(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, wantErr string
@@ -41,7 +57,7 @@ func TestLoadFile(t *testing.T) {
 		{"bad duration", "pods:\n  relistPeriod: soon\n", "duration"},
 		{"renew longer than lease", "nodeStatus:\n  leaseRenewInterval: 50s\n", "must be shorter"},
 		{"negative pods", "maxPods: -1\n", "negative"},
-		{"relist threshold not above period", "pods:\n  relistThreshold: 1s\n", "must be longer than pods.relistPeriod"},
+		{"relist threshold not above period", "pods:\n  relistPeriod: 2s\n  relistThreshold: 1s\n", "must be longer than pods.relistPeriod"},
 		{"unsafe sysctl not namespaced", "allowedUnsafeSysctls: [net.core.somaxconn, vm.swappiness]\n", `"vm.swappiness" is not a namespaced sysctl`},
 		{"unknown eviction signal", "evictionHard:\n  memory.free: 1Gi\n", `unknown signal "memory.free"`},
 		{"eviction threshold not a quantity", "evictionHard:\n  nodefs.available: lots\n", `"lots" is neither a quantity`},
