@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
 // file is one file of a content volume: its bytes and permission bits.
@@ -160,7 +162,9 @@ func payloadMatches(payload map[string]file, oldDir string) (bool, error) {
 		if !fi.Mode().IsRegular() || fi.Mode().Perm() != f.mode.Perm() {
 			return false, nil
 		}
-		b, err := os.ReadFile(full)
+		// Without updating its access time: the resync compares every content volume every
+		// volumeResyncPeriod, and the first read after a write would dirty the inode.
+		b, err := fsutil.ReadFileNoAtime(full)
 		if err != nil {
 			return false, err
 		}
