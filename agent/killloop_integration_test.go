@@ -1,0 +1,82 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// agentKillRounds is how many times TestAgentKilledDuringPodStarts kills the agent: 6 in `make
+// test`, HOLDFAST_AGENT_KILL_ROUNDS more (`make soak`).
+func agentKillRounds(t *testing.T) int {
+	if v := os.Getenv("HOLDFAST_AGENT_KILL_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("HOLDFAST_AGENT_KILL_ROUNDS=%q", v)
+		}
+		return n
+	}
+	return 6
+}
+
+// TestAgentKilledDuringPodStarts crosses every persistence boundary of a pod's start with a
+// kill -9 of the agent: pods are created, and the agent is killed at a different moment of
+// their start each round (before the store write, between it and the container's creation,
+// between the creation and its record, during the start, after it) and started again. At the
+// end every pod runs, each of its containers created exactly once (one container record, its
+// first attempt, running), restartCount 0: nothing ran twice and nothing was lost.
+func TestAgentKilledDuringPodStarts(t *testing.T) {
+	rounds := agentKillRounds(t)
+	e := startEnv(t, true, nil)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	var names []string
+	for round := range rounds {
+		for j := range 3 {
+			name := fmt.Sprintf("r%02d-%d", round, j)
+			names = append(names, name)
+			if _, err := pods.Create(ctx, sleeperPod(name, false), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// From 0 to 1.5 s after the Create calls, a different moment each round.
+		time.Sleep(time.Duration(round*317%1500) * time.Millisecond)
+		e.agent.Kill()
+		e.agent.Start()
+	}
+	running := e.waitAPIRunning(t, names...)
+
+	tasks, err := e.cd.RunningTasks(ctx, "holdfast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := map[string][]string{} // pod UID -> its container records' IDs
+	for id, c := range e.containers(t) {
+		records[c.PodUID] = append(records[c.PodUID], id)
+	}
+	for _, name := range names {
+		p := running[name]
+		ids := records[string(p.UID)]
+		if len(ids) != 1 {
+			t.Errorf("%s: %d container records %v, want 1: a container created twice", name, len(ids), ids)
+			continue
+		}
+		if _, ok := tasks[ids[0]]; !ok {
+			t.Errorf("%s: its container %s does not run", name, ids[0])
+		}
+		cs := p.Status.ContainerStatuses
+		if len(cs) != 1 || cs[0].RestartCount != 0 || cs[0].ContainerID != "containerd://"+ids[0] {
+			t.Errorf("%s: status %+v, want the one container %s, never restarted", name, cs, ids[0])
+		}
+		if p.Status.Phase != v1.PodRunning {
+			t.Errorf("%s: phase %s", name, p.Status.Phase)
+		}
+	}
+	t.Logf("%d rounds, %d pods: every pod running, each container created once", rounds, len(names))
+}
