@@ -85,7 +85,14 @@ func New(opts Options) (*Identity, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load kubeconfig %s: %w", opts.Kubeconfig, err)
 		}
-		return &Identity{opts: opts, config: cfg}, nil
+		// Connections through a dialer that can close them all, as the kubelet's
+		// (CloseAllConns), when the kubeconfig leaves the transport to client-go.
+		id := &Identity{opts: opts, config: cfg}
+		if cfg.Transport == nil && cfg.Dial == nil {
+			id.dialer = connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
+			cfg.Dial = id.dialer.DialContext
+		}
+		return id, nil
 	}
 	return newBootstrapped(opts)
 }
@@ -154,7 +161,11 @@ func (id *Identity) RESTConfig() *rest.Config { return rest.CopyConfig(id.config
 // CloseAllConns closes every connection to the apiserver made with the identity, so that
 // requests and watches hung on a dead link (no reset: a NAT entry gone, a modem that lost its
 // carrier) fail and reconnect, as the kubelet does when its heartbeats keep failing.
-func (id *Identity) CloseAllConns() { id.dialer.CloseAll() }
+func (id *Identity) CloseAllConns() {
+	if id.dialer != nil { // a kubeconfig with a transport of its own
+		id.dialer.CloseAll()
+	}
+}
 
 // Bootstrapped reports whether the identity is a certificate holdfast requests and renews.
 func (id *Identity) Bootstrapped() bool { return id.certs != nil }
