@@ -21,8 +21,8 @@ import (
 const DefaultExecOutputLimit = 10 << 10
 
 // execCleanupTimeout bounds killing, waiting for and deleting an exec process once its own
-// deadline has passed, so a hung shim cannot hold the caller forever.
-const execCleanupTimeout = 10 * time.Second
+// deadline has passed, so a hung shim cannot hold the caller forever. A variable for the tests.
+var execCleanupTimeout = 10 * time.Second
 
 // execDrainTimeout bounds how long output is still read after the command exited: a child it
 // left in the background may hold stdout open for ever.
@@ -122,13 +122,13 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, opts ExecOp
 	}
 	// From here on the exec process exists in the shim: it is deleted whatever happens, with
 	// a context of its own since runCtx may be the very reason we stop.
-	cleanupCtx, cleanupCancel := context.WithTimeout(context.WithoutCancel(ctx), execCleanupTimeout)
-	defer cleanupCancel()
-	defer r.deleteExec(cleanupCtx, proc, id)
+	defer r.deleteExec(ctx, proc, id)
 
 	// Wait before Start, so that a command that exits at once is not missed. The channel's
-	// goroutine (the client's) ends when waitCtx does.
-	waitCtx, waitCancel := context.WithCancel(cleanupCtx)
+	// goroutine (the client's) ends when waitCtx does. No deadline of its own: the command
+	// may run as long as runCtx lets it (a bounded context here ended every command after
+	// execCleanupTimeout with "context deadline exceeded").
+	waitCtx, waitCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer waitCancel()
 	exitCh, err := proc.Wait(waitCtx)
 	if err != nil {
@@ -145,7 +145,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, opts ExecOp
 	select {
 	case st = <-exitCh:
 	case <-runCtx.Done():
-		r.killExec(cleanupCtx, proc, exitCh, id, execID)
+		r.killExec(ctx, proc, exitCh, id, execID)
 		return ExecResult{Output: out.Bytes(), Truncated: out.Truncated()}, r.execErr(runCtx, ctx, cmd, opts, runCtx.Err())
 	}
 	if err := st.Error(); err != nil {
@@ -155,9 +155,17 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, opts ExecOp
 	return ExecResult{ExitCode: int(st.ExitCode()), Output: out.Bytes(), Truncated: out.Truncated()}, nil
 }
 
-// killExec kills an exec process whose caller gave up and waits, until cleanupCtx ends, for
-// its exit.
-func (r *Runtime) killExec(cleanupCtx context.Context, proc client.Process, exitCh <-chan client.ExitStatus, id, execID string) {
+// cleanupContext bounds the clean-up of an exec process by execCleanupTimeout from now, whatever
+// became of ctx (its end may be the very reason for the clean-up).
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), execCleanupTimeout)
+}
+
+// killExec kills an exec process whose caller gave up and waits, for at most
+// execCleanupTimeout, for its exit.
+func (r *Runtime) killExec(ctx context.Context, proc client.Process, exitCh <-chan client.ExitStatus, id, execID string) {
+	cleanupCtx, cancel := cleanupContext(ctx)
+	defer cancel()
 	if err := proc.Kill(cleanupCtx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
 		r.log.Warn("kill exec process", "container", id, "exec", execID, "err", err)
 	}
@@ -186,8 +194,10 @@ func drainExecIO(proc client.Process) {
 }
 
 // deleteExec removes the exec process from the shim, killing it first if it still runs
-// (the caller gave up on it), and releases its pipes.
+// (the caller gave up on it), and releases its pipes, within execCleanupTimeout from now.
 func (r *Runtime) deleteExec(ctx context.Context, proc client.Process, id string) {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
 	_, err := proc.Delete(ctx)
 	if errdefs.IsFailedPrecondition(err) {
 		exitCh, werr := proc.Wait(ctx)

@@ -84,11 +84,10 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s Exe
 	} else if err != nil {
 		return 0, fmt.Errorf("exec in %s: create process: %w", id, err)
 	}
-	cleanupCtx, cleanupCancel := context.WithTimeout(context.WithoutCancel(ctx), execCleanupTimeout)
-	defer cleanupCancel()
-	defer r.deleteExec(cleanupCtx, proc, id)
+	defer r.deleteExec(ctx, proc, id)
 
-	waitCtx, waitCancel := context.WithCancel(cleanupCtx)
+	// As long as the session lasts: an interactive shell outlives any fixed bound.
+	waitCtx, waitCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer waitCancel()
 	exitCh, err := proc.Wait(waitCtx)
 	if err != nil {
@@ -122,7 +121,7 @@ wait:
 				r.log.Debug("close exec stdin", "container", id, "exec", execID, "err", err)
 			}
 		case <-ctx.Done():
-			r.killExec(cleanupCtx, proc, exitCh, id, execID)
+			r.killExec(ctx, proc, exitCh, id, execID)
 			return 0, fmt.Errorf("exec in %s: %w", id, ctx.Err())
 		}
 	}

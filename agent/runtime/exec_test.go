@@ -66,6 +66,21 @@ func TestExec(t *testing.T) {
 			t.Errorf("result %+v (%q)", res, res.Output)
 		}
 	})
+	// A command may run longer than the clean-up bound, interactive or not: the bound is for
+	// the clean-up alone (every exec, a shell of kubectl exec -it included, ended after it
+	// with "context deadline exceeded").
+	t.Run("longer than the clean-up bound", func(t *testing.T) {
+		defer runtime.SetExecCleanupTimeout(time.Second)()
+		res, err := rt.Exec(ctx, id, []string{"sh", "-c", "sleep 2; echo done"}, runtime.ExecOptions{Timeout: 30 * time.Second})
+		if err != nil || res.ExitCode != 0 || string(res.Output) != "done\n" {
+			t.Errorf("Exec: %+v (%q), %v", res, res.Output, err)
+		}
+		var out, errOut strings.Builder
+		code, err := rt.ExecStream(ctx, id, []string{"sh", "-c", "sleep 2; echo done"}, runtime.ExecStreams{Stdout: &out, Stderr: &errOut})
+		if err != nil || code != 0 || out.String() != "done\n" {
+			t.Errorf("ExecStream: exit %d (%q), %v", code, out.String(), err)
+		}
+	})
 	t.Run("the container's env and working directory", func(t *testing.T) {
 		res, err := rt.Exec(ctx, id, []string{"sh", "-c", "echo $GREETING; pwd"}, runtime.ExecOptions{})
 		if err != nil {
