@@ -17,6 +17,7 @@ import (
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -230,16 +231,31 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 	if cfg.TTY {
 		labels[LabelTTY] = "true"
 	}
-	_, err = r.client.NewContainer(ctx, id,
-		client.WithImage(img),
-		client.WithNewSnapshot(id, img),
-		client.WithNewSpec(opts...),
-		client.WithContainerLabels(labels),
-	)
-	if err != nil {
-		if errdefs.IsAlreadyExists(err) {
-			return id, nil
+	newContainer := func() error {
+		_, err := r.client.NewContainer(ctx, id,
+			client.WithImage(img),
+			client.WithNewSnapshot(id, img),
+			client.WithNewSpec(opts...),
+			client.WithContainerLabels(labels),
+		)
+		return err
+	}
+	err = newContainer()
+	if errdefs.IsAlreadyExists(err) {
+		if _, lerr := r.client.LoadContainer(ctx, id); lerr == nil {
+			return id, nil // made by an earlier try
 		}
+		// The snapshot exists without its container: an earlier create was cut between the
+		// two (the agent killed). The snapshot is that create's, unused: it goes, and the
+		// container is made again (TestAgentKilledDuringPodStarts left such a pod waiting
+		// forever on "container not found").
+		r.log.Info("removing the snapshot of an interrupted container create", "container", id)
+		if rerr := r.client.SnapshotService(defaults.DefaultSnapshotter).Remove(ctx, id); rerr != nil && !errdefs.IsNotFound(rerr) {
+			return "", fmt.Errorf("%w: remove the snapshot of an interrupted create of %s: %v", ErrCreateContainer, id, rerr)
+		}
+		err = newContainer()
+	}
+	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrCreateContainer, err)
 	}
 	return id, nil
