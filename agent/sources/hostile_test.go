@@ -1,14 +1,12 @@
 package sources
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +14,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
-
-// syncedBuffer is a log sink safe for the source's goroutine and the test's.
-type syncedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestHostileManifestDir: what may land in a gateway's manifest directory besides manifests.
 // Each bad entry is reported with its path and a reason; none hangs or stops the source, and
@@ -79,7 +61,7 @@ func TestHostileManifestDir(t *testing.T) {
 	weird := filepath.Join(dir, "new\nline\xff.yaml")
 	write(weird, "not: [a pod")
 
-	logs := &syncedBuffer{}
+	logs := &testenv.SyncBuffer{}
 	rec := record.NewFakeRecorder(100)
 	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
 	src := &FileSource{Dir: dir, NodeName: "n1", Sink: sink, Log: slog.New(slog.NewTextHandler(logs, nil)),
