@@ -106,6 +106,12 @@ func nodeMetricsProblems(f metricstest.Families) error {
 	}
 	// The pod was seen, synced and started.
 	atLeast(1, "holdfast_pod_start_duration_seconds")
+	// Its start was traced: a container created and started, in a network of its own.
+	for _, phase := range []string{"network", "create", "start"} {
+		if v, ok := f.Sum("holdfast_pod_start_phase_duration_seconds", "phase", phase); !ok || v <= 0 {
+			problems = append(problems, fmt.Sprintf("holdfast_pod_start_phase_duration_seconds{phase=%q} sum %v (served: %v), want above 0", phase, v, ok))
+		}
+	}
 	atLeast(1, "holdfast_pod_worker_duration_seconds", "operation_type", "create", "result", "success")
 	atLeast(1, "holdfast_pod_worker_duration_seconds", "operation_type", "sync")
 	atLeast(1, "holdfast_pleg_relist_duration_seconds")

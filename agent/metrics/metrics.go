@@ -37,6 +37,23 @@ const (
 	ResultError   = "error"
 )
 
+// Phases of a pod's start (holdfast_pod_start_phase_duration_seconds), in the order a start
+// goes through them: what separates a pod's start from the runtime's own floor.
+const (
+	PhaseAdmission = "admission" // the admission handlers and Wasm admission policies
+	PhaseNetwork   = "network"   // the pod's network namespace and CNI ADD
+	PhaseVolumes   = "volumes"   // the pod's volumes written (tokens, ConfigMaps, Secrets, ...)
+	PhaseImage     = "image"     // each container's image made present (a pull, or a look-up)
+	PhaseCreate    = "create"    // each container's configuration built and created in containerd
+	PhaseStart     = "start"     // each container's task created and started (shim, runc, logger)
+	// PhaseOther is the rest of the start: waiting for the worker, runtime observations,
+	// status computation, hooks, syncs that found something not ready yet.
+	PhaseOther = "other"
+)
+
+// PodStartPhases lists the phases in order, PhaseOther last.
+var PodStartPhases = []string{PhaseAdmission, PhaseNetwork, PhaseVolumes, PhaseImage, PhaseCreate, PhaseStart, PhaseOther}
+
 // Boot milestones: seconds from the agent's start until each first happened.
 const (
 	MilestoneFirstRelist    = "first_relist"    // the runtime listed once: pods' state known
@@ -64,6 +81,7 @@ type Metrics struct {
 
 	podWorkerDuration *metrics.HistogramVec
 	podStartDuration  *metrics.Histogram
+	podStartPhase     *metrics.HistogramVec
 	relistDuration    *metrics.Histogram
 	relistErrors      *metrics.Counter
 	policyEvaluations *metrics.CounterVec
@@ -103,6 +121,12 @@ func newWithClock(now func() time.Time) *Metrics {
 			Buckets:        startBuckets,
 			StabilityLevel: metrics.ALPHA,
 		}),
+		podStartPhase: metrics.NewHistogramVec(&metrics.HistogramOpts{
+			Namespace: namespace, Name: "pod_start_phase_duration_seconds",
+			Help:           "Duration in seconds of each phase of a pod's start, for the pods counted in holdfast_pod_start_duration_seconds: admission, network (namespace and CNI ADD), volumes, image, create (the containers' configuration and containerd records), start (their tasks), other (the rest: waiting, observing, status). A phase's sum over all pods divided by their count is where an average start goes.",
+			Buckets:        syncBuckets,
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"phase"}),
 		relistDuration: metrics.NewHistogram(&metrics.HistogramOpts{
 			Namespace: namespace, Subsystem: "pleg", Name: "relist_duration_seconds",
 			Help:           "Duration in seconds for relisting the containers of the runtime (holdfast's pod lifecycle event generator), failed relists included.",
@@ -141,7 +165,7 @@ func newWithClock(now func() time.Time) *Metrics {
 			StabilityLevel: metrics.ALPHA,
 		}),
 	}
-	m.registry.MustRegister(m.podWorkerDuration, m.podStartDuration, m.relistDuration, m.relistErrors,
+	m.registry.MustRegister(m.podWorkerDuration, m.podStartDuration, m.podStartPhase, m.relistDuration, m.relistErrors,
 		m.policyEvaluations, m.policyDuration, m.bootPhase, m.bootMilestone, m.offlinePeriods)
 	m.registry.CustomMustRegister(&gaugeFunc{desc: metrics.NewDesc(namespace+"_apiserver_offline_seconds",
 		"Seconds since the apiserver was last reachable (or since the agent started, if it has not been yet); 0 while it is reachable and on a standalone node.",
@@ -171,6 +195,17 @@ func (m *Metrics) ObservePodStart(d time.Duration) {
 		return
 	}
 	m.podStartDuration.Observe(d.Seconds())
+}
+
+// ObservePodStartPhases records where one pod's start went, by phase (PodStartPhases; a
+// phase the pod did not go through counts as zero, so every phase has one sample per pod).
+func (m *Metrics) ObservePodStartPhases(phases map[string]time.Duration) {
+	if m == nil {
+		return
+	}
+	for _, p := range PodStartPhases {
+		m.podStartPhase.WithLabelValues(p).Observe(phases[p].Seconds())
+	}
 }
 
 // ObserveRelist records one relist of the runtime; the first that succeeds is the

@@ -39,6 +39,7 @@ func TestMetricsRecordWhatHappens(t *testing.T) {
 	m.ObservePodSync(OperationCreate, ResultSuccess, 20*time.Millisecond)
 	m.ObservePodSync(OperationSync, ResultError, time.Second)
 	m.ObservePodStart(3 * time.Second)
+	m.ObservePodStartPhases(map[string]time.Duration{PhaseNetwork: 2 * time.Second, PhaseOther: time.Second})
 	m.ObserveRelist(10*time.Millisecond, errors.New("containerd: deadline exceeded"))
 	clock.step(2 * time.Second)
 	m.ObserveRelist(10*time.Millisecond, nil)
@@ -58,6 +59,10 @@ func TestMetricsRecordWhatHappens(t *testing.T) {
 		{"holdfast_pod_worker_duration_seconds", []string{"operation_type", "create", "result", "success"}, 1},
 		{"holdfast_pod_worker_duration_seconds", []string{"operation_type", "sync", "result", "error"}, 1},
 		{"holdfast_pod_start_duration_seconds", nil, 1},
+		// Every phase has a sample for the pod, those it did not go through too.
+		{"holdfast_pod_start_phase_duration_seconds", []string{"phase", PhaseNetwork}, 1},
+		{"holdfast_pod_start_phase_duration_seconds", []string{"phase", PhaseImage}, 1},
+		{"holdfast_pod_start_phase_duration_seconds", nil, float64(len(PodStartPhases))},
 		{"holdfast_pleg_relist_duration_seconds", nil, 3},
 		{"holdfast_pleg_relist_errors_total", nil, 1},
 		{"holdfast_boot_milestone_seconds", []string{"milestone", "first_relist"}, 2},
@@ -69,6 +74,12 @@ func TestMetricsRecordWhatHappens(t *testing.T) {
 		if got, ok := f.Value(c.name, c.labels...); !ok || got != c.want {
 			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
+	}
+	if got, _ := f.Sum("holdfast_pod_start_phase_duration_seconds", "phase", PhaseNetwork); got != 2 {
+		t.Errorf("network phase sum %v, want 2", got)
+	}
+	if got, _ := f.Sum("holdfast_pod_start_phase_duration_seconds"); got != 3 {
+		t.Errorf("phases' sum %v, want the start's 3 s", got)
 	}
 	for name, fam := range f {
 		if strings.HasPrefix(name, "holdfast_") && !strings.Contains(fam.GetHelp(), " ") {

@@ -81,8 +81,9 @@ type worker struct {
 	// containers running since: its startup latency is still to be recorded.
 	seen         time.Time
 	startPending bool
-	synced       bool  // a sync of the running pod happened (the next is not its creation)
-	syncErr      error // why the sync in progress gave up, to be retried; nil when it did not
+	trace        startTrace // where the start went so far, while startPending
+	synced       bool       // a sync of the running pod happened (the next is not its creation)
+	syncErr      error      // why the sync in progress gave up, to be retried; nil when it did not
 }
 
 func newWorker(m *Manager, pod *v1.Pod) *worker {
@@ -282,7 +283,10 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		w.startPending = len(observed) == 0
 	}
 	w.synced = true
-	if r := w.admitOnce(ctx, log, pod, observed); !r.Admitted {
+	began := w.m.now()
+	r := w.admitOnce(ctx, log, pod, observed)
+	w.timePhase(metrics.PhaseAdmission, began)
+	if !r.Admitted {
 		st := admission.Rejected(r)
 		st.QOSClass = pod.Status.QOSClass
 		w.m.status.SetPodStatus(pod, st)
@@ -339,8 +343,8 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		ready: ready, started: started, messages: w.messages,
 	})
 	if w.startPending && allContainersRunning(pod, st) {
+		w.reportStart(log, w.m.now().Sub(w.seen))
 		w.startPending = false
-		w.m.cfg.Metrics.ObservePodStart(w.m.now().Sub(w.seen))
 	}
 	w.m.status.SetPodStatus(pod, st)
 	return next
@@ -528,7 +532,9 @@ func (w *worker) prepare(ctx context.Context, log *slog.Logger, pod *v1.Pod) (po
 	next = resyncPeriod
 	hostIPs = w.m.hostIPs()
 	if !pod.Spec.HostNetwork {
+		began := w.m.now()
 		pn, err := w.m.net.Setup(ctx, string(pod.UID), pod.Namespace, pod.Name, network.PortMappings(pod))
+		w.timePhase(metrics.PhaseNetwork, began)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.m.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
@@ -540,7 +546,9 @@ func (w *worker) prepare(ctx context.Context, log *slog.Logger, pod *v1.Pod) (po
 		}
 		podIPs = pn.IPs
 	}
+	began := w.m.now()
 	vols, err := w.m.cfg.Volumes.Setup(ctx, pod)
+	w.timePhase(metrics.PhaseVolumes, began)
 	if err != nil {
 		log.Warn("set up pod volumes", "err", err)
 		return podIPs, hostIPs, nil, false, 5 * time.Second
@@ -704,11 +712,15 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 			return fail(ReasonCreateContainerConfig, fmt.Errorf("ephemeral container %q: holdfast does not implement %s", c.Name, strings.Join(fields, ", ")))
 		}
 	}
-	if err := w.ensureImage(ctx, pod, c); errors.Is(err, runtime.ErrImageNeverPull) {
+	began := w.m.now()
+	err := w.ensureImage(ctx, pod, c)
+	w.timePhase(metrics.PhaseImage, began)
+	if errors.Is(err, runtime.ErrImageNeverPull) {
 		return fail(ReasonErrImageNeverPull, err)
 	} else if err != nil {
 		return err
 	}
+	began = w.m.now()
 	cfg, err := w.containerConfig(ctx, pod, c, s.attempt, podIPs, hostIPs, vols)
 	if err != nil {
 		return fail(ReasonCreateContainerConfig, err)
@@ -717,6 +729,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 		cfg.SpecOpts = append(cfg.SpecOpts, withPIDNamespaceOf(s.pidNamespaceOf))
 	}
 	id, err := w.m.rt.CreateContainer(ctx, cfg)
+	w.timePhase(metrics.PhaseCreate, began)
 	var cfgErr *errConfig
 	if errors.As(err, &cfgErr) {
 		return fail(ReasonCreateContainerConfig, cfgErr)
@@ -724,7 +737,10 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 		return fail(ReasonCreateContainerError, err)
 	}
 	w.m.event(pod, v1.EventTypeNormal, "Created", "Created container %s", c.Name)
-	if err := w.m.rt.StartContainer(ctx, id); err != nil {
+	began = w.m.now()
+	err = w.m.rt.StartContainer(ctx, id)
+	w.timePhase(metrics.PhaseStart, began)
+	if err != nil {
 		return fail(ReasonRunContainerError, err)
 	}
 	delete(w.waiting, c.Name)

@@ -68,6 +68,22 @@ func (f Families) Value(name string, labels ...string) (sum float64, ok bool) {
 	return sum, ok
 }
 
+// Sum adds up the sample sums of the family's histogram series that have the labels (name,
+// value pairs). ok is false when no histogram series matches.
+func (f Families) Sum(name string, labels ...string) (sum float64, ok bool) {
+	fam := f[name]
+	if fam == nil {
+		return 0, false
+	}
+	for _, s := range fam.Metric {
+		if s.Histogram != nil && hasLabels(s, labels) {
+			ok = true
+			sum += s.Histogram.GetSampleSum()
+		}
+	}
+	return sum, ok
+}
+
 func hasLabels(s *dto.Metric, labels []string) bool {
 	for i := 0; i+1 < len(labels); i += 2 {
 		found := false
