@@ -340,6 +340,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { return eventBacklog.Run(ctx) })
 	}
 	g.Go(func() error { return podMgr.Run(ctx) })
+	g.Go(func() error { return netMgr.Run(ctx) })
 	g.Go(func() error { return collector.Run(ctx) })
 	g.Go(func() error { return evictionMgr.Run(ctx) })
 	g.Go(func() error { return volMgr.Run(ctx) })

@@ -96,6 +96,43 @@ func TestCNIDelAfterRestartAndReboot(t *testing.T) {
 		}
 	})
 
+	// After a reboot the pod is attached again at once under a new CNI container ID, and the
+	// previous boot's address is released afterwards: in the end IPAM holds only the pod's
+	// new address, and none once the pod is deleted.
+	t.Run("reboot, pod kept", func(t *testing.T) {
+		if _, err := pods.Create(ctx, netPod("kept"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		before := e.waitPodIP(t, "kept").Status.PodIP
+		testenv.Reboot(e.cd, e.agent)
+		if files := ipamFiles(t, e); len(files) != 1 || files[0] != before {
+			t.Fatalf("host-local holds %v before the agent comes back, want the pod's %s", files, before)
+		}
+		e.agent.Start()
+		var after string
+		testenv.Eventually(t, 90*time.Second, "the pod running again with its new address, and only that held", func() error {
+			p, err := e.localPod("kept")
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != v1.PodRunning || p.Status.PodIP == "" || p.Status.PodIP == before {
+				return fmt.Errorf("phase %s, podIP %q (before the reboot %s)", p.Status.Phase, p.Status.PodIP, before)
+			}
+			after = p.Status.PodIP
+			if files := ipamFiles(t, e); len(files) != 1 || files[0] != after {
+				return fmt.Errorf("host-local holds %v, want only the pod's %s", files, after)
+			}
+			return nil
+		})
+		if err := pods.Delete(ctx, "kept", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitPodGone(t, "kept")
+		if files := ipamFiles(t, e); len(files) != 0 {
+			t.Errorf("host-local still holds %v after the pod was deleted", files)
+		}
+	})
+
 	t.Run("reboot", func(t *testing.T) {
 		// A static pod, so that nothing starts it again after the reboot: its file is removed
 		// while the machine is down.

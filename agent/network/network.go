@@ -8,8 +8,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	gocni "github.com/containerd/go-cni"
 	"github.com/containernetworking/cni/libcni"
@@ -37,6 +40,10 @@ type PodNetwork struct {
 	PortMappings []gocni.PortMapping `json:"portMappings,omitempty"`
 	// Attachments are the networks ADD attached, in order.
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// SetAside: the attachment of a boot before a reboot, kept until it is released. Its
+	// namespace is gone; whatever is at its path now belongs to the pod's new attachment,
+	// which its DEL must never touch.
+	SetAside bool `json:"setAside,omitempty"`
 }
 
 // Attachment is one network a pod was attached to: its configuration list as ADD read it and
@@ -56,12 +63,28 @@ type Manager struct {
 	mu         sync.Mutex // protects cni and loadedConf: reloaded when the conf dir changes
 	cni        gocni.CNI
 	loadedConf string // fingerprint of the conf dir cni was loaded from
+
+	// stale: a previous boot's attachment was set aside by Setup, for Run to release.
+	stale chan struct{}
+	// staleMu serializes the release of set-aside attachments (Run's and Teardown's).
+	staleMu sync.Mutex
+	// lastSetup is when a Setup last ran (unix nanoseconds): Run waits for a quiet moment.
+	lastSetup atomic.Int64
 }
+
+// releaseQuiet is how long no pod network must have been set up before Run releases the
+// attachments a reboot left: the CNI DELs wait until the pods of a boot have their networks.
+// releaseMaxWait bounds that wait on a node whose pods never stop being set up.
+var (
+	releaseQuiet   = 5 * time.Second
+	releaseMaxWait = time.Minute
+)
 
 // NewManager prepares a manager; the CNI configuration is read lazily (and re-read while it
 // is missing) so that a gateway whose CNI config arrives after boot still works.
 func NewManager(confDir string, binDirs []string, netnsDir, stateDir string) *Manager {
-	return &Manager{confDir: confDir, binDirs: binDirs, netnsDir: netnsDir, stateDir: filepath.Join(stateDir, "network")}
+	return &Manager{confDir: confDir, binDirs: binDirs, netnsDir: netnsDir, stateDir: filepath.Join(stateDir, "network"),
+		stale: make(chan struct{}, 1)}
 }
 
 // load returns the CNI configuration, read again whenever the conf dir changed since it was
@@ -180,11 +203,25 @@ func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string, por
 	if err != nil {
 		return nil, err
 	}
+	m.lastSetup.Store(time.Now().UnixNano())
 	path := m.netnsPath(podUID)
-	if old := m.record(podUID); old != nil || isNetNS(path) {
-		// Left by an earlier setup that did not finish, or by a boot before a reboot (the
-		// namespace is gone, IPAM still remembers): CNI DEL first so IPAM releases what it
-		// allocated to this pod.
+	containerID := podUID
+	old := m.record(podUID)
+	switch {
+	case old != nil && old.Complete && len(old.Attachments) > 0 && !isNetNS(path) && len(old.PortMappings) == 0 && len(ports) == 0:
+		// A boot before a reboot attached the pod: its namespace is gone, IPAM still holds
+		// its address. That attachment is set aside, released by Run once the boot's pods
+		// have their networks, and the pod is attached again under a new CNI container ID
+		// (IPAM gives no second address to the same ID): an offline boot of many pods does
+		// not wait for a DEL before each ADD. A pod with host ports gets its DEL first, so
+		// that the old attachment's port rules never shadow the new one's.
+		if err := m.setAside(old); err != nil {
+			return nil, err
+		}
+		containerID = nextContainerID(podUID, old.ContainerID)
+	case old != nil || isNetNS(path):
+		// Left by an earlier setup that did not finish (or with host ports, by a boot before
+		// a reboot): CNI DEL first so IPAM releases what it allocated to this pod.
 		// Best effort, as before a first setup: a DEL that fails must not keep the pod from
 		// running.
 		_ = m.del(ctx, c, podUID, namespace, name, old)
@@ -192,7 +229,7 @@ func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string, por
 	if err := CreateNetNS(path); err != nil {
 		return nil, err
 	}
-	pn := &PodNetwork{NetNSPath: path, ContainerID: podUID, Args: podArgs(podUID, namespace, name), PortMappings: ports}
+	pn := &PodNetwork{NetNSPath: path, ContainerID: containerID, Args: podArgs(podUID, namespace, name), PortMappings: ports}
 	for _, n := range c.GetConfig().Networks {
 		pn.Attachments = append(pn.Attachments, Attachment{ConfList: json.RawMessage(n.Config.Source), IfName: n.IFName})
 	}
@@ -205,7 +242,14 @@ func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string, por
 	if len(ports) > 0 {
 		opts = append(opts, gocni.WithCapabilityPortMap(ports))
 	}
-	res, err := c.Setup(ctx, podUID, path, opts...)
+	res, err := c.Setup(ctx, containerID, path, opts...)
+	if err != nil && m.releaseStale(ctx, "") > 0 {
+		// The addresses the set-aside attachments hold may be what IPAM lacked: with them
+		// released, once more.
+		if derr := m.del(ctx, c, podUID, namespace, name, pn); derr == nil {
+			res, err = c.Setup(ctx, containerID, path, opts...)
+		}
+	}
 	if err != nil {
 		if derr := m.del(ctx, c, podUID, namespace, name, pn); derr != nil {
 			err = fmt.Errorf("%w (and CNI DEL after it: %v)", err, derr)
@@ -237,7 +281,7 @@ func (m *Manager) del(ctx context.Context, c gocni.CNI, podUID, namespace, name 
 	if rec != nil && rec.NetNSPath != "" {
 		path = rec.NetNSPath
 	}
-	if !isNetNS(path) {
+	if !isNetNS(path) || rec != nil && rec.SetAside {
 		path = ""
 	}
 	if rec == nil || len(rec.Attachments) == 0 {
@@ -279,8 +323,12 @@ func (m *Manager) del(ctx context.Context, c gocni.CNI, podUID, namespace, name 
 
 // Teardown runs CNI DEL and removes the namespace and the record. Tearing down a pod with
 // no network is not an error. DEL runs whenever there is a record, with the namespace or
-// without it (after a reboot): otherwise IPAM would keep the pod's addresses for ever.
+// without it (after a reboot): otherwise IPAM would keep the pod's addresses for ever. The
+// pod's attachments a reboot left, not released yet, are released too.
 func (m *Manager) Teardown(ctx context.Context, podUID, namespace, name string) error {
+	if m.releaseStale(ctx, podUID) < 0 {
+		return fmt.Errorf("CNI teardown of pod %s/%s: an attachment of a previous boot could not be released", namespace, name)
+	}
 	path := m.netnsPath(podUID)
 	if rec := m.record(podUID); rec != nil || isNetNS(path) {
 		if err := m.del(ctx, nil, podUID, namespace, name, rec); err != nil {
@@ -310,6 +358,123 @@ func (m *Manager) Known() []string {
 		}
 	}
 	return uids
+}
+
+// staleDir holds the attachments of previous boots that Setup set aside, one record per CNI
+// container ID, until Run or Teardown releases them.
+func (m *Manager) staleDir() string { return filepath.Join(m.stateDir, "stale") }
+
+// setAside moves a previous boot's complete record of a pod's attachment to the stale
+// directory, without its namespace path: its DEL must never reach the new namespace made at
+// the same path.
+func (m *Manager) setAside(old *PodNetwork) error {
+	old.NetNSPath, old.SetAside = "", true
+	if err := os.MkdirAll(m.staleDir(), 0o700); err != nil {
+		return fmt.Errorf("set aside the network of a previous boot: %w", err)
+	}
+	if err := fsutil.WriteJSONAtomic(filepath.Join(m.staleDir(), old.ContainerID+".json"), old); err != nil {
+		return fmt.Errorf("set aside the network of a previous boot: %w", err)
+	}
+	select {
+	case m.stale <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// nextContainerID is the CNI container ID of a pod's next attachment after one with prev:
+// the pod's UID, then the UID with a generation that grows with each reboot it lives through.
+func nextContainerID(podUID, prev string) string {
+	gen := 0
+	if s, ok := strings.CutPrefix(prev, podUID+"-g"); ok {
+		gen, _ = strconv.Atoi(s)
+	}
+	return podUID + "-g" + strconv.Itoa(gen+1)
+}
+
+// releaseStale runs CNI DEL for the set-aside attachments, of one pod (podUID) or of all
+// (""), and removes the records of those released. It returns how many were released, or -1
+// if one could not be (its record stays, to be tried again).
+func (m *Manager) releaseStale(ctx context.Context, podUID string) int {
+	m.staleMu.Lock()
+	defer m.staleMu.Unlock()
+	entries, err := os.ReadDir(m.staleDir())
+	if err != nil {
+		return 0
+	}
+	released := 0
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || podUID != "" && id != podUID && !strings.HasPrefix(id, podUID+"-g") {
+			continue
+		}
+		file := filepath.Join(m.staleDir(), e.Name())
+		var rec PodNetwork
+		b, err := fsutil.ReadFileNoAtime(file)
+		if err == nil {
+			err = json.Unmarshal(b, &rec)
+		}
+		if err != nil {
+			_ = os.Remove(file) // unreadable: nothing could DEL from it, now or later
+			continue
+		}
+		rec.NetNSPath, rec.SetAside = "", true
+		if err := m.del(ctx, nil, rec.Args["K8S_POD_UID"], rec.Args["K8S_POD_NAMESPACE"], rec.Args["K8S_POD_NAME"], &rec); err != nil {
+			return -1
+		}
+		if err := os.Remove(file); err != nil && !os.IsNotExist(err) {
+			return -1
+		}
+		released++
+	}
+	return released
+}
+
+// Run releases, until ctx ends, the attachments of previous boots that Setup set aside (and
+// those an agent stopped before it released them): each once no pod network has been set up
+// for releaseQuiet, so that the DELs do not compete with a boot's ADDs. A release that fails
+// is tried again a minute later.
+func (m *Manager) Run(ctx context.Context) error {
+	pending := true // a previous run of the agent may have left some
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		if pending {
+			if !m.waitQuiet(ctx) {
+				return nil
+			}
+			pending = m.releaseStale(ctx, "") < 0
+			if pending {
+				retry.Reset(time.Minute)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.stale:
+			pending = true
+		case <-retry.C:
+		}
+	}
+}
+
+// waitQuiet waits until no Setup has run for releaseQuiet, at most releaseMaxWait; false if
+// ctx ended first.
+func (m *Manager) waitQuiet(ctx context.Context) bool {
+	deadline := time.Now().Add(releaseMaxWait)
+	for {
+		wait := time.Until(time.Unix(0, m.lastSetup.Load()).Add(releaseQuiet))
+		if wait <= 0 || time.Now().After(deadline) {
+			return true
+		}
+		t := time.NewTimer(min(wait, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // podArgs are the CNI_ARGS of a pod, as containerd's CRI plugin passes them.
