@@ -540,6 +540,65 @@ func TestOfflineRestartFromCache(t *testing.T) {
 	}
 }
 
+// TestOfflineBootDoesNotWaitForWatches: after a reboot with the apiserver out of reach, a
+// pod's ConfigMap comes from the kept copy as soon as the new watch's list has failed, not
+// after the wait a watch gets for its first list: with 30 pods in an offline boot, that wait
+// was most of each pod's start. (syncWait is made far longer than the test's deadline, so a
+// lookup that waits for it fails the test.)
+func TestOfflineBootDoesNotWaitForWatches(t *testing.T) {
+	requireRoot(t)
+	defer func(d time.Duration) { syncWait = d }(syncWait)
+	syncWait = time.Hour
+	store := offline.NewMemStore(time.Now)
+	store.SetKey(testStateKey(t, 1))
+	var tokens atomic.Int64
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w", UID: "uid-boot"}, Spec: v1.PodSpec{
+		Containers: []v1.Container{{Name: "c"}},
+		Volumes:    []v1.Volume{{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}}},
+	}}
+	onlineDir := t.TempDir()
+	t.Cleanup(func() { unmountUnder(onlineDir) })
+	if _, err := NewManager(onlineDir, newFakeAPI(&tokens), nil, nil, Options{Cache: store}).Setup(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+
+	down := newFakeAPI(&tokens)
+	down.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("dial tcp 10.0.0.1:6443: connect: connection refused")
+	})
+	podsDir := t.TempDir()
+	t.Cleanup(func() { unmountUnder(podsDir) })
+	m := NewManager(podsDir, down, nil, nil, Options{Cache: store})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	for running := false; !running; {
+		m.mu.Lock()
+		running = m.runCtx != nil
+		m.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := m.Setup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Setup returned only when its context ended: it waited for the first list of a watch whose list had failed")
+	}
+	m.mu.Lock()
+	watched := len(m.watches)
+	m.mu.Unlock()
+	if watched != 1 {
+		t.Errorf("%d watches, want the ConfigMap's: the lookup did not go through a watch", watched)
+	}
+	if got := readFile(t, filepath.Join(podsDir, "uid-boot/volumes", dirConfigMap, "cfg/greeting")); got != "hello" {
+		t.Errorf("greeting from the kept copy = %q", got)
+	}
+}
+
 func testStateKey(t *testing.T, b byte) *offline.Key {
 	t.Helper()
 	k, err := offline.NewKey(bytes.Repeat([]byte{b}, offline.KeySize))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,8 +30,8 @@ var ErrNoAPIServer = errors.New("holdfast runs without an apiserver (standalone)
 var ErrStaticPod = errors.New("static pods may not reference ConfigMaps, Secrets or service account tokens (NodeRestriction); use emptyDir, hostPath or downwardAPI volumes")
 
 // syncWait bounds how long a lookup waits for a new watch's first list before asking the
-// apiserver directly.
-const syncWait = 3 * time.Second
+// apiserver directly (a var for tests). A watch whose list already failed is not waited for.
+var syncWait = 3 * time.Second
 
 // apiTimeout bounds one request to the apiserver, so that an uplink that drops packets does not
 // hold a pod's sync.
@@ -71,6 +72,9 @@ type objectWatch struct {
 	synced  func() bool
 	cancel  context.CancelFunc
 	started time.Time
+	// failed: a list or watch request of this watch failed; a lookup does not wait for its
+	// first list then (an offline boot would wait syncWait for every object otherwise).
+	failed atomic.Bool
 }
 
 // ConfigMap returns the ConfigMap name in pod's namespace, read with the node's identity
@@ -140,12 +144,13 @@ func (m *Manager) waitSynced(ctx context.Context, w *objectWatch) bool {
 		return true
 	}
 	left := syncWait - m.opts.Now().Sub(w.started)
-	if left <= 0 {
+	if left <= 0 || w.failed.Load() {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
-	return cache.WaitForCacheSync(ctx.Done(), w.synced)
+	cache.WaitForCacheSync(ctx.Done(), func() bool { return w.synced() || w.failed.Load() })
+	return w.synced()
 }
 
 // get reads the object straight from the apiserver, or, when it is out of reach, the copy the
@@ -338,6 +343,22 @@ func (m *Manager) startWatchLocked(ctx context.Context, key objectKey) {
 	case kindSecret:
 		objType, lw = &v1.Secret{}, selectedListWatch(m.client.CoreV1().Secrets(key.namespace), selector)
 	}
+	w := &objectWatch{started: m.opts.Now()}
+	list, watchFn := lw.ListWithContextFunc, lw.WatchFuncWithContext
+	lw.ListWithContextFunc = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		obj, err := list(ctx, o)
+		if err != nil {
+			w.failed.Store(true)
+		}
+		return obj, err
+	}
+	lw.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		wi, err := watchFn(ctx, o)
+		if err != nil {
+			w.failed.Store(true)
+		}
+		return wi, err
+	}
 	store, ctl := cache.NewInformerWithOptions(cache.InformerOptions{
 		// The client says whether it speaks watch-list (an apiserver does; fakes do not).
 		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, m.client),
@@ -358,7 +379,8 @@ func (m *Manager) startWatchLocked(ctx context.Context, key objectKey) {
 		},
 	})
 	wctx, cancel := context.WithCancel(ctx)
-	m.watches[key] = &objectWatch{store: store, synced: ctl.HasSynced, cancel: cancel, started: m.opts.Now()}
+	w.store, w.synced, w.cancel = store, ctl.HasSynced, cancel
+	m.watches[key] = w
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
