@@ -5,9 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -18,32 +15,9 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
-// localGet GETs path from the agent's local API socket, as `curl --unix-socket` on the gateway
-// would, with no apiserver involved, and returns the body of a 200.
+// localGet GETs path from the agent's local API socket (testenv.LocalGet).
 func (e *env) localGet(ctx context.Context, path string) ([]byte, error) {
-	socket := e.agent.Config.LocalAPISocket
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		},
-	}}
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://holdfast"+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s on %s: %w", path, socket, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("read %s on %s: %w", path, socket, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s on %s: %s %.200s", path, socket, resp.Status, body)
-	}
-	return body, nil
+	return testenv.LocalGet(ctx, e.agent.Config.LocalAPISocket, path)
 }
 
 // localMetrics scrapes /metrics on the agent's local socket, as an exporter on the gateway

@@ -51,6 +51,8 @@ type agentProc struct {
 	proc *testenv.Process
 	// healthz is holdfast's local endpoint (its /pods works with the apiserver down).
 	healthz string
+	// socket is holdfast's local API socket (its /metrics).
+	socket string
 }
 
 // isHelper reports whether a child of a containerd shim is a process the node runs on the
@@ -105,6 +107,7 @@ func newHoldfast(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *te
 		node:    node,
 		dir:     dir,
 		healthz: cfg.HealthzAddress,
+		socket:  cfg.LocalAPISocket,
 		proc:    testenv.NewProcess(Holdfast, filepath.Join(dir, "holdfast.log"), bin, "run", "--config", cfgPath, "--log-level", "info"),
 	}
 }

@@ -44,6 +44,12 @@ type AgentResult struct {
 	// BootFloorS is the boot floor of each offline boot: the same reboot, the containers
 	// started again from their stored specs by a minimal loop (networks included).
 	BootFloorS []float64 `json:"bootFloorSeconds,omitempty"`
+	// StartPhasesMS, BurstPhasesMS and BootPhasesMS are where holdfast's pod starts went in
+	// the startup, burst and offline boot scenarios: mean milliseconds per pod in each phase
+	// of its start trace (holdfast_pod_start_phase_duration_seconds).
+	StartPhasesMS map[string]float64 `json:"startPhasesMs,omitempty"`
+	BurstPhasesMS map[string]float64 `json:"burstPhasesMs,omitempty"`
+	BootPhasesMS  map[string]float64 `json:"bootPhasesMs,omitempty"`
 }
 
 // Steady is the steady-state window with Pods pods running.
@@ -372,6 +378,9 @@ func (r *Report) Table() string {
 		}
 		write(l)
 	}
+	if pt := r.phasesTable(false); pt != "" {
+		b.WriteString("\nWhere holdfast's pod starts went, mean per pod (its start trace):\n" + pt)
+	}
 	return b.String()
 }
 
@@ -399,6 +408,10 @@ func (r *Report) Markdown() string {
 	if bd := r.breakdownMarkdown(); bd != "" {
 		b.WriteString("\nNode overhead in the steady state, by process: CPU millicores / PSS MiB / disk writes KiB per minute.\n\n")
 		b.WriteString(bd)
+	}
+	if pt := r.phasesTable(true); pt != "" {
+		b.WriteString("\nWhere holdfast's pod starts went, mean per pod, from its start trace (`holdfast_pod_start_phase_duration_seconds`):\n\n")
+		b.WriteString(pt)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\n- %s", n)

@@ -243,10 +243,15 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, kind, bin string, opts Opt
 	e.logf("node Ready %.1fs after start (%s)", time.Since(start).Seconds(), res.Version)
 	res.FirstNodeReadyS = time.Since(start).Seconds()
 
-	res.StartupMS = durationsMS(e.startupLatency())
+	res.StartPhasesMS = e.tracePhases("startup", false, func() { res.StartupMS = durationsMS(e.startupLatency()) })
 	var steadyPods []string
 	for rep := range opts.Reps {
-		wall, names := e.burst(rep)
+		var wall time.Duration
+		var names []string
+		phases := e.tracePhases("burst", false, func() { wall, names = e.burst(rep) })
+		if rep == opts.Reps-1 {
+			res.BurstPhasesMS = phases
+		}
 		res.BurstS = append(res.BurstS, wall.Seconds())
 		if rep < opts.Reps-1 {
 			e.deleteAndDrain(names)
@@ -261,7 +266,8 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, kind, bin string, opts Opt
 		res.Restarts = append(res.Restarts, e.restart(rep, steadyPods))
 	}
 	if kind == Holdfast && !opts.SkipOffline {
-		boot, floor := e.offlineBoot(steadyPods)
+		var boot, floor time.Duration
+		res.BootPhasesMS = e.tracePhases("offline boot", true, func() { boot, floor = e.offlineBoot(steadyPods) })
 		res.OfflineBootS = append(res.OfflineBootS, boot.Seconds())
 		res.BootFloorS = append(res.BootFloorS, floor.Seconds())
 	}

@@ -64,8 +64,19 @@ func TestHarnessSmoke(t *testing.T) {
 			t.Errorf("%s: no version on its Node", name)
 		}
 	}
-	if h := rep.Agent(bench.Holdfast); len(h.OfflineBootS) != 1 || len(h.BootFloorS) != 1 {
+	h := rep.Agent(bench.Holdfast)
+	if len(h.OfflineBootS) != 1 || len(h.BootFloorS) != 1 {
 		t.Errorf("holdfast: %d offline boots and %d boot floors, want 1 each", len(h.OfflineBootS), len(h.BootFloorS))
+	}
+	// holdfast's start trace was read in each scenario: its containers were created and
+	// started in every one.
+	for name, phases := range map[string]map[string]float64{"startup": h.StartPhasesMS, "burst": h.BurstPhasesMS, "offline boot": h.BootPhasesMS} {
+		if phases["create"] <= 0 || phases["start"] <= 0 {
+			t.Errorf("holdfast's start trace in the %s: %v, want create and start phases", name, phases)
+		}
+	}
+	if !strings.Contains(rep.Table(), "Where holdfast's pod starts went") {
+		t.Error("the table lacks the start trace")
 	}
 	if len(rep.Rows) == 0 {
 		t.Error("no rows in the report")

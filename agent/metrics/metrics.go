@@ -117,7 +117,7 @@ func newWithClock(now func() time.Time) *Metrics {
 		}, []string{"operation_type", "result"}),
 		podStartDuration: metrics.NewHistogram(&metrics.HistogramOpts{
 			Namespace: namespace, Name: "pod_start_duration_seconds",
-			Help:           "Duration in seconds from holdfast seeing a pod for the first time to all its containers running. Pods whose containers already existed (adopted after an agent restart) are not counted.",
+			Help:           "Duration in seconds from holdfast seeing a pod for the first time to all its containers running. Pods whose containers were already running (adopted after an agent restart) are not counted; pods started again after a reboot are.",
 			Buckets:        startBuckets,
 			StabilityLevel: metrics.ALPHA,
 		}),

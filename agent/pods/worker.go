@@ -77,8 +77,8 @@ type worker struct {
 	released         bool           // a finished pod's network and volumes are gone
 	finished         bool
 	// seen is when the worker was made (the pod first seen); startPending: the pod had no
-	// container at its first sync (not adopted from an earlier run) and has not had all its
-	// containers running since: its startup latency is still to be recorded.
+	// running container at its first sync (not adopted from an earlier run of the agent) and
+	// has not had all its containers running since: its startup is still to be recorded.
 	seen         time.Time
 	startPending bool
 	trace        startTrace // where the start went so far, while startPending
@@ -280,7 +280,9 @@ func (w *worker) syncTermination(ctx context.Context, log *slog.Logger, observed
 func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod, observed []runtime.Container) time.Duration {
 	if w.startTime.IsZero() {
 		w.startTime = w.m.now()
-		w.startPending = len(observed) == 0
+		// A pod none of whose containers runs is started (a new pod, or a pod cached across
+		// a reboot); one whose containers run was adopted from a previous run of the agent.
+		w.startPending = !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning })
 	}
 	w.synced = true
 	began := w.m.now()

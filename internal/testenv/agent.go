@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -259,6 +260,33 @@ func LocalPods(ctx context.Context, address string) ([]status.PodView, error) {
 		return nil, err
 	}
 	return pods, nil
+}
+
+// LocalGet GETs path from the local API socket of an agent, as `curl --unix-socket` on the
+// gateway would, with no apiserver involved, and returns the body of a 200.
+func LocalGet(ctx context.Context, socket, path string) ([]byte, error) {
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+	}}
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://holdfast"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s on %s: %w", path, socket, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read %s on %s: %w", path, socket, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s on %s: %s %.200s", path, socket, resp.Status, body)
+	}
+	return body, nil
 }
 
 // Eventually polls cond every 100ms until it returns nil or timeout passes, then fails t with
