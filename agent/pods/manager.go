@@ -684,35 +684,53 @@ func (m *Manager) PodUIDs() []types.UID {
 // stands; a pod whose containers already exist was admitted before (its record may have
 // been lost with a corrupt database) and is never judged again; otherwise the admission
 // chain decides and the decision is recorded before anything runs.
-func (m *Manager) admit(ctx context.Context, pod *v1.Pod, observed []runtime.Container) admission.Result {
+//
+// Decisions are taken one at a time, each seeing the pods admitted before it: decided
+// publishes the decision (the worker's) before the next is taken. Recording it in the store
+// happens after, outside that order, so that the records of a burst of pods share the
+// store's commits rather than queueing one commit (an fsync) per pod behind each other.
+func (m *Manager) admit(ctx context.Context, pod *v1.Pod, observed []runtime.Container, decided func(admission.Result)) admission.Result {
+	r, recorded := m.decide(ctx, pod, observed)
+	decided(r)
+	m.admitMu.Unlock()
+	if !recorded {
+		m.recordAdmission(pod, r)
+	}
+	return r
+}
+
+// decide takes the admission decision with admitMu held, and leaves it held for the caller to
+// publish the decision first. recorded: the store already has it (or there is no store).
+func (m *Manager) decide(ctx context.Context, pod *v1.Pod, observed []runtime.Container) (r admission.Result, recorded bool) {
 	m.admitMu.Lock()
-	defer m.admitMu.Unlock()
 	if m.store != nil {
 		if rec, err := m.store.GetPod(pod.UID); err == nil && !rec.Admission.At.IsZero() {
 			if rec.Admission.Accepted {
-				return admission.Admit
+				return admission.Admit, true
 			}
-			return admission.Result{Reason: rec.Admission.Reason, Message: rec.Admission.Message}
+			return admission.Result{Reason: rec.Admission.Reason, Message: rec.Admission.Message}, true
 		}
 	}
-	r := admission.Admit
+	r = admission.Admit
 	if len(observed) == 0 && m.admitter != nil {
 		r = m.admitter.Admit(ctx, pod, m.admittedPods(pod.UID))
 	}
-	if m.store != nil {
-		src := offline.SourceAPI
-		if manifest.IsStatic(pod) {
-			src = offline.SourceFile
-		}
-		if _, err := m.store.GetPod(pod.UID); err != nil {
-			if err := m.store.PutPod(src, pod); err != nil {
-				m.log.Warn("record pod for its admission decision", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-			}
-		}
-		err := m.store.SetAdmission(pod.UID, offline.Admission{Accepted: r.Admitted, At: m.now(), Reason: r.Reason, Message: r.Message})
-		if err != nil {
-			m.log.Warn("record admission decision", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	return r, m.store == nil
+}
+
+// recordAdmission keeps the pod and its admission decision in the store, before anything of
+// the pod runs: after a reboot the decision stands.
+func (m *Manager) recordAdmission(pod *v1.Pod, r admission.Result) {
+	src := offline.SourceAPI
+	if manifest.IsStatic(pod) {
+		src = offline.SourceFile
+	}
+	if _, err := m.store.GetPod(pod.UID); err != nil {
+		if err := m.store.PutPod(src, pod); err != nil {
+			m.log.Warn("record pod for its admission decision", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		}
 	}
-	return r
+	if err := m.store.SetAdmission(pod.UID, offline.Admission{Accepted: r.Admitted, At: m.now(), Reason: r.Reason, Message: r.Message}); err != nil {
+		m.log.Warn("record admission decision", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
 }

@@ -387,10 +387,11 @@ func (w *worker) admitOnce(ctx context.Context, log *slog.Logger, pod *v1.Pod, o
 	if decision != nil {
 		return *decision
 	}
-	r := w.m.admit(ctx, pod, observed)
-	w.mu.Lock()
-	w.decision = &r
-	w.mu.Unlock()
+	r := w.m.admit(ctx, pod, observed, func(r admission.Result) {
+		w.mu.Lock()
+		w.decision = &r
+		w.mu.Unlock()
+	})
 	if !r.Admitted {
 		log.Info("pod rejected by admission", "reason", r.Reason, "message", r.Message)
 		w.m.event(pod, v1.EventTypeWarning, r.Reason, "%s", r.Message)
