@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 
+	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -33,7 +35,7 @@ func measureFloor(t testing.TB, cd *testenv.Containerd, n int) []time.Duration {
 	var out []time.Duration
 	for i := range n {
 		start := time.Now()
-		fc, err := startFloorContainer(ctx, cd, image, fmt.Sprintf("floor-%d-%d", time.Now().UnixNano(), i))
+		fc, err := startFloorContainer(ctx, cd, image, fmt.Sprintf("floor-%d-%d", time.Now().UnixNano(), i), cio.NullIO)
 		if err != nil {
 			t.Fatalf("floor: %v", err)
 		}
@@ -47,8 +49,10 @@ func measureFloor(t testing.TB, cd *testenv.Containerd, n int) []time.Duration {
 
 // measureBurstFloor creates and starts the pods' container n times at once (one goroutine
 // each, as the burst creates its pods) and returns the wall time until every Start returned.
-// The containers are removed afterwards, untimed.
-func measureBurstFloor(t testing.TB, cd *testenv.Containerd, n int) time.Duration {
+// The containers are removed afterwards, untimed. With logDir, each container's output goes
+// to a log under it through holdfast's container logger (logs.Install done by the caller), a
+// process per container as holdfast runs it: the floor of a design with that logger.
+func measureBurstFloor(t testing.TB, cd *testenv.Containerd, n int, logDir string) time.Duration {
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), floorNamespace)
 	image, err := cd.Client.GetImage(ctx, testenv.BusyboxImage)
@@ -61,7 +65,16 @@ func measureBurstFloor(t testing.TB, cd *testenv.Containerd, n int) time.Duratio
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range n {
-		wg.Go(func() { started[i], errs[i] = startFloorContainer(ctx, cd, image, fmt.Sprintf("%s-%d", prefix, i)) })
+		wg.Go(func() {
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			ioc := cio.NullIO
+			if logDir != "" {
+				if ioc, errs[i] = logs.TaskIO(filepath.Join(logDir, "bench_"+id+"_uid", "sleep", "0.log"), logs.Stdio{}); errs[i] != nil {
+					return
+				}
+			}
+			started[i], errs[i] = startFloorContainer(ctx, cd, image, id, ioc)
+		})
 	}
 	wg.Wait()
 	took := time.Since(start)
@@ -89,8 +102,8 @@ type floorContainer struct {
 
 // startFloorContainer creates and starts the pods' container as the floor runs it: busybox
 // running `sleep`, a new snapshot, the image's config, a fresh set of namespaces, no
-// logging, no pod network. On error nothing is left behind.
-func startFloorContainer(ctx context.Context, cd *testenv.Containerd, image client.Image, id string) (*floorContainer, error) {
+// logging unless ioc says so, no pod network. On error nothing is left behind.
+func startFloorContainer(ctx context.Context, cd *testenv.Containerd, image client.Image, id string, ioc cio.Creator) (*floorContainer, error) {
 	ctr, err := cd.Client.NewContainer(ctx, id,
 		client.WithImage(image),
 		client.WithNewSnapshot(id, image),
@@ -99,7 +112,7 @@ func startFloorContainer(ctx context.Context, cd *testenv.Containerd, image clie
 		return nil, fmt.Errorf("create container: %w", err)
 	}
 	fc := &floorContainer{ctr: ctr}
-	if fc.task, err = ctr.NewTask(ctx, cio.NullIO); err != nil {
+	if fc.task, err = ctr.NewTask(ctx, ioc); err != nil {
 		return nil, errors.Join(fmt.Errorf("create task: %w", err), fc.remove(ctx))
 	}
 	if err := fc.task.Start(ctx); err != nil {
