@@ -3,7 +3,9 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
+	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -21,11 +23,23 @@ import (
 // the end of the test repairs it too.
 func blackhole(t *testing.T, host string) (repair func()) {
 	t.Helper()
+	return cutLink(t, host, "DROP")
+}
+
+// cutLink cuts the link to the apiserver's port with an iptables target: DROP (a blackhole),
+// or REJECT with TCP resets (a link that fails fast: a modem that resets, a NAT that knows
+// the connection is gone). It returns the repair, also run at the end of the test.
+func cutLink(t *testing.T, host, target string) (repair func()) {
+	t.Helper()
 	u, err := url.Parse(host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule := []string{"INPUT", "-i", "lo", "-p", "tcp", "--dport", u.Port(), "-j", "DROP", "-m", "comment", "--comment", "holdfast test blackhole"}
+	rule := []string{"INPUT", "-i", "lo", "-p", "tcp", "--dport", u.Port(), "-j", target}
+	if target == "REJECT" {
+		rule = append(rule, "--reject-with", "tcp-reset")
+	}
+	rule = append(rule, "-m", "comment", "--comment", "holdfast test link cut")
 	if out, err := exec.Command("iptables", append([]string{"-I"}, rule...)...).CombinedOutput(); err != nil {
 		t.Skipf("iptables (needs root and netfilter): %v: %s", err, out)
 	}
@@ -36,7 +50,7 @@ func blackhole(t *testing.T, host string) (repair func()) {
 		}
 		done = true
 		if out, err := exec.Command("iptables", append([]string{"-D"}, rule...)...).CombinedOutput(); err != nil {
-			t.Errorf("remove the blackhole rule: %v: %s", err, out)
+			t.Errorf("remove the link cut rule: %v: %s", err, out)
 		}
 	}
 	t.Cleanup(repair)
@@ -96,6 +110,17 @@ func TestApiserverBlackhole(t *testing.T) {
 
 	repair()
 	repaired := time.Now()
+	e.waitConverged(t, repaired, "steady", "crashy")
+	t.Logf("converged %s after the repair", time.Since(repaired).Round(time.Second))
+	e.checkUntouched(t, "steady", before)
+}
+
+// waitConverged waits, after the link to the apiserver was repaired at repaired, until the
+// Lease is renewed again, the Node Ready, and the named pods' statuses in the API are those the
+// gateway has (restart counts and container IDs).
+func (e *env) waitConverged(t *testing.T, repaired time.Time, names ...string) {
+	t.Helper()
+	ctx := context.Background()
 	testenv.Eventually(t, 3*time.Minute, "the Lease renewed again, the Node Ready", func() error {
 		l, err := e.cp.Admin.CoordinationV1().Leases("kube-node-lease").Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
@@ -116,12 +141,12 @@ func TestApiserverBlackhole(t *testing.T) {
 		return fmt.Errorf("conditions %+v", n.Status.Conditions)
 	})
 	testenv.Eventually(t, 2*time.Minute, "the statuses in the API those of the gateway", func() error {
-		for _, name := range []string{"steady", "crashy"} {
+		for _, name := range names {
 			local, err := e.localPod(name)
 			if err != nil {
 				return err
 			}
-			api, err := pods.Get(ctx, name, metav1.GetOptions{})
+			api, err := e.cp.Admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -135,13 +160,19 @@ func TestApiserverBlackhole(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("converged %s after the repair", time.Since(repaired).Round(time.Second))
-	steady, err := pods.Get(ctx, "steady", metav1.GetOptions{})
+}
+
+// checkUntouched checks that the pod name still runs the container it ran before (never
+// restarted, never killed), and that no container of any pod runs twice.
+func (e *env) checkUntouched(t *testing.T, name string, before *v1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	pod, err := e.cp.Admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cs := steady.Status.ContainerStatuses[0]; cs.ContainerID != containerIDOf(before) || cs.RestartCount != 0 || steady.Status.Phase != v1.PodRunning {
-		t.Errorf("steady was touched: phase %s, %+v", steady.Status.Phase, cs)
+	if cs := pod.Status.ContainerStatuses[0]; cs.ContainerID != containerIDOf(before) || cs.RestartCount != 0 || pod.Status.Phase != v1.PodRunning {
+		t.Errorf("%s was touched: phase %s, %+v", name, pod.Status.Phase, cs)
 	}
 	// No container twice: at most one running task per pod and container name.
 	tasks, err := e.cd.RunningTasks(ctx, "holdfast")
@@ -160,7 +191,87 @@ func TestApiserverBlackhole(t *testing.T) {
 			t.Errorf("%d running tasks for %s: a container started twice", n, k)
 		}
 	}
-	if perContainer[string(steady.UID)+"/main"] != 1 {
-		t.Errorf("running containers %v: steady's is not among them", perContainer)
+	if perContainer[string(pod.UID)+"/main"] != 1 {
+		t.Errorf("running containers %v: %s's is not among them", perContainer, name)
 	}
+}
+
+// TestLinkFlapping: the link to the apiserver goes down and up again and again, alternately as
+// a blackhole (packets dropped) and as resets, for random stretches of 5 to 40 s each way.
+// After every repair the agent converges (Node Ready, statuses in the API those of the
+// gateway), the steady pod is never touched, no container runs twice, and the agent's
+// goroutines and open files stay flat across the flaps. Two flaps in `make test`;
+// HOLDFAST_FLAP_DURATION (a Go duration) flaps for that long (`make soak`).
+func TestLinkFlapping(t *testing.T) {
+	duration := time.Duration(0)
+	if v := os.Getenv("HOLDFAST_FLAP_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("HOLDFAST_FLAP_DURATION=%q: %v", v, err)
+		}
+		duration = d
+	}
+	e := startEnv(t, true, func(c *config.Config) {
+		c.Pods.BackOffBase = config.D(time.Second)
+		c.Pods.BackOffMax = config.D(2 * time.Second)
+	})
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	crashy := sleeperPod("crashy", false)
+	crashy.Spec.RestartPolicy = v1.RestartPolicyOnFailure
+	crashy.Spec.Containers[0].Command = []string{"sh", "-c", "sleep 5; exit 3"}
+	for _, p := range []*v1.Pod{sleeperPod("steady", false), crashy} {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := e.waitAPIRunning(t, "steady")["steady"]
+
+	type sample struct {
+		goroutines, fds, rssMiB float64
+	}
+	read := func() sample {
+		f, err := e.localMetrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s sample
+		s.goroutines, _ = f.Value("go_goroutines")
+		s.fds, _ = f.Value("process_open_fds")
+		rss, _ := f.Value("process_resident_memory_bytes")
+		s.rssMiB = rss / (1 << 20)
+		return s
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	stretch := func() time.Duration { return 5*time.Second + time.Duration(rng.Int64N(int64(35*time.Second))) }
+	var samples []sample
+	began := time.Now()
+	for flap := 0; flap < 2 || time.Since(began) < duration; flap++ {
+		target := []string{"DROP", "REJECT"}[flap%2]
+		repair := cutLink(t, e.cp.Host, target)
+		down := stretch()
+		time.Sleep(down)
+		repair()
+		repaired := time.Now()
+		e.waitConverged(t, repaired, "steady", "crashy")
+		if t.Failed() {
+			return
+		}
+		s := read()
+		samples = append(samples, s)
+		t.Logf("flap %d (%s for %s): converged %s after the repair; goroutines %.0f, open files %.0f, RSS %.1f MiB",
+			flap+1, target, down.Round(time.Second), time.Since(repaired).Round(100*time.Millisecond), s.goroutines, s.fds, s.rssMiB)
+		time.Sleep(stretch())
+	}
+	e.checkUntouched(t, "steady", before)
+
+	// Flat: after the last flap no more goroutines or open files than after the first, but for
+	// those a pod's restart or an exec probe may hold for a moment.
+	first, last := samples[0], samples[len(samples)-1]
+	if last.goroutines > first.goroutines+20 || last.fds > first.fds+10 {
+		t.Errorf("after %d flaps: goroutines %.0f -> %.0f, open files %.0f -> %.0f: they grow with the flaps",
+			len(samples), first.goroutines, last.goroutines, first.fds, last.fds)
+	}
+	t.Logf("%d flaps in %s: goroutines %.0f -> %.0f, open files %.0f -> %.0f, RSS %.1f -> %.1f MiB",
+		len(samples), time.Since(began).Round(time.Second), first.goroutines, last.goroutines, first.fds, last.fds, first.rssMiB, last.rssMiB)
 }
