@@ -312,7 +312,7 @@ func policyKind(ctx context.Context, kind string, module []byte) (policy.Kind, e
 		return "", err
 	}
 	defer e.Close(ctx)
-	info, err := e.Inspect(ctx, module)
+	info, err := e.Inspect(ctx, "inspect", module)
 	if err != nil && len(info.Exports) == 0 {
 		return "", err
 	}
@@ -452,7 +452,7 @@ func runPolicyInspect(ctx context.Context, out io.Writer, path, format string) (
 		return exitDenied, err
 	}
 	defer e.Close(ctx)
-	info, ierr := e.Inspect(ctx, b)
+	info, ierr := e.Inspect(ctx, "inspect", b)
 	if info.Digest == "" {
 		return exitDenied, ierr
 	}
