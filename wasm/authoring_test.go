@@ -2,6 +2,7 @@ package wasm_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,5 +84,20 @@ func TestNotABinaryModule(t *testing.T) {
 				t.Errorf("inspect: error %q, want it to mention %q", err, tc.mention)
 			}
 		})
+	}
+}
+
+// response_read into a buffer shorter than the answer copies what fits and
+// discards the rest: a second read gets nothing.
+func TestResponseReadShortBuffer(t *testing.T) {
+	e := newEngine(t, wasm.Limits{})
+	m := e.load(t, wasm.Spec{Name: "shortread", Wasm: wat(t, "shortread"), Grants: []wasm.Grant{wasm.GrantHTTP}, Entrypoints: []string{"admit"}})
+	out, err := m.Call(context.Background(), "admit", []byte(`not a request`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := decode(t, out)
+	if n, _ := strconv.Atoi(got["n"].(string)); n <= 10 || got["k1"] != "010" || got["k2"] != "000" {
+		t.Fatalf("answer length, first and second read = %v, want n > 10, 10, 0", got)
 	}
 }
