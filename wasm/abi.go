@@ -158,10 +158,11 @@ func checkModule(c wazero.CompiledModule, grants grantSet, entrypoints []string,
 // module, lists its imports and exports, and, if the module is a valid
 // reactor of this ABI, instantiates it with every grant its imports ask for
 // (and no call targets, so no network or file is reachable) to read its ABI
-// version. A module that cannot be instantiated still gets its lists; the
-// error says why.
-func (e *Engine) Inspect(ctx context.Context, b []byte) (ModuleInfo, error) {
-	compiled, info, err := e.compile(ctx, "inspect", b)
+// version. A module that cannot be instantiated, or of another ABI version,
+// still gets its lists; the error says why. name identifies the module in
+// errors, e.g. its file.
+func (e *Engine) Inspect(ctx context.Context, name string, b []byte) (ModuleInfo, error) {
+	compiled, info, err := e.compile(ctx, name, b)
 	if err != nil {
 		return ModuleInfo{}, err
 	}
@@ -176,10 +177,10 @@ func (e *Engine) Inspect(ctx context.Context, b []byte) (ModuleInfo, error) {
 	gs, _ := newGrantSet(grants)
 	limits := Limits{}.withDefaults(e.cfg.limits)
 	if cerr := checkModule(compiled, gs, nil, limits); cerr != nil {
-		cerr.Module = "inspect"
+		cerr.Module = name
 		return info, cerr
 	}
-	m := newModule(e, "inspect", info.Digest, compiled, info, gs, limits)
+	m := newModule(e, name, info.Digest, compiled, info, gs, limits)
 	inst, err := m.instantiate(ctx)
 	if err != nil {
 		return info, err
@@ -190,5 +191,13 @@ func (e *Engine) Inspect(ctx context.Context, b []byte) (ModuleInfo, error) {
 		return info, err
 	}
 	info.ABIVersion = v
+	if v != ABIVersion {
+		return info, unsupportedABI(name, v)
+	}
 	return info, nil
+}
+
+// unsupportedABI refuses a module of another ABI version.
+func unsupportedABI(name string, v int) *Error {
+	return newError(ErrInvalidModule, name, "load", fmt.Sprintf("ABI version %d is not supported by this host (it supports %d); rebuild the module against policies/ABI.md version %d", v, ABIVersion, ABIVersion), nil)
 }

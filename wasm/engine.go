@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -114,9 +115,6 @@ func (e *Engine) Load(ctx context.Context, spec Spec) (*Module, error) {
 	if spec.Name == "" {
 		return fail(ErrInvalidModule, "spec has no name", nil)
 	}
-	if len(spec.Wasm) == 0 {
-		return fail(ErrInvalidModule, "empty module", nil)
-	}
 	grants, err := newGrantSet(spec.Grants)
 	if err != nil {
 		return fail(ErrInvalidModule, err.Error(), nil)
@@ -158,7 +156,7 @@ func (e *Engine) Load(ctx context.Context, spec Spec) (*Module, error) {
 	if v != ABIVersion {
 		inst.close(ctx)
 		_ = compiled.Close(ctx)
-		return fail(ErrInvalidModule, fmt.Sprintf("ABI version %d is not supported by this host (it supports %d); rebuild the module against policies/ABI.md version %d", v, ABIVersion, ABIVersion), nil)
+		return nil, unsupportedABI(spec.Name, v)
 	}
 	m.info.ABIVersion = v
 	m.putIdle(inst)
@@ -177,6 +175,9 @@ func (e *Engine) Load(ctx context.Context, spec Spec) (*Module, error) {
 // compile instruments b with checkpoints and compiles it. ModuleInfo
 // describes b as its author built it.
 func (e *Engine) compile(ctx context.Context, name string, b []byte) (wazero.CompiledModule, ModuleInfo, error) {
+	if detail := notBinary(b); detail != "" {
+		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", detail, nil)
+	}
 	digest := Digest(b)
 	instrumented, cached, err := e.rewrite(digest, b)
 	if errors.Is(err, errReservedImport) {
@@ -205,6 +206,23 @@ func (e *Engine) compile(ctx context.Context, name string, b []byte) (wazero.Com
 	info := describe(compiled, b)
 	info.Digest = digest
 	return compiled, info, nil
+}
+
+// notBinary says why b is obviously not a binary module, in the words an
+// author needs, or returns "" (wazero then explains what else is wrong).
+func notBinary(b []byte) string {
+	if len(b) == 0 {
+		return "empty file"
+	}
+	if bytes.HasPrefix(b, []byte("\x00asm")) {
+		return ""
+	}
+	// The text format starts with "(module" or a comment, after white space.
+	text := bytes.TrimLeft(b, " \t\r\n")
+	if bytes.HasPrefix(text, []byte("(")) || bytes.HasPrefix(text, []byte(";;")) || bytes.HasPrefix(text, []byte("(;")) {
+		return "this is WebAssembly text format (.wat), not a binary module: compile it with wat2wasm first"
+	}
+	return ""
 }
 
 // rewriteVersion names the output of instrumentCheckpoints in the cache;

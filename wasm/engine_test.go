@@ -321,24 +321,27 @@ func TestCompilationCacheOnDisk(t *testing.T) {
 
 func TestInspect(t *testing.T) {
 	e := newEngine(t, wasm.Limits{})
-	info, err := e.Inspect(context.Background(), wat(t, "hostcall"))
+	info, err := e.Inspect(context.Background(), "hostcall.wasm", wat(t, "hostcall"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.ABIVersion != 1 || !strings.Contains(strings.Join(info.Imports, " "), "holdfast.http_request") {
 		t.Fatalf("info = %+v", info)
 	}
-	info, err = e.Inspect(context.Background(), wat(t, "abi2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.ABIVersion != 2 {
-		t.Fatalf("abi2: %+v", info)
-	}
-	_, err = e.Inspect(context.Background(), wat(t, "foreignimport"))
-	wantKind(t, err, wasm.ErrUngrantedImport)
-	_, err = e.Inspect(context.Background(), []byte("garbage"))
+	// A version this host does not implement is described, and refused.
+	info, err = e.Inspect(context.Background(), "abi2.wasm", wat(t, "abi2"))
 	wantKind(t, err, wasm.ErrInvalidModule)
+	if info.ABIVersion != 2 || !strings.Contains(err.Error(), "ABI version 2") {
+		t.Fatalf("abi2: %+v %v", info, err)
+	}
+	_, err = e.Inspect(context.Background(), "foreignimport.wasm", wat(t, "foreignimport"))
+	wantKind(t, err, wasm.ErrUngrantedImport)
+	// Errors name the module as the caller did (its file), not "inspect".
+	_, err = e.Inspect(context.Background(), "policies/garbage.wasm", []byte("garbage"))
+	wantKind(t, err, wasm.ErrInvalidModule)
+	if !strings.Contains(err.Error(), `module "policies/garbage.wasm"`) {
+		t.Fatalf("error %q does not name the file", err)
+	}
 }
 
 func TestErrorClassesAreDistinct(t *testing.T) {

@@ -20,6 +20,10 @@ const (
 	LogError = 3
 )
 
+// GuestLogKey is the attribute, set to true, of the records that carry a
+// guest's own log lines (holdfast.log), telling them from the engine's.
+const GuestLogKey = "guest"
+
 // instantiateHostModule defines the "holdfast" import module. Every function
 // is defined once for the whole runtime; whether a module may import it is
 // decided at Load (checkImport), and checked again at each call.
@@ -97,7 +101,7 @@ func (e *Engine) hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	default:
 		sl = slog.LevelError
 	}
-	e.logger.Log(context.Background(), sl, text, "module", st.m.name)
+	e.logger.Log(context.Background(), sl, text, "module", st.m.name, GuestLogKey, true)
 }
 
 func hostResponseRead(ctx context.Context, mod api.Module, stack []uint64) {

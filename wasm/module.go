@@ -299,12 +299,22 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 	if err != nil {
 		inst := &instance{budget: budget, output: output}
 		e := m.classify(ctx, ictx, inst, "instantiate", start, err)
+		// Instantiation also fails before any guest code runs (a data or
+		// element segment out of range, a start section that traps): blame
+		// _initialize only in a module that has one.
+		_, hasInit := m.exports[exportInitialize]
+		running := "instantiation"
+		if hasInit {
+			running = "_initialize"
+		}
 		if e.Kind == ErrTrap {
 			e.Kind = ErrInvalidModule
-			e.Detail = "_initialize failed: " + e.Detail
+			if hasInit {
+				e.Detail = "_initialize failed: " + e.Detail
+			}
 		}
 		if e.Kind == ErrTimeout {
-			e.Detail = fmt.Sprintf("_initialize did not finish within %s", m.limits.InitTimeout)
+			e.Detail = fmt.Sprintf("%s did not finish within %s", running, m.limits.InitTimeout)
 		}
 		return nil, e
 	}

@@ -187,7 +187,7 @@ func (p *PolicyConfig) validate() error {
 		return fmt.Errorf("settings are not valid JSON")
 	}
 	if p.Kind == KindAdmission && (p.Grants.HTTP || p.Grants.TCP || len(p.Grants.Files) > 0) {
-		return fmt.Errorf("an admission policy judges a pod before it runs: it has no pod IP to reach and no files to read, so grants http, tcp and files are for probes only")
+		return ErrAdmissionGrants
 	}
 	for _, f := range p.Grants.Files {
 		if len(f) == 0 || f[0] != '/' {
@@ -207,6 +207,9 @@ func (p *PolicyConfig) validate() error {
 	}
 	return nil
 }
+
+// ErrAdmissionGrants refuses an admission policy the grants of a probe.
+var ErrAdmissionGrants = errors.New("an admission policy judges a pod before it runs: it has no pod IP to reach and no files to read, so grants http, tcp and files are for probes only")
 
 // wasmGrants translates the configuration's grants.
 func (p *PolicyConfig) wasmGrants() []wasm.Grant {

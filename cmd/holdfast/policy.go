@@ -6,13 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -70,10 +76,14 @@ func newPolicyTestCmd() *cobra.Command {
 		Use:   "test --policy FILE.wasm --pod POD.yaml",
 		Short: "Run a policy on a pod, as the agent would, and print its decision",
 		Long: `Run an admission policy (export admit) or a probe policy (export probe) on a pod,
-through the same code path as the agent, and print the decision, the message
-and the timing. The exit code is the decision: 0 allowed (or probe success),
-1 denied (or probe failure), 2 the policy could not decide (it failed to load,
-trapped, timed out ...).
+through the same code path as the agent, and print the decision, the message,
+the policy's own log lines (marked "guest log") and the timing. Text from the
+policy is printed with control characters escaped (\n, \x1b ...). With -o json
+the verdict is "allowed" for an admission policy, "success" for a probe.
+
+The exit code is the decision: 0 allowed (or probe success), 1 denied (or
+probe failure), 2 the policy could not decide (it failed to load, trapped,
+timed out ...).
 
 A probe policy reaches only --pod-ip on --ports (by default the pod's declared
 container ports), and reads files only under --files inside --rootfs. Grants
@@ -86,7 +96,7 @@ file.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			code, err := runPolicyTest(cmd.Context(), cmd.OutOrStdout(), f)
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "holdfast policy test:", err)
+				fmt.Fprintln(cmd.ErrOrStderr(), "holdfast policy test:", printable(err.Error()))
 			}
 			if code != exitAllowed {
 				return &policyExit{code: code}
@@ -125,18 +135,30 @@ func defaultPolicyCacheDir() string {
 	return filepath.Join(dir, "holdfast", "wasm")
 }
 
-// policyTestResult is what `policy test -o json` prints.
+// policyTestResult is what `policy test -o json` prints. The verdict is
+// in the words of the policy's kind (ABI.md): "allowed" for admission,
+// "success" for a probe.
 type policyTestResult struct {
-	Policy   string        `json:"policy"`
-	Digest   string        `json:"digest"`
-	Kind     policy.Kind   `json:"kind"`
-	Allowed  bool          `json:"allowed"`
-	Reason   string        `json:"reason,omitempty"`
-	Message  string        `json:"message,omitempty"`
-	Warnings []string      `json:"warnings,omitempty"`
-	Error    string        `json:"error,omitempty"`
-	Load     time.Duration `json:"loadNanoseconds"`
-	Call     time.Duration `json:"callNanoseconds"`
+	Policy    string        `json:"policy"`
+	Digest    string        `json:"digest"`
+	Kind      policy.Kind   `json:"kind"`
+	Allowed   *bool         `json:"allowed,omitempty"`
+	Success   *bool         `json:"success,omitempty"`
+	Reason    string        `json:"reason,omitempty"`
+	Message   string        `json:"message,omitempty"`
+	Warnings  []string      `json:"warnings,omitempty"`
+	Error     string        `json:"error,omitempty"`
+	GuestLogs []guestLog    `json:"guestLogs,omitempty"`
+	Load      time.Duration `json:"loadNanoseconds"`
+	Call      time.Duration `json:"callNanoseconds"`
+}
+
+// verdict is the decision, whichever the kind.
+func (r policyTestResult) verdict() bool {
+	if r.Success != nil {
+		return *r.Success
+	}
+	return r.Allowed != nil && *r.Allowed
 }
 
 // runPolicyTest writes a one-policy configuration in a temporary directory
@@ -164,7 +186,7 @@ func runPolicyTest(ctx context.Context, out io.Writer, f policyTestFlags) (int, 
 	if err != nil {
 		return exitError, err
 	}
-	kind, err := policyKind(ctx, f.kind, moduleBytes)
+	kind, err := policyKind(ctx, f.kind, f.module, moduleBytes)
 	if err != nil {
 		return exitError, err
 	}
@@ -186,15 +208,16 @@ func runPolicyTest(ctx context.Context, out io.Writer, f policyTestFlags) (int, 
 	}
 
 	res := policyTestResult{Policy: f.module, Digest: wasm.Digest(moduleBytes), Kind: kind}
+	logs := &guestLogs{}
 	start := time.Now()
-	m, err := policy.Open(ctx, policy.Options{Dir: dir, CacheDir: f.cacheDir, AdmissionTimeout: f.timeout})
+	m, err := policy.Open(ctx, policy.Options{Dir: dir, CacheDir: f.cacheDir, AdmissionTimeout: f.timeout, Logger: slog.New(logs)})
 	if err != nil {
 		return exitError, err
 	}
 	defer m.Close(context.Background())
 	res.Load = time.Since(start)
 	if st, _ := m.Status(); len(st) == 1 && st[0].Error != "" {
-		res.Error = st[0].Error
+		res.Error, res.GuestLogs = st[0].Error, logs.lines()
 		return exitError, printPolicyTest(out, f.output, res)
 	}
 
@@ -206,7 +229,7 @@ func runPolicyTest(ctx context.Context, out io.Writer, f policyTestFlags) (int, 
 	case policy.KindAdmission:
 		d := m.Admit(callCtx, pod, policy.NodeInfo{Name: f.nodeName, Labels: f.nodeLabels, Allocatable: resourceList(f.allocatable)})
 		res.Call = time.Since(start)
-		res.Allowed, res.Reason, res.Message, res.Warnings = d.Allowed, d.Reason, d.Message, d.Warnings
+		res.Allowed, res.Reason, res.Message, res.Warnings = &d.Allowed, d.Reason, d.Message, d.Warnings
 		if d.Reason == policy.ReasonError {
 			res.Error, code = d.Message, exitError
 		} else if !d.Allowed {
@@ -219,13 +242,14 @@ func runPolicyTest(ctx context.Context, out io.Writer, f policyTestFlags) (int, 
 		}
 		ok, msg, perr := m.Probe(callCtx, pc.Name, target)
 		res.Call = time.Since(start)
-		res.Allowed, res.Message = ok, msg
+		res.Success, res.Message = &ok, msg
 		if perr != nil {
 			res.Error, code = perr.Error(), exitError
 		} else if !ok {
 			code = exitDenied
 		}
 	}
+	res.GuestLogs = logs.lines()
 	return code, printPolicyTest(out, f.output, res)
 }
 
@@ -235,9 +259,9 @@ func printPolicyTest(out io.Writer, format string, r policyTestResult) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
-	decision := map[bool]string{true: "allowed", false: "denied"}[r.Allowed]
+	decision := map[bool]string{true: "allowed", false: "denied"}[r.verdict()]
 	if r.Kind == policy.KindProbe {
-		decision = map[bool]string{true: "success", false: "failure"}[r.Allowed]
+		decision = map[bool]string{true: "success", false: "failure"}[r.verdict()]
 	}
 	if r.Error != "" {
 		decision = "error"
@@ -246,17 +270,22 @@ func printPolicyTest(out io.Writer, format string, r policyTestResult) error {
 	fmt.Fprintf(tw, "policy:\t%s (%s)\n", r.Policy, r.Digest)
 	fmt.Fprintf(tw, "kind:\t%s\n", r.Kind)
 	fmt.Fprintf(tw, "decision:\t%s\n", decision)
+	// What comes from the guest is escaped: it must not forge a line of
+	// this output or reach the terminal as control sequences.
+	for _, l := range r.GuestLogs {
+		fmt.Fprintf(tw, "guest log:\t%s: %s\n", l.Level, printable(l.Message))
+	}
 	if r.Reason != "" {
-		fmt.Fprintf(tw, "reason:\t%s\n", r.Reason)
+		fmt.Fprintf(tw, "reason:\t%s\n", printable(r.Reason))
 	}
 	if r.Message != "" {
-		fmt.Fprintf(tw, "message:\t%s\n", r.Message)
+		fmt.Fprintf(tw, "message:\t%s\n", printable(r.Message))
 	}
 	if r.Error != "" && r.Error != r.Message {
-		fmt.Fprintf(tw, "error:\t%s\n", r.Error)
+		fmt.Fprintf(tw, "error:\t%s\n", printable(r.Error))
 	}
 	for _, w := range r.Warnings {
-		fmt.Fprintf(tw, "warning:\t%s\n", w)
+		fmt.Fprintf(tw, "warning:\t%s\n", printable(w))
 	}
 	fmt.Fprintf(tw, "load:\t%s\n", r.Load.Round(time.Microsecond))
 	if r.Call > 0 {
@@ -299,7 +328,7 @@ func readSettings(arg string) (json.RawMessage, error) {
 }
 
 // policyKind takes --kind, or reads the module's entry points.
-func policyKind(ctx context.Context, kind string, module []byte) (policy.Kind, error) {
+func policyKind(ctx context.Context, kind, file string, module []byte) (policy.Kind, error) {
 	switch policy.Kind(kind) {
 	case policy.KindAdmission, policy.KindProbe:
 		return policy.Kind(kind), nil
@@ -312,7 +341,7 @@ func policyKind(ctx context.Context, kind string, module []byte) (policy.Kind, e
 		return "", err
 	}
 	defer e.Close(ctx)
-	info, err := e.Inspect(ctx, module)
+	info, err := e.Inspect(ctx, file, module)
 	if err != nil && len(info.Exports) == 0 {
 		return "", err
 	}
@@ -366,7 +395,7 @@ func testPolicyConfig(modulePath string, kind policy.Kind, settings json.RawMess
 	}
 	pc.Grants.Files = f.files
 	if kind == policy.KindAdmission && (pc.Grants.HTTP || pc.Grants.TCP || len(pc.Grants.Files) > 0) {
-		return pc, errors.New("http, tcp and file grants are for probe policies")
+		return pc, policy.ErrAdmissionGrants
 	}
 	pc.Limits.Timeout.Duration = f.timeout
 	if f.memory != "" {
@@ -419,7 +448,7 @@ func newPolicyInspectCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			code, err := runPolicyInspect(cmd.Context(), cmd.OutOrStdout(), args[0], output)
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "holdfast policy inspect:", err)
+				fmt.Fprintln(cmd.ErrOrStderr(), "holdfast policy inspect:", printable(err.Error()))
 			}
 			if code != 0 {
 				return &policyExit{code: code}
@@ -452,11 +481,14 @@ func runPolicyInspect(ctx context.Context, out io.Writer, path, format string) (
 		return exitDenied, err
 	}
 	defer e.Close(ctx)
-	info, ierr := e.Inspect(ctx, b)
+	info, ierr := e.Inspect(ctx, path, b)
 	if info.Digest == "" {
 		return exitDenied, ierr
 	}
 	r := inspectResult{ModuleInfo: info, File: path, Grants: grantsNeeded(info.Imports)}
+	if ierr == nil {
+		ierr = admissionGrantsError(info, r.Grants)
+	}
 	if ierr != nil {
 		r.Error = ierr.Error()
 	}
@@ -481,14 +513,15 @@ func runPolicyInspect(ctx context.Context, out io.Writer, path, format string) (
 		fmt.Fprintf(tw, "entry points:\t%s\n", orNone(strings.Join(info.Entrypoints, ", ")))
 		fmt.Fprintf(tw, "grants needed:\t%s\n", orNone(strings.Join(r.Grants, ", ")))
 		fmt.Fprintf(tw, "initial memory:\t%d pages (%d KiB)\n", info.MemoryMinPages, info.MemoryMinPages*64)
+		// Names and errors come from the module: escaped.
 		for _, x := range info.Exports {
-			fmt.Fprintf(tw, "export:\t%s\n", x)
+			fmt.Fprintf(tw, "export:\t%s\n", printable(x))
 		}
 		for _, x := range dedupe(info.Imports) {
-			fmt.Fprintf(tw, "import:\t%s\n", x)
+			fmt.Fprintf(tw, "import:\t%s\n", printable(x))
 		}
 		if r.Error != "" {
-			fmt.Fprintf(tw, "error:\t%s\n", r.Error)
+			fmt.Fprintf(tw, "error:\t%s\n", printable(r.Error))
 		}
 		if err := tw.Flush(); err != nil {
 			return exitDenied, err
@@ -498,6 +531,22 @@ func runPolicyInspect(ctx context.Context, out io.Writer, path, format string) (
 		return exitDenied, nil
 	}
 	return 0, nil
+}
+
+// admissionGrantsError refuses a module that can only be an admission
+// policy (it exports admit, not probe) and imports host functions whose
+// grants no admission policy may have: no node would load it.
+func admissionGrantsError(info wasm.ModuleInfo, grants []string) error {
+	if !slices.Contains(info.Entrypoints, "admit") || slices.Contains(info.Entrypoints, "probe") || len(grants) == 0 {
+		return nil
+	}
+	var imports []string
+	for _, imp := range dedupe(info.Imports) {
+		if len(grantsNeeded([]string{imp})) > 0 {
+			imports = append(imports, imp)
+		}
+	}
+	return fmt.Errorf("it exports admit only but imports %s (grant %s): %w", strings.Join(imports, ", "), strings.Join(grants, ", "), policy.ErrAdmissionGrants)
 }
 
 // grantsNeeded lists the grants a module's imports need beyond log.
@@ -536,4 +585,70 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// printable escapes what a terminal would interpret in text that comes from a
+// guest: control characters (newlines, escape sequences, carriage returns),
+// other non-printable runes (bidirectional overrides) and invalid UTF-8, in
+// Go's escape notation, so that the text stays on its line and shows as
+// written.
+func printable(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == ' ' || unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRuneToASCII(r) // '\n', '\x1b', '\u202e'
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// guestLog is one log line a guest wrote with holdfast.log.
+type guestLog struct {
+	Level   string `json:"level"`
+	Message string `json:"message"`
+}
+
+// guestLogs is a slog.Handler that keeps the guests' own log lines (the
+// records the engine marks with wasm.GuestLogKey) and drops the rest.
+type guestLogs struct {
+	mu    sync.Mutex // protects saved
+	saved []guestLog
+}
+
+func (h *guestLogs) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *guestLogs) Handle(_ context.Context, r slog.Record) error {
+	guest := false
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == wasm.GuestLogKey && a.Value.Kind() == slog.KindBool && a.Value.Bool() {
+			guest = true
+			return false
+		}
+		return true
+	})
+	if guest {
+		h.mu.Lock()
+		h.saved = append(h.saved, guestLog{Level: strings.ToLower(r.Level.String()), Message: r.Message})
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+// The engine's attributes (component, module) say nothing the command does
+// not: one handler serves every logger derived from it.
+func (h *guestLogs) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *guestLogs) WithGroup(string) slog.Handler      { return h }
+
+func (h *guestLogs) lines() []guestLog {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.saved)
 }

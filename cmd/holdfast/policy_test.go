@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,5 +150,132 @@ func TestPolicyInspect(t *testing.T) {
 	var info map[string]any
 	if err := json.Unmarshal([]byte(out), &info); err != nil || code != 0 || info["ABIVersion"] != float64(1) {
 		t.Fatalf("json: %d %v\n%s", code, err, out)
+	}
+}
+
+// Guest text (log lines, reason, message) is shown escaped: a guest cannot
+// clear the terminal or forge a line of the command's own output. Its log
+// lines are shown, marked as the guest's.
+func TestPolicyTestShowsGuestTextEscaped(t *testing.T) {
+	dir := t.TempDir()
+	pod := writeFile(t, dir, "pod.yaml", []byte(strings.Replace(testPodYAML, "%s", "nginx", 1)))
+	forger := writeFile(t, dir, "forger.wasm", wasmtest.BuildWAT(t, "cmd/holdfast/testdata/forger.wat"))
+	code, out, errOut := runPolicyCmd(t, "test", "--policy", forger, "--pod", pod, "--cache-dir", "")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (denied)\n%s%s", code, out, errOut)
+	}
+	if strings.ContainsRune(out+errOut, '\x1b') {
+		t.Errorf("an escape code reached the terminal:\n%q", out+errOut)
+	}
+	var decisions []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "decision:") {
+			decisions = append(decisions, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	if len(decisions) != 1 || decisions[0] != "decision: denied" {
+		t.Errorf("decision lines %q, want one saying denied:\n%s", decisions, out)
+	}
+	for _, s := range []string{
+		`guest log:  warn: \x1b[31mred\ndecision:  allowed` + "\n",
+		`): line one\ndecision:  allowed\x1b[2K` + "\n",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+	// JSON output carries the guest's log lines too, JSON-escaped.
+	code, out, _ = runPolicyCmd(t, "test", "--policy", forger, "--pod", pod, "--cache-dir", "", "-o", "json")
+	var res struct {
+		GuestLogs []struct{ Level, Message string }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 1 || len(res.GuestLogs) != 1 ||
+		res.GuestLogs[0].Level != "warn" || res.GuestLogs[0].Message != "\x1b[31mred\ndecision:  allowed" {
+		t.Fatalf("json: exit %d %v %+v\n%s", code, err, res, out)
+	}
+}
+
+// A probe's JSON result uses the probe's vocabulary (ABI.md: success), not
+// admission's.
+func TestPolicyTestProbeJSON(t *testing.T) {
+	dir := t.TempDir()
+	pod := writeFile(t, dir, "pod.yaml", []byte(strings.Replace(testPodYAML, "%s", "nginx", 1)))
+	for _, tc := range []struct {
+		wat     string
+		code    int
+		success bool
+	}{{"probe-ok", 0, true}, {"probe-fail", 1, false}} {
+		module := writeFile(t, dir, tc.wat+".wasm", wasmtest.BuildWAT(t, "agent/policy/testdata/"+tc.wat+".wat"))
+		code, out, errOut := runPolicyCmd(t, "test", "--policy", module, "--pod", pod, "--cache-dir", "", "-o", "json")
+		var res map[string]any
+		if err := json.Unmarshal([]byte(out), &res); err != nil || code != tc.code {
+			t.Fatalf("%s: exit %d %v\n%s%s", tc.wat, code, err, out, errOut)
+		}
+		if _, ok := res["allowed"]; ok || res["success"] != tc.success || res["kind"] != "probe" {
+			t.Errorf("%s: want success %v and no allowed:\n%s", tc.wat, tc.success, out)
+		}
+	}
+}
+
+// Load errors a policy author meets first, reported as what they are.
+func TestPolicyLoadErrorsSayWhatIsWrong(t *testing.T) {
+	dir := t.TempDir()
+	pod := writeFile(t, dir, "pod.yaml", []byte(strings.Replace(testPodYAML, "%s", "nginx", 1)))
+	empty := writeFile(t, dir, "empty.wasm", nil)
+	text := writeFile(t, dir, "abi2.wat", []byte(";; a policy\n(module)\n"))
+	badsegment := writeFile(t, dir, "badsegment.wasm", wasmtest.BuildWAT(t, "wasm/testdata/badsegment.wat"))
+	garbage := writeFile(t, dir, "garbage.wasm", []byte("\x00asm garbage"))
+	for _, tc := range []struct {
+		name, module string
+		mention      []string
+	}{
+		{"empty file", empty, []string{"empty file"}},
+		{"text format", text, []string{"wat2wasm"}},
+		{"no _initialize", badsegment, []string{"data[0]"}},
+		{"named by its file", garbage, []string{garbage}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, args := range [][]string{
+				{"test", "--policy", tc.module, "--pod", pod, "--kind", "admission", "--cache-dir", ""},
+				{"test", "--policy", tc.module, "--pod", pod, "--cache-dir", ""},
+				{"inspect", tc.module},
+			} {
+				code, out, errOut := runPolicyCmd(t, args...)
+				if code == 0 {
+					t.Errorf("%v: exit 0\n%s%s", args, out, errOut)
+				}
+				for _, s := range tc.mention {
+					if !strings.Contains(out+errOut, s) {
+						t.Errorf("%v: output does not mention %q:\n%s%s", args, s, out, errOut)
+					}
+				}
+				for _, s := range []string{"magic number", `"inspect"`, "_initialize"} {
+					if strings.Contains(out+errOut, s) {
+						t.Errorf("%v: output mentions %q:\n%s%s", args, s, out, errOut)
+					}
+				}
+			}
+		})
+	}
+}
+
+// inspect fails a module that no node would load: another ABI version, or an
+// admission policy that imports what only a probe may be granted.
+func TestPolicyInspectRefusals(t *testing.T) {
+	dir := t.TempDir()
+	abi2 := writeFile(t, dir, "abi2.wasm", wasmtest.BuildWAT(t, "wasm/testdata/abi2.wat"))
+	code, out, errOut := runPolicyCmd(t, "inspect", abi2)
+	if code == 0 || !strings.Contains(out, "ABI version 2 is not supported") {
+		t.Errorf("abi2: exit %d\n%s%s", code, out, errOut)
+	}
+	admitHTTP := writeFile(t, dir, "admit-http.wasm", wasmtest.BuildWAT(t, "wasm/testdata/ungranted.wat"))
+	code, out, errOut = runPolicyCmd(t, "inspect", admitHTTP)
+	if code == 0 || !strings.Contains(out, "grants http, tcp and files are for probes only") || !strings.Contains(out, "holdfast.http_request") {
+		t.Errorf("admission policy importing http_request: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runPolicyCmd(t, "inspect", "-o", "json", admitHTTP)
+	var info map[string]any
+	if err := json.Unmarshal([]byte(out), &info); err != nil || code == 0 || !strings.Contains(fmt.Sprint(info["error"]), "probes only") {
+		t.Errorf("json: exit %d %v\n%s", code, err, out)
 	}
 }
