@@ -26,6 +26,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
 	"github.com/holdfast-dev/holdfast/internal/expansion"
+	"github.com/holdfast-dev/holdfast/internal/failpoint"
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
@@ -716,6 +717,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 	if s.pidNamespaceOf != 0 {
 		cfg.SpecOpts = append(cfg.SpecOpts, withPIDNamespaceOf(s.pidNamespaceOf))
 	}
+	failpoint.Inject(failpoint.PodBeforeCreate)
 	id, err := w.m.rt.CreateContainer(ctx, cfg)
 	var cfgErr *errConfig
 	if errors.As(err, &cfgErr) {
@@ -724,6 +726,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 		return fail(ReasonCreateContainerError, err)
 	}
 	w.m.event(pod, v1.EventTypeNormal, "Created", "Created container %s", c.Name)
+	failpoint.Inject(failpoint.ContainerBeforeStart)
 	if err := w.m.rt.StartContainer(ctx, id); err != nil {
 		return fail(ReasonRunContainerError, err)
 	}

@@ -28,6 +28,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/internal/failpoint"
 )
 
 // SpecOpt changes the OCI spec of a container being created.
@@ -237,6 +238,12 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 			client.WithNewSnapshot(id, img),
 			client.WithNewSpec(opts...),
 			client.WithContainerLabels(labels),
+			// Last: the options run in order before the record is made, so this is the
+			// window between the snapshot and the record.
+			func(context.Context, *client.Client, *containers.Container) error {
+				failpoint.Inject(failpoint.ContainerBeforeRecord)
+				return nil
+			},
 		)
 		return err
 	}
@@ -328,6 +335,7 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 		}
 		return fmt.Errorf("%w: create task: %v", ErrStartContainer, err)
 	}
+	failpoint.Inject(failpoint.TaskBeforeStart)
 	if err := task.Start(ctx); err != nil {
 		if _, derr := task.Delete(ctx, client.WithProcessKill); derr != nil {
 			r.log.Warn("delete task that failed to start", "container", id, "err", derr)
