@@ -329,22 +329,59 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 		}
 	}
 	task, err := c.NewTask(ctx, ioc)
-	if err != nil {
-		if errdefs.IsAlreadyExists(err) {
-			return nil
-		}
+	if errdefs.IsAlreadyExists(err) {
+		return r.resumeStart(ctx, c, labels)
+	} else if err != nil {
 		return fmt.Errorf("%w: create task: %v", ErrStartContainer, err)
 	}
 	failpoint.Inject(failpoint.TaskBeforeStart)
-	if err := task.Start(ctx); err != nil {
-		if _, derr := task.Delete(ctx, client.WithProcessKill); derr != nil {
-			r.log.Warn("delete task that failed to start", "container", id, "err", derr)
-		}
-		r.recordFailure(ctx, c, err)
-		return fmt.Errorf("%w: %v", ErrStartContainer, err)
+	if err := r.startTask(ctx, c, task); err != nil {
+		return err
 	}
 	if _, err := c.SetLabels(ctx, map[string]string{LabelStartedAt: formatTime(time.Now())}); err != nil {
 		return fmt.Errorf("record start of %s: %w", id, err)
+	}
+	return nil
+}
+
+// resumeStart finishes the start of a container whose task an earlier try made: a start cut
+// (the agent killed) after the task's creation left it created and never started, or started
+// with its start not recorded. Taking the task's existence for a start left such a container
+// in ContainerCreating for good (TestFailpointsCrossedByKill, killed at another point while
+// a worker was at this one).
+func (r *Runtime) resumeStart(ctx context.Context, c client.Container, labels map[string]string) error {
+	id := c.ID()
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%w: load the task of an earlier start of %s: %v", ErrStartContainer, id, err)
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: task status %s: %v", ErrStartContainer, id, err)
+	}
+	if st.Status == client.Created {
+		r.log.Info("starting the task an interrupted start created", "container", id)
+		if err := r.startTask(ctx, c, task); err != nil {
+			return err
+		}
+	}
+	if labels[LabelStartedAt] == "" {
+		if _, err := c.SetLabels(ctx, map[string]string{LabelStartedAt: formatTime(time.Now())}); err != nil {
+			return fmt.Errorf("record start of %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// startTask starts a created task; one that fails to start is deleted and its failure
+// recorded as the container's exit.
+func (r *Runtime) startTask(ctx context.Context, c client.Container, task client.Task) error {
+	if err := task.Start(ctx); err != nil {
+		if _, derr := task.Delete(ctx, client.WithProcessKill); derr != nil {
+			r.log.Warn("delete task that failed to start", "container", c.ID(), "err", derr)
+		}
+		r.recordFailure(ctx, c, err)
+		return fmt.Errorf("%w: %v", ErrStartContainer, err)
 	}
 	return nil
 }
