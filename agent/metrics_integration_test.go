@@ -22,16 +22,11 @@ import (
 // would, with no apiserver involved, and returns the body of a 200.
 func (e *env) localGet(ctx context.Context, path string) ([]byte, error) {
 	socket := e.agent.Config.LocalAPISocket
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		},
-	}}
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://holdfast"+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := client.Do(req)
+	resp, err := e.localClient(30 * time.Second).Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s on %s: %w", path, socket, err)
 	}
@@ -44,6 +39,16 @@ func (e *env) localGet(ctx context.Context, path string) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s on %s: %s %.200s", path, socket, resp.Status, body)
 	}
 	return body, nil
+}
+
+// localClient is an HTTP client of the agent's local API socket.
+func (e *env) localClient(timeout time.Duration) *http.Client {
+	socket := e.agent.Config.LocalAPISocket
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+	}}
 }
 
 // localMetrics scrapes /metrics on the agent's local socket, as an exporter on the gateway

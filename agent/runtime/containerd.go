@@ -43,19 +43,23 @@ type Runtime struct {
 	registryConfigPath string
 	// ioDir: see WithIODir.
 	ioDir string
+	// requestTimeout: see WithRequestTimeout.
+	requestTimeout time.Duration
 }
 
 // Connect dials containerd at address and checks that it answers. The namespace is the one
 // holdfast owns: it never lists or touches containers outside it.
 func Connect(ctx context.Context, address, namespace string, log *slog.Logger, opts ...Option) (*Runtime, error) {
-	c, err := client.New(address, client.WithDefaultNamespace(namespace), client.WithTimeout(10*time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("connect to containerd at %s: %w", address, err)
-	}
-	r := &Runtime{client: c, namespace: namespace, log: log}
+	r := &Runtime{namespace: namespace, log: log, requestTimeout: DefaultRequestTimeout}
 	for _, o := range opts {
 		o(r)
 	}
+	c, err := client.New(address, client.WithDefaultNamespace(namespace), client.WithTimeout(10*time.Second),
+		client.WithExtraDialOpts(callDeadlines(log, r.requestTimeout)))
+	if err != nil {
+		return nil, fmt.Errorf("connect to containerd at %s: %w", address, err)
+	}
+	r.client = c
 	if _, err := r.Version(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -405,7 +409,10 @@ func (r *Runtime) recordFailure(ctx context.Context, c client.Container, cause e
 // StopContainer sends SIGTERM (or the image's StopSignal), waits up to grace, then SIGKILL,
 // and records the exit. A container that is not running is left as it is.
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
-	ctx = r.ctx(ctx)
+	// Cancelled on return: the wait for the exit (Tasks.Wait, unbounded by callDeadlines) must
+	// not outlive a stop that gave up, on a containerd that does not answer.
+	ctx, cancel := context.WithCancel(r.ctx(ctx))
+	defer cancel()
 	c, err := r.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
 		return nil
