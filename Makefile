@@ -219,15 +219,18 @@ bench: deps bench-kubelet
 
 # soak runs the fault tests at the sizes `make test` has no time for (docs/reliability.md):
 # the state store's writer SIGKILLed in 300 rounds (3 in make test), the agent SIGKILLed during
-# pod starts in 100 rounds (6 in make test), containerd killed six times with 30 pods (the
-# kubelet's restart test; 8 pods in make test).
-# How long `make soak` flaps the link to the apiserver (TestLinkFlapping).
+# pod starts in 100 rounds (6 in make test), the agent stopped at each failpoint of its
+# persistence and SIGKILLed there 100 times per point (3 in make test), containerd killed six
+# times with 30 pods (the kubelet's restart test; 8 pods in make test), and the link to the
+# apiserver flapped for SOAK_FLAP_DURATION (2 flaps in make test).
 SOAK_FLAP_DURATION ?= 2h
 
 soak: deps
 	HOLDFAST_STORE_KILL_ROUNDS=300 $(GO) test -count=1 -timeout 60m -v -run '^TestKillDuringWrites$$' ./offline/
 	HOLDFAST_AGENT_KILL_ROUNDS=100 $(GO) test -race -count=1 -timeout 90m -v \
 		-run '^TestAgentKilledDuringPodStarts$$' ./agent/
+	HOLDFAST_FAILPOINT_ITERATIONS=100 $(GO) test -race -count=1 -timeout 240m -v \
+		-run '^TestFailpointsCrossedByKill$$' ./agent/
 	HOLDFAST_CONTAINERD_RESTART_PODS=30 $(GO) test -race -count=1 -timeout 60m -v \
 		-run '^TestContainerdKilledRepeatedly$$' ./agent/
 	HOLDFAST_FLAP_DURATION=$(SOAK_FLAP_DURATION) $(GO) test -race -count=1 -timeout 0 -v \

@@ -511,6 +511,7 @@ func (a *Agent) connectRuntime(ctx context.Context) (*runtime.Runtime, error) {
 	for {
 		rt, err := runtime.Connect(ctx, a.cfg.Containerd.Address, a.cfg.Containerd.Namespace, a.log.With("component", "runtime"),
 			runtime.WithRegistryConfigPath(a.cfg.Containerd.RegistryConfigPath),
+			runtime.WithRequestTimeout(a.cfg.Containerd.RequestTimeout.Duration),
 			// The stdin FIFOs of containers with stdin: true (kubectl attach -i).
 			runtime.WithIODir(filepath.Join(a.cfg.StateDir, "io")))
 		if err == nil {

@@ -50,8 +50,18 @@ func TestAgentKilledDuringPodStarts(t *testing.T) {
 		e.agent.Kill()
 		e.agent.Start()
 	}
-	running := e.waitAPIRunning(t, names...)
+	e.requireEachCreatedOnce(t, names)
+	t.Logf("%d rounds, %d pods: every pod running, each container created once", rounds, len(names))
+}
 
+// requireEachCreatedOnce waits for the named pods (one container each) to run in the API and
+// checks that nothing ran twice and nothing was lost: each has exactly one container record
+// in containerd, its first attempt, whose task runs, and its status names that container
+// with restartCount 0.
+func (e *env) requireEachCreatedOnce(t *testing.T, names []string) {
+	t.Helper()
+	ctx := context.Background()
+	running := e.waitAPIRunning(t, names...)
 	tasks, err := e.cd.RunningTasks(ctx, "holdfast")
 	if err != nil {
 		t.Fatal(err)
@@ -78,5 +88,4 @@ func TestAgentKilledDuringPodStarts(t *testing.T) {
 			t.Errorf("%s: phase %s", name, p.Status.Phase)
 		}
 	}
-	t.Logf("%d rounds, %d pods: every pod running, each container created once", rounds, len(names))
 }

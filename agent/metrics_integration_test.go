@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,16 @@ import (
 // localGet GETs path from the agent's local API socket (testenv.LocalGet).
 func (e *env) localGet(ctx context.Context, path string) ([]byte, error) {
 	return testenv.LocalGet(ctx, e.agent.Config.LocalAPISocket, path)
+}
+
+// localClient is an HTTP client of the agent's local API socket.
+func (e *env) localClient(timeout time.Duration) *http.Client {
+	socket := e.agent.Config.LocalAPISocket
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+	}}
 }
 
 // localMetrics scrapes /metrics on the agent's local socket, as an exporter on the gateway

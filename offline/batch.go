@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/holdfast-dev/holdfast/internal/failpoint"
 )
 
 // batcher commits concurrent writes together (group commit): the first
@@ -99,6 +101,7 @@ func (b *batcher) run(calls []*batchCall) {
 					return err
 				}
 			}
+			failpoint.Inject(failpoint.StoreBeforeCommit)
 			return nil
 		})
 		if failed >= 0 && errors.Is(err, failErr) {
@@ -108,6 +111,7 @@ func (b *batcher) run(calls []*batchCall) {
 		}
 		if err == nil {
 			b.commits.Add(1)
+			failpoint.Inject(failpoint.StoreAfterCommit)
 		}
 		for _, c := range calls {
 			c.done <- err

@@ -14,6 +14,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/holdfast-dev/holdfast/internal/failpoint"
 )
 
 // BoltStore is the Store the agent runs with: one bbolt file, fsynced on
@@ -923,6 +925,7 @@ func (s *BoltStore) AppendStatus(u StatusUpdate) (uint64, error) {
 	}
 	s.count(bucketOutbox, true)
 	s.superseded.Add(superseded)
+	failpoint.Inject(failpoint.OutboxAfterAppend)
 	return seq, nil
 }
 
@@ -1010,6 +1013,7 @@ func dropFromIndex(tx *bolt.Tx, key []byte) error {
 
 // AckStatuses implements Store.
 func (s *BoltStore) AckStatuses(uid types.UID, upTo uint64) error {
+	failpoint.Inject(failpoint.OutboxBeforeAck)
 	op := fmt.Sprintf("ack statuses of pod %s up to %d", uid, upTo)
 	// acked lists the pod's sequence keys <= upTo.
 	acked := func(tx *bolt.Tx) [][]byte {

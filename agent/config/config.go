@@ -225,6 +225,11 @@ type ContainerdConfig struct {
 	// credentials. Empty (the default) means none. Credential provider plugins are not
 	// supported.
 	RegistryCredentialsFile string `json:"registryCredentialsFile,omitempty"`
+	// RequestTimeout bounds each call to containerd (kubelet's runtimeRequestTimeout): a
+	// containerd that hangs fails the call, logged with its name, instead of holding the pod
+	// sync, garbage collection or stats request that made it. Waiting for a process to exit
+	// and unpacking an image's layer are not bounded by it. Defaults to 2m.
+	RequestTimeout Duration `json:"requestTimeout,omitempty"`
 }
 
 // CNIConfig says where the CNI network configuration and plugins are.
@@ -360,6 +365,7 @@ func (c *Config) applyDefaults() {
 	setDefault(&c.Containerd.Address, "/run/containerd/containerd.sock")
 	setDefault(&c.Containerd.Namespace, "holdfast")
 	setDefault(&c.Containerd.RegistryConfigPath, "/etc/holdfast/certs.d")
+	setDefaultDuration(&c.Containerd.RequestTimeout, 2*time.Minute)
 	setDefault(&c.CNI.ConfDir, "/etc/cni/net.d")
 	if len(c.CNI.BinDirs) == 0 {
 		c.CNI.BinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
@@ -507,6 +513,7 @@ func (c *Config) Validate() error {
 		"nodeStatus.reportFrequency":       c.NodeStatus.ReportFrequency,
 		"pods.relistPeriod":                c.Pods.RelistPeriod,
 		"pods.relistThreshold":             c.Pods.RelistThreshold,
+		"containerd.requestTimeout":        c.Containerd.RequestTimeout,
 		"pods.backOffBase":                 c.Pods.BackOffBase,
 		"pods.backOffMax":                  c.Pods.BackOffMax,
 		"gc.period":                        c.GC.Period,

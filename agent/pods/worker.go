@@ -26,6 +26,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
 	"github.com/holdfast-dev/holdfast/internal/expansion"
+	"github.com/holdfast-dev/holdfast/internal/failpoint"
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
@@ -731,6 +732,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 	if s.pidNamespaceOf != 0 {
 		cfg.SpecOpts = append(cfg.SpecOpts, withPIDNamespaceOf(s.pidNamespaceOf))
 	}
+	failpoint.Inject(failpoint.PodBeforeCreate)
 	id, err := w.m.rt.CreateContainer(ctx, cfg)
 	w.timePhase(metrics.PhaseCreate, began)
 	var cfgErr *errConfig
@@ -740,6 +742,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 		return fail(ReasonCreateContainerError, err)
 	}
 	w.m.event(pod, v1.EventTypeNormal, "Created", "Created container %s", c.Name)
+	failpoint.Inject(failpoint.ContainerBeforeStart)
 	began = w.m.now()
 	err = w.m.rt.StartContainer(ctx, id)
 	w.timePhase(metrics.PhaseStart, began)

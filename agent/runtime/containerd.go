@@ -28,6 +28,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/internal/failpoint"
 )
 
 // SpecOpt changes the OCI spec of a container being created.
@@ -42,19 +43,23 @@ type Runtime struct {
 	registryConfigPath string
 	// ioDir: see WithIODir.
 	ioDir string
+	// requestTimeout: see WithRequestTimeout.
+	requestTimeout time.Duration
 }
 
 // Connect dials containerd at address and checks that it answers. The namespace is the one
 // holdfast owns: it never lists or touches containers outside it.
 func Connect(ctx context.Context, address, namespace string, log *slog.Logger, opts ...Option) (*Runtime, error) {
-	c, err := client.New(address, client.WithDefaultNamespace(namespace), client.WithTimeout(10*time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("connect to containerd at %s: %w", address, err)
-	}
-	r := &Runtime{client: c, namespace: namespace, log: log}
+	r := &Runtime{namespace: namespace, log: log, requestTimeout: DefaultRequestTimeout}
 	for _, o := range opts {
 		o(r)
 	}
+	c, err := client.New(address, client.WithDefaultNamespace(namespace), client.WithTimeout(10*time.Second),
+		client.WithExtraDialOpts(callDeadlines(log, r.requestTimeout)))
+	if err != nil {
+		return nil, fmt.Errorf("connect to containerd at %s: %w", address, err)
+	}
+	r.client = c
 	if _, err := r.Version(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -237,6 +242,12 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 			client.WithNewSnapshot(id, img),
 			client.WithNewSpec(opts...),
 			client.WithContainerLabels(labels),
+			// Last: the options run in order before the record is made, so this is the
+			// window between the snapshot and the record.
+			func(context.Context, *client.Client, *containers.Container) error {
+				failpoint.Inject(failpoint.ContainerBeforeRecord)
+				return nil
+			},
 		)
 		return err
 	}
@@ -322,21 +333,59 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 		}
 	}
 	task, err := c.NewTask(ctx, ioc)
-	if err != nil {
-		if errdefs.IsAlreadyExists(err) {
-			return nil
-		}
+	if errdefs.IsAlreadyExists(err) {
+		return r.resumeStart(ctx, c, labels)
+	} else if err != nil {
 		return fmt.Errorf("%w: create task: %v", ErrStartContainer, err)
 	}
-	if err := task.Start(ctx); err != nil {
-		if _, derr := task.Delete(ctx, client.WithProcessKill); derr != nil {
-			r.log.Warn("delete task that failed to start", "container", id, "err", derr)
-		}
-		r.recordFailure(ctx, c, err)
-		return fmt.Errorf("%w: %v", ErrStartContainer, err)
+	failpoint.Inject(failpoint.TaskBeforeStart)
+	if err := r.startTask(ctx, c, task); err != nil {
+		return err
 	}
 	if _, err := c.SetLabels(ctx, map[string]string{LabelStartedAt: formatTime(time.Now())}); err != nil {
 		return fmt.Errorf("record start of %s: %w", id, err)
+	}
+	return nil
+}
+
+// resumeStart finishes the start of a container whose task an earlier try made: a start cut
+// (the agent killed) after the task's creation left it created and never started, or started
+// with its start not recorded. Taking the task's existence for a start left such a container
+// in ContainerCreating for good (TestFailpointsCrossedByKill, killed at another point while
+// a worker was at this one).
+func (r *Runtime) resumeStart(ctx context.Context, c client.Container, labels map[string]string) error {
+	id := c.ID()
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%w: load the task of an earlier start of %s: %v", ErrStartContainer, id, err)
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: task status %s: %v", ErrStartContainer, id, err)
+	}
+	if st.Status == client.Created {
+		r.log.Info("starting the task an interrupted start created", "container", id)
+		if err := r.startTask(ctx, c, task); err != nil {
+			return err
+		}
+	}
+	if labels[LabelStartedAt] == "" {
+		if _, err := c.SetLabels(ctx, map[string]string{LabelStartedAt: formatTime(time.Now())}); err != nil {
+			return fmt.Errorf("record start of %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// startTask starts a created task; one that fails to start is deleted and its failure
+// recorded as the container's exit.
+func (r *Runtime) startTask(ctx context.Context, c client.Container, task client.Task) error {
+	if err := task.Start(ctx); err != nil {
+		if _, derr := task.Delete(ctx, client.WithProcessKill); derr != nil {
+			r.log.Warn("delete task that failed to start", "container", c.ID(), "err", derr)
+		}
+		r.recordFailure(ctx, c, err)
+		return fmt.Errorf("%w: %v", ErrStartContainer, err)
 	}
 	return nil
 }
@@ -360,7 +409,10 @@ func (r *Runtime) recordFailure(ctx context.Context, c client.Container, cause e
 // StopContainer sends SIGTERM (or the image's StopSignal), waits up to grace, then SIGKILL,
 // and records the exit. A container that is not running is left as it is.
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
-	ctx = r.ctx(ctx)
+	// Cancelled on return: the wait for the exit (Tasks.Wait, unbounded by callDeadlines) must
+	// not outlive a stop that gave up, on a containerd that does not answer.
+	ctx, cancel := context.WithCancel(r.ctx(ctx))
+	defer cancel()
 	c, err := r.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
 		return nil

@@ -40,8 +40,10 @@ var holdfastBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	// Both binaries, as a gateway has them: the agent finds its container logger beside it.
-	// Under -race the agent is built with -race as well (see failOnDataRace).
-	args := []string{"build"}
+	// Under -race the agent is built with -race as well (see failOnDataRace). With the
+	// failpoints compiled in, unarmed (a no-op unless Agent.SetEnv arms one; internal/failpoint):
+	// the production build has none.
+	args := []string{"build", "-tags", "failpoints"}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
@@ -197,6 +199,12 @@ func (a *Agent) Start() {
 	if err := a.proc.Start(); err != nil {
 		a.t.Fatal(err)
 	}
+}
+
+// SetEnv replaces the variables ("KEY=VALUE") added to the agent's environment from its next
+// Start on, e.g. to arm a failpoint (internal/failpoint) for one run.
+func (a *Agent) SetEnv(env []string) {
+	a.proc.env = env
 }
 
 // Kill kills the agent with SIGKILL, as a crash or a power cut would stop it.
