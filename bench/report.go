@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -72,6 +73,9 @@ type Steady struct {
 	// Breakdown splits the node overhead by process kind: agent, containerd, shims, helpers
 	// (PSS at the end of the window).
 	Breakdown map[string]*Share `json:"breakdown"`
+	// Uplink is what the agent exchanged with the apiserver, in a window that opens with this
+	// one (Options.Uplink).
+	Uplink *Uplink `json:"uplink,omitempty"`
 }
 
 // Share is one kind of process's part of the node overhead.
@@ -228,6 +232,27 @@ func (r *Report) finish() {
 	row(sec, "node overhead disk writes", "KiB/min", steady(func(s *Steady) float64 { return s.NodeWriteKiBPerMin }))
 	row(sec, "helper processes (holdfast loggers / CRI pause)", "count", steady(func(s *Steady) float64 { return float64(s.HelperProcesses) }))
 	row(sec, "containerd shims", "count", steady(func(s *Steady) float64 { return float64(s.Shims) }))
+
+	uplink := func(f func(*Uplink) float64) func(*AgentResult) (float64, bool) {
+		return func(a *AgentResult) (float64, bool) {
+			if a.Steady == nil || a.Steady.Uplink == nil {
+				return 0, false
+			}
+			return f(a.Steady.Uplink), true
+		}
+	}
+	sec = fmt.Sprintf("uplink to the apiserver, steady state, %v pods", pods)
+	if h != nil && h.Steady != nil && h.Steady.Uplink != nil {
+		sec = fmt.Sprintf("uplink to the apiserver, steady state, %v pods, %.0fs", pods, h.Steady.Uplink.WindowS)
+	}
+	row(sec, "bytes up (agent -> apiserver, TLS included) per day", "MB", uplink(func(u *Uplink) float64 { return u.PerDay(u.UpBytes) / 1e6 }))
+	row(sec, "bytes down per day", "MB", uplink(func(u *Uplink) float64 { return u.PerDay(u.DownBytes) / 1e6 }))
+	row(sec, "bytes up and down per day", "MB", uplink(func(u *Uplink) float64 { return u.PerDay(u.UpBytes+u.DownBytes) / 1e6 }))
+	row(sec, "connections opened in the window", "count", uplink(func(u *Uplink) float64 { return float64(u.ConnectionsOpened) }))
+	row(sec, "connections open", "count", uplink(func(u *Uplink) float64 { return float64(u.ConnectionsOpen) }))
+	for _, k := range requestKinds {
+		row(sec, "requests/min: "+k.name, "/min", uplink(func(u *Uplink) float64 { return u.PerMinute(k.match) }))
+	}
 
 	restarts := func(f func(Restart) float64) func(*AgentResult) []float64 {
 		return func(a *AgentResult) []float64 {
@@ -396,6 +421,10 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimSpace(rw.Metric), formatValue(rw.Holdfast, rw.Unit, ""), formatValue(rw.Kubelet, rw.Unit, rw.KubeletText), formatRatio(rw.Ratio))
 	}
+	if rq := r.requestsMarkdown(); rq != "" {
+		b.WriteString("\nRequests to the apiserver in the uplink window, by verb and resource (the audit log), per minute.\n\n")
+		b.WriteString(rq)
+	}
 	if bd := r.breakdownMarkdown(); bd != "" {
 		b.WriteString("\nNode overhead in the steady state, by process: CPU millicores / PSS MiB / disk writes KiB per minute.\n\n")
 		b.WriteString(bd)
@@ -408,6 +437,39 @@ func (r *Report) Markdown() string {
 	}
 	if r.Wasm != nil {
 		fmt.Fprintf(&b, "\n<details><summary>go test -bench . -benchtime %s ./wasm/</summary>\n\n```\n%s\n```\n</details>\n", r.Wasm.Benchtime, strings.TrimSpace(r.Wasm.Output))
+	}
+	return b.String()
+}
+
+// requestsMarkdown tabulates every agent's requests of the uplink window, per minute.
+func (r *Report) requestsMarkdown() string {
+	var agents []*AgentResult
+	keys := map[string]bool{}
+	for _, a := range r.Agents {
+		if a.Steady != nil && a.Steady.Uplink != nil {
+			agents = append(agents, a)
+			for k := range a.Steady.Uplink.Requests {
+				keys[k] = true
+			}
+		}
+	}
+	if len(agents) == 0 {
+		return ""
+	}
+	sorted := slices.Sorted(maps.Keys(keys))
+	var b strings.Builder
+	b.WriteString("| request |")
+	for _, a := range agents {
+		fmt.Fprintf(&b, " %s |", a.Agent)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(agents)) + "\n")
+	for _, k := range sorted {
+		fmt.Fprintf(&b, "| %s |", k)
+		for _, a := range agents {
+			u := a.Steady.Uplink
+			fmt.Fprintf(&b, " %.2f |", float64(u.Requests[k])*60/u.WindowS)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
