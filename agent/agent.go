@@ -108,6 +108,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	boot.Done("preload_images")
 
 	var client, heartbeatClient kubernetes.Interface
+	reach := &node.Reachability{Metrics: a.metrics}
 	var id *identity.Identity
 	if !cfg.Standalone() {
 		// The node's identity: a kubeconfig as it is, or a certificate bootstrapped with a
@@ -135,6 +136,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		hbCfg := rest.CopyConfig(restCfg)
 		hbCfg.Timeout = min(cfg.NodeStatus.UpdateFrequency.Duration, cfg.NodeStatus.LeaseDuration.Duration)
 		hbCfg.QPS = -1 // never throttled behind the other requests
+		// Its answers say whether the apiserver is reachable: the node status is written only
+		// when it changed, so the Lease renewals are the requests made whatever happens.
+		hbCfg.Wrap(reach.Wrap)
 		if heartbeatClient, err = kubernetes.NewForConfig(hbCfg); err != nil {
 			return fmt.Errorf("apiserver heartbeat client: %w", err)
 		}
@@ -316,6 +320,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			// As the kubelet: repeated Lease failures close every connection, so that the
 			// informer's watch, hung on a dead link, reconnects.
 			OnRepeatedHeartbeatFailure: id.CloseAllConns,
+			// The Node from a watch, not a GET every UpdateFrequency.
+			Watch:        client,
+			Reachability: reach,
 		}, heartbeatClient, rt.Version, func() error {
 			if err := podMgr.RelistHealthy(); err != nil {
 				return err
