@@ -216,9 +216,14 @@ func (c *Controller) reportedReady() bool {
 	return false
 }
 
-// ownedByNode makes the Lease owned by the Node, so deleting the Node deletes its Lease.
+// ownedByNode makes the Lease owned by the Node, so deleting the Node deletes its Lease. It
+// runs before every renewal, which it also makes smaller: the renewal sends the Lease back
+// without its managedFields, which the apiserver then keeps as they are (an update without
+// them leaves them unchanged), so the bytes sent per renewal, the only request every
+// RenewInterval, are little more than the Lease's own (docs/benchmarks.md, "Uplink").
 func ownedByNode(node *v1.Node) lease.ProcessLeaseFunc {
 	return func(l *coordinationv1.Lease) error {
+		l.ManagedFields = nil
 		if len(l.OwnerReferences) == 0 {
 			l.OwnerReferences = []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
