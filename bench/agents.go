@@ -82,13 +82,14 @@ func buildHoldfast(t testing.TB) string {
 // newHoldfast prepares holdfast for node NodeName(Holdfast): the test environment's agent
 // configuration (every path under dir, its containerd and CNI network), the node's
 // kubeconfig (kubeconfig: through the harness's relay), no static manifest directory, kubelet's default heartbeat and back-off
-// settings, logging at info.
-func newHoldfast(t testing.TB, dir, bin, kubeconfig string, cd *testenv.Containerd, cni *testenv.CNINetwork) *agentProc {
+// settings (or the uplink profile's), logging at info.
+func newHoldfast(t testing.TB, dir, bin, kubeconfig, profile string, cd *testenv.Containerd, cni *testenv.CNINetwork) *agentProc {
 	t.Helper()
 	node := NodeName(Holdfast)
 	cfg := testenv.NewAgentConfig(t, dir, cd, cni)
 	cfg.NodeName = node
 	cfg.Kubeconfig = kubeconfig
+	cfg.UplinkProfile = profile
 	cfg.ManifestDir = "-"
 	cfg.Containerd.Namespace = containerdNamespace(Holdfast)
 	b, err := yaml.Marshal(cfg)

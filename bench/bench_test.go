@@ -24,6 +24,7 @@ var (
 	uplink      = flag.Duration("bench.uplink", 0, "uplink window, opened with the steady-state window (default: as long as it)")
 	settle      = flag.Duration("bench.settle", -1, "wait before the steady-state window (preset: 15s, quick 5s)")
 	wasmTime    = flag.String("bench.wasm-benchtime", "", `-benchtime for ./wasm/'s benchmarks, "none" to skip (preset: 1s, quick 200ms)`)
+	profile     = flag.String("bench.holdfast-profile", "", "holdfast's uplinkProfile (agent/config): metered; default: the kubelet's heartbeats")
 	kubelet     = flag.String("bench.kubelet", "", "kubelet binary (default: kubelet-"+testenv.KubeAPIServerVersion+" in the test binary cache); \"none\" for holdfast alone")
 	out         = flag.String("bench.out", "", "results directory (default: _output/bench/DATE at the module root)")
 )
@@ -67,6 +68,7 @@ func TestSideBySide(t *testing.T) {
 	if *settle >= 0 {
 		opts.Settle = *settle
 	}
+	opts.HoldfastProfile = *profile
 	switch *wasmTime {
 	case "":
 	case "none":

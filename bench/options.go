@@ -27,6 +27,9 @@ type Options struct {
 	// renewals (10 s apart by default); the kubelet writes an unchanged node status every 5
 	// minutes, which a shorter window catches or misses whole.
 	Uplink time.Duration
+	// HoldfastProfile is holdfast's uplinkProfile (agent/config): "" for the default (the
+	// kubelet's heartbeats), "metered".
+	HoldfastProfile string
 	// KubeletPath is the upstream kubelet binary. Empty: holdfast is measured alone.
 	KubeletPath string
 	// FastDrain makes the harness wait, after deleting pods, only until no task runs, not

@@ -32,6 +32,10 @@ type AgentResult struct {
 	NetworkAddMS []float64 `json:"networkAddMs"`
 	NetworkDelMS []float64 `json:"networkDelMs"`
 	StartupMS    []float64 `json:"startupMs"`
+	// Churn is the uplink while the ChurnPods latency pods were created, started, deleted and
+	// gone, one after the other.
+	Churn     *Uplink `json:"churn,omitempty"`
+	ChurnPods int     `json:"churnPods,omitempty"`
 	// BurstFloorS is the burst floor: as many containers as the burst has pods, created and
 	// started at once through the containerd client, one per repetition of the burst.
 	BurstFloorS []float64 `json:"burstFloorSeconds"`
@@ -142,6 +146,7 @@ func newReport(o Options) *Report {
 		Options: map[string]any{
 			"latencyPods": o.LatencyPods, "pods": o.Pods, "reps": o.Reps,
 			"steady": o.Steady.String(), "settle": o.Settle.String(), "wasmBenchtime": o.WasmBenchtime,
+			"uplink": max(o.Uplink, o.Steady).String(), "holdfastProfile": o.HoldfastProfile,
 		},
 		Machine: describeMachine(),
 	}
@@ -252,6 +257,29 @@ func (r *Report) finish() {
 	row(sec, "connections open", "count", uplink(func(u *Uplink) float64 { return float64(u.ConnectionsOpen) }))
 	for _, k := range requestKinds {
 		row(sec, "requests/min: "+k.name, "/min", uplink(func(u *Uplink) float64 { return u.PerMinute(k.match) }))
+	}
+
+	// Per pod of the churn, less what the heartbeats and watches sent meanwhile (the steady
+	// state's rate over the churn's duration; the kubelet's churn lasts longer, until its
+	// container garbage collection removes the containers).
+	churn := func(f func(u *Uplink) float64) func(*AgentResult) (float64, bool) {
+		return func(a *AgentResult) (float64, bool) {
+			if a.Churn == nil || a.ChurnPods == 0 || a.Steady == nil || a.Steady.Uplink == nil || a.Steady.Uplink.WindowS <= 0 {
+				return 0, false
+			}
+			idle := f(a.Steady.Uplink) * a.Churn.WindowS / a.Steady.Uplink.WindowS
+			return (f(a.Churn) - idle) / float64(a.ChurnPods), true
+		}
+	}
+	sec = fmt.Sprintf("uplink, churn: %v pods created, started, deleted one after the other, per pod, steady traffic subtracted", lat)
+	row(sec, "bytes up per pod", "KB", churn(func(u *Uplink) float64 { return float64(u.UpBytes) / 1e3 }))
+	row(sec, "bytes down per pod", "KB", churn(func(u *Uplink) float64 { return float64(u.DownBytes) / 1e3 }))
+	row(sec, "requests per pod", "/pod", churn(func(u *Uplink) float64 { return u.PerMinute(requestKinds[0].match) * u.WindowS / 60 }))
+	for _, k := range requestKinds[1:] {
+		if k.name == "lists" || k.name == "Lease" {
+			continue
+		}
+		row(sec, "requests per pod: "+k.name, "/pod", churn(func(u *Uplink) float64 { return u.PerMinute(k.match) * u.WindowS / 60 }))
 	}
 
 	restarts := func(f func(Restart) float64) func(*AgentResult) []float64 {
@@ -421,8 +449,18 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimSpace(rw.Metric), formatValue(rw.Holdfast, rw.Unit, ""), formatValue(rw.Kubelet, rw.Unit, rw.KubeletText), formatRatio(rw.Ratio))
 	}
-	if rq := r.requestsMarkdown(); rq != "" {
-		b.WriteString("\nRequests to the apiserver in the uplink window, by verb and resource (the audit log), per minute.\n\n")
+	steadyUplink := func(a *AgentResult) *Uplink {
+		if a.Steady == nil {
+			return nil
+		}
+		return a.Steady.Uplink
+	}
+	if rq := r.requestsMarkdown(steadyUplink); rq != "" {
+		b.WriteString("\nRequests to the apiserver in the steady state's uplink window, by verb and resource (the audit log), per minute.\n\n")
+		b.WriteString(rq)
+	}
+	if rq := r.requestsMarkdown(func(a *AgentResult) *Uplink { return a.Churn }); rq != "" {
+		b.WriteString("\nRequests to the apiserver while the latency pods churned (created, started, deleted one after the other), per minute.\n\n")
 		b.WriteString(rq)
 	}
 	if bd := r.breakdownMarkdown(); bd != "" {
@@ -441,14 +479,14 @@ func (r *Report) Markdown() string {
 	return b.String()
 }
 
-// requestsMarkdown tabulates every agent's requests of the uplink window, per minute.
-func (r *Report) requestsMarkdown() string {
+// requestsMarkdown tabulates every agent's requests in the uplink window of, per minute.
+func (r *Report) requestsMarkdown(of func(*AgentResult) *Uplink) string {
 	var agents []*AgentResult
 	keys := map[string]bool{}
 	for _, a := range r.Agents {
-		if a.Steady != nil && a.Steady.Uplink != nil {
+		if u := of(a); u != nil {
 			agents = append(agents, a)
-			for k := range a.Steady.Uplink.Requests {
+			for k := range u.Requests {
 				keys[k] = true
 			}
 		}
@@ -466,7 +504,7 @@ func (r *Report) requestsMarkdown() string {
 	for _, k := range sorted {
 		fmt.Fprintf(&b, "| %s |", k)
 		for _, a := range agents {
-			u := a.Steady.Uplink
+			u := of(a)
 			fmt.Fprintf(&b, " %.2f |", float64(u.Requests[k])*60/u.WindowS)
 		}
 		b.WriteString("\n")

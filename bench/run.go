@@ -94,6 +94,9 @@ func Run(t *testing.T, opts Options) *Report {
 	} else {
 		rep.Notes = append(rep.Notes, "kubelet not measured: no kubelet binary (hack/build-kubelet.sh builds it; `make bench` does)")
 	}
+	if opts.HoldfastProfile != "" {
+		rep.Notes = append(rep.Notes, "holdfast ran with uplinkProfile: "+opts.HoldfastProfile)
+	}
 	var nodes []string
 	for _, a := range agents {
 		nodes = append(nodes, NodeName(a))
@@ -183,7 +186,7 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 	if kind == Kubelet {
 		a = newKubelet(t, dir, bin, kubeconfig, cd)
 	} else {
-		a = newHoldfast(t, dir, bin, kubeconfig, cd, cni)
+		a = newHoldfast(t, dir, bin, kubeconfig, opts.HoldfastProfile, cd, cni)
 	}
 	if fi, err := os.Stat(a.bin); err == nil {
 		res.BinaryMiB = float64(fi.Size()) / (1 << 20)
@@ -252,7 +255,12 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 	e.logf("node Ready %.1fs after start (%s)", time.Since(start).Seconds(), res.Version)
 	res.FirstNodeReadyS = time.Since(start).Seconds()
 
+	// The latency pods are the churn: each created, started, deleted and gone, one after the
+	// other, while the uplink is counted.
+	churn := e.relay.mark()
 	res.StartupMS = durationsMS(e.startupLatency())
+	res.Churn = e.uplinkSince(churn, 0)
+	res.ChurnPods = opts.LatencyPods
 	var steadyPods []string
 	for rep := range opts.Reps {
 		wall, names := e.burst(rep)
@@ -408,7 +416,7 @@ func (e *env) steady(pods int) *Steady {
 	}
 	t1, a1, set1 := read()
 	log1 := logSize()
-	uplink := e.uplinkSince(link0)
+	uplink := e.uplinkSince(link0, e.opts.Uplink)
 	window := t1.Sub(t0)
 	perMin := 60 / window.Seconds()
 	cores := func(ticks uint64) float64 { return float64(ticks) / clockTicks / window.Seconds() }
@@ -464,11 +472,11 @@ func (e *env) steady(pods int) *Steady {
 	return st
 }
 
-// uplinkSince waits until the uplink window that opened at m has lasted opts.Uplink, then
-// returns what the agent exchanged with the apiserver in it: bytes from the relay, requests
-// from the audit log.
-func (e *env) uplinkSince(m uplinkMark) *Uplink {
-	if rest := e.opts.Uplink - time.Since(m.at); rest > 0 {
+// uplinkSince waits until the uplink window that opened at m has lasted at least window,
+// then returns what the agent exchanged with the apiserver in it: bytes from the relay,
+// requests from the audit log.
+func (e *env) uplinkSince(m uplinkMark, window time.Duration) *Uplink {
+	if rest := window - time.Since(m.at); rest > 0 {
 		time.Sleep(rest)
 	}
 	u := e.relay.since(m)

@@ -68,6 +68,10 @@ func TestHarnessSmoke(t *testing.T) {
 				t.Errorf("%s: no Lease renewal (update leases) counted in the audit log in %.0fs: %v", name, u.WindowS, u.Requests)
 			}
 		}
+		// The churn's pods were started: their status written, through the relay.
+		if c := a.Churn; c == nil || c.UpBytes <= 0 || c.DownBytes <= 0 || (c.Requests["patch pods/status"]+c.Requests["update pods/status"]) == 0 {
+			t.Errorf("%s: churn uplink %+v: want bytes both ways and pod status writes", name, c)
+		}
 		for _, r := range a.Restarts {
 			if r.TasksBefore < opts.Pods {
 				t.Errorf("%s: %d tasks before the restart, want at least %d", name, r.TasksBefore, opts.Pods)
