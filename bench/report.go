@@ -271,15 +271,24 @@ func (r *Report) finish() {
 			return (f(a.Churn) - idle) / float64(a.ChurnPods), true
 		}
 	}
-	sec = fmt.Sprintf("uplink, churn: %v pods created, started, deleted one after the other, per pod, steady traffic subtracted", lat)
+	sec = fmt.Sprintf("uplink, churn: %v pods created, started, deleted one after the other, per pod (bytes: steady traffic subtracted)", lat)
 	row(sec, "bytes up per pod", "KB", churn(func(u *Uplink) float64 { return float64(u.UpBytes) / 1e3 }))
 	row(sec, "bytes down per pod", "KB", churn(func(u *Uplink) float64 { return float64(u.DownBytes) / 1e3 }))
-	row(sec, "requests per pod", "/pod", churn(func(u *Uplink) float64 { return u.PerMinute(requestKinds[0].match) * u.WindowS / 60 }))
+	// Requests are counted as they are, the Lease renewals left out (the periodic ones).
+	perPod := func(match func(verb, resource string) bool) func(*AgentResult) (float64, bool) {
+		return func(a *AgentResult) (float64, bool) {
+			if a.Churn == nil || a.ChurnPods == 0 {
+				return 0, false
+			}
+			return a.Churn.PerMinute(match) * a.Churn.WindowS / 60 / float64(a.ChurnPods), true
+		}
+	}
+	row(sec, "requests per pod, Lease renewals left out", "/pod", perPod(func(_, r string) bool { return r != "leases" }))
 	for _, k := range requestKinds[1:] {
 		if k.name == "lists" || k.name == "Lease" {
 			continue
 		}
-		row(sec, "requests per pod: "+k.name, "/pod", churn(func(u *Uplink) float64 { return u.PerMinute(k.match) * u.WindowS / 60 }))
+		row(sec, "requests per pod: "+k.name, "/pod", perPod(k.match))
 	}
 
 	restarts := func(f func(Restart) float64) func(*AgentResult) []float64 {
