@@ -108,6 +108,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	boot.Done("preload_images")
 
 	var client, heartbeatClient kubernetes.Interface
+	reach := &node.Reachability{Metrics: a.metrics}
 	var id *identity.Identity
 	if !cfg.Standalone() {
 		// The node's identity: a kubeconfig as it is, or a certificate bootstrapped with a
@@ -125,17 +126,30 @@ func (a *Agent) Run(ctx context.Context) error {
 		restCfg := id.RESTConfig()
 		restCfg.UserAgent = "holdfast/" + a.version
 		restCfg.QPS, restCfg.Burst = 50, 100
-		if client, err = kubernetes.NewForConfig(restCfg); err != nil {
+		httpClient, err := rest.HTTPClientFor(restCfg)
+		if err != nil {
+			return fmt.Errorf("apiserver client: %w", err)
+		}
+		if client, err = kubernetes.NewForConfigAndClient(restCfg, httpClient); err != nil {
 			return fmt.Errorf("apiserver client: %w", err)
 		}
 		// The heartbeats (Lease, node status) get a client of their own with a deadline on
 		// every request, the kubelet's: on a link that died without a reset a request would
 		// otherwise hang until the connection's health check gave up (76 s measured by
-		// TestApiserverBlackhole), past the Lease's duration.
+		// TestApiserverBlackhole), past the Lease's duration. It shares the other client's
+		// transport, so both use one HTTP/2 connection, which the watches keep open: a
+		// transport of its own would close its connection after 90 s idle, and each Lease
+		// renewal of the metered profile (every 2m) would pay a new TLS handshake, several
+		// times the renewal's bytes (docs/benchmarks.md, "Uplink").
 		hbCfg := rest.CopyConfig(restCfg)
-		hbCfg.Timeout = min(cfg.NodeStatus.UpdateFrequency.Duration, cfg.NodeStatus.LeaseDuration.Duration)
 		hbCfg.QPS = -1 // never throttled behind the other requests
-		if heartbeatClient, err = kubernetes.NewForConfig(hbCfg); err != nil {
+		hbHTTP := &http.Client{
+			// Its answers say whether the apiserver is reachable: the node status is written
+			// only when it changed, so the Lease renewals are the requests made whatever happens.
+			Transport: reach.Wrap(httpClient.Transport),
+			Timeout:   min(cfg.NodeStatus.UpdateFrequency.Duration, cfg.NodeStatus.LeaseDuration.Duration),
+		}
+		if heartbeatClient, err = kubernetes.NewForConfigAndClient(hbCfg, hbHTTP); err != nil {
 			return fmt.Errorf("apiserver heartbeat client: %w", err)
 		}
 		boot.Done("identity")
@@ -316,6 +330,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			// As the kubelet: repeated Lease failures close every connection, so that the
 			// informer's watch, hung on a dead link, reconnects.
 			OnRepeatedHeartbeatFailure: id.CloseAllConns,
+			// The Node from a watch, not a GET every UpdateFrequency.
+			Watch:        client,
+			Reachability: reach,
 		}, heartbeatClient, rt.Version, func() error {
 			if err := podMgr.RelistHealthy(); err != nil {
 				return err

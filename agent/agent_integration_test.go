@@ -289,6 +289,19 @@ func TestNodeRegistrationAndLease(t *testing.T) {
 	if span := last.Sub(first); span > 8*time.Second {
 		t.Errorf("three renewals took %s with a 1s interval", span)
 	}
+	// The renewals send the Lease without its managedFields (fewer bytes on the uplink): the
+	// apiserver keeps them, holdfast still named as the manager of the fields it sets.
+	l, err := leases.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	managed := false
+	for _, m := range l.ManagedFields {
+		managed = managed || (strings.HasPrefix(m.Manager, "holdfast") && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), "renewTime"))
+	}
+	if !managed {
+		t.Errorf("the Lease's managedFields lost holdfast's entry after renewals: %+v", l.ManagedFields)
+	}
 }
 
 // TestUnrunnablePodReportsReason: a pod whose image is absent with pullPolicy Never says so

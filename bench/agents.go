@@ -83,14 +83,15 @@ func buildHoldfast(t testing.TB) string {
 
 // newHoldfast prepares holdfast for node NodeName(Holdfast): the test environment's agent
 // configuration (every path under dir, its containerd and CNI network), the node's
-// kubeconfig, no static manifest directory, kubelet's default heartbeat and back-off
-// settings, logging at info.
-func newHoldfast(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *testenv.Containerd, cni *testenv.CNINetwork) *agentProc {
+// kubeconfig (kubeconfig: through the harness's relay), no static manifest directory, kubelet's default heartbeat and back-off
+// settings (or the uplink profile's), logging at info.
+func newHoldfast(t testing.TB, dir, bin, kubeconfig, profile string, cd *testenv.Containerd, cni *testenv.CNINetwork) *agentProc {
 	t.Helper()
 	node := NodeName(Holdfast)
 	cfg := testenv.NewAgentConfig(t, dir, cd, cni)
 	cfg.NodeName = node
-	cfg.Kubeconfig = cp.WriteNodeKubeconfig(node)
+	cfg.Kubeconfig = kubeconfig
+	cfg.UplinkProfile = profile
 	cfg.ManifestDir = "-"
 	cfg.Containerd.Namespace = containerdNamespace(Holdfast)
 	b, err := yaml.Marshal(cfg)
@@ -113,12 +114,12 @@ func newHoldfast(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *te
 }
 
 // newKubelet prepares the upstream kubelet at bin for node NodeName(Kubelet), talking to cd's
-// CRI plugin, with the node's kubeconfig, its node API on loopback (testenv.KubeletCommand).
-func newKubelet(t testing.TB, dir, bin string, cp *testenv.ControlPlane, cd *testenv.Containerd) *agentProc {
+// CRI plugin, with the node's kubeconfig (through the harness's relay), its node API on loopback (testenv.KubeletCommand).
+func newKubelet(t testing.TB, dir, bin, kubeconfig string, cd *testenv.Containerd) *agentProc {
 	t.Helper()
 	node := NodeName(Kubelet)
 	argv := testenv.KubeletCommand(t, testenv.KubeletOptions{
-		Dir: dir, Bin: bin, Socket: cd.Address, NodeName: node, Kubeconfig: cp.WriteNodeKubeconfig(node),
+		Dir: dir, Bin: bin, Socket: cd.Address, NodeName: node, Kubeconfig: kubeconfig,
 	})
 	return &agentProc{kind: Kubelet, bin: bin, node: node, dir: dir, proc: testenv.NewProcess(Kubelet, filepath.Join(dir, "kubelet.log"), argv...)}
 }

@@ -21,8 +21,10 @@ var (
 	pods        = flag.Int("bench.pods", 0, "burst size and pods running for steady state, restart, offline boot (preset: 30, quick 10)")
 	reps        = flag.Int("bench.reps", 0, "repetitions of the burst and the restart (preset: 3, quick 1)")
 	steady      = flag.Duration("bench.steady", 0, "steady-state window (preset: 60s, quick 20s)")
+	uplink      = flag.Duration("bench.uplink", 0, "uplink window, opened with the steady-state window (default: as long as it)")
 	settle      = flag.Duration("bench.settle", -1, "wait before the steady-state window (preset: 15s, quick 5s)")
 	wasmTime    = flag.String("bench.wasm-benchtime", "", `-benchtime for ./wasm/'s benchmarks, "none" to skip (preset: 1s, quick 200ms)`)
+	profile     = flag.String("bench.holdfast-profile", "", "holdfast's uplinkProfile (agent/config): metered; default: the kubelet's heartbeats")
 	kubelet     = flag.String("bench.kubelet", "", "kubelet binary (default: kubelet-"+testenv.KubeAPIServerVersion+" in the test binary cache); \"none\" for holdfast alone")
 	out         = flag.String("bench.out", "", "results directory (default: _output/bench/DATE at the module root)")
 )
@@ -60,9 +62,13 @@ func TestSideBySide(t *testing.T) {
 	if *steady > 0 {
 		opts.Steady, opts.Mode = *steady, "custom"
 	}
+	if *uplink > 0 {
+		opts.Uplink = *uplink
+	}
 	if *settle >= 0 {
 		opts.Settle = *settle
 	}
+	opts.HoldfastProfile = *profile
 	switch *wasmTime {
 	case "":
 	case "none":

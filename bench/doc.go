@@ -9,10 +9,14 @@
 //     agent and no API, several times; min, p50, p99;
 //  2. pod startup latency: pods created one after the other, each timed from the Create call
 //     to the moment an informer (a watch) sees it Running with condition Ready; min, p50, p99;
+//     the uplink meanwhile is the churn: bytes and requests per pod created, started, deleted;
 //  3. burst: N pods created at once, wall time until all are seen Running and Ready;
 //  4. steady state with those N pods: the agent's RSS, CPU and bytes written to disk (from
 //     /proc), and the same for everything the node runs on the agent's behalf (containerd,
-//     shims, holdfast's container loggers, kubelet's pause sandboxes);
+//     shims, holdfast's container loggers, kubelet's pause sandboxes); and the uplink: bytes
+//     each way between the agent and the apiserver, counted by a TCP relay the agent's
+//     kubeconfig points at (TLS included), and the agent's requests by verb and resource,
+//     from the apiserver's audit log (uplink.go);
 //  5. agent restart: kill -9 with the N pods running; while it is down the harness does what
 //     the node lifecycle controller does to a silent node (Node conditions Unknown, pods'
 //     Ready False); the agent is started again and timed until the Node is Ready and every pod

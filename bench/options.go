@@ -21,6 +21,15 @@ type Options struct {
 	// Settle is how long the pods run before the steady-state window opens, so the window
 	// sees the agent idle rather than finishing the burst. Full run: 15s.
 	Settle time.Duration
+	// Uplink is the window in which the bytes and requests between the agent and the
+	// apiserver are counted: it opens with the steady-state window and lasts at least as long
+	// (longer, it extends it). Zero: the steady-state window. It should cover several Lease
+	// renewals (10 s apart by default); the kubelet writes an unchanged node status every 5
+	// minutes, which a shorter window catches or misses whole.
+	Uplink time.Duration
+	// HoldfastProfile is holdfast's uplinkProfile (agent/config): "" for the default (the
+	// kubelet's heartbeats), "metered".
+	HoldfastProfile string
 	// KubeletPath is the upstream kubelet binary. Empty: holdfast is measured alone.
 	KubeletPath string
 	// FastDrain makes the harness wait, after deleting pods, only until no task runs, not
@@ -52,15 +61,17 @@ func Quick() Options {
 
 // Smoke is the smallest run that goes through every step: the test suite runs it.
 func Smoke() Options {
-	return Options{Mode: "smoke", LatencyPods: 2, Pods: 3, Reps: 1, Steady: 3 * time.Second, Settle: time.Second, FastDrain: true}
+	return Options{Mode: "smoke", LatencyPods: 2, Pods: 3, Reps: 1, Steady: 3 * time.Second, Settle: time.Second, FastDrain: true,
+		// Long enough for a Lease renewal or two of each agent (every 10 s).
+		Uplink: 12 * time.Second}
 }
 
 func (o Options) validate() error {
 	if o.LatencyPods < 1 || o.Pods < 1 || o.Reps < 1 {
 		return fmt.Errorf("latency pods (%d), pods (%d) and reps (%d) must be at least 1", o.LatencyPods, o.Pods, o.Reps)
 	}
-	if o.Steady <= 0 || o.Settle < 0 {
-		return fmt.Errorf("steady window %s must be positive, settle %s not negative", o.Steady, o.Settle)
+	if o.Steady <= 0 || o.Settle < 0 || o.Uplink < 0 {
+		return fmt.Errorf("steady window %s must be positive, settle %s and uplink window %s not negative", o.Steady, o.Settle, o.Uplink)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -31,6 +32,10 @@ type AgentResult struct {
 	NetworkAddMS []float64 `json:"networkAddMs"`
 	NetworkDelMS []float64 `json:"networkDelMs"`
 	StartupMS    []float64 `json:"startupMs"`
+	// Churn is the uplink while the ChurnPods latency pods were created, started, deleted and
+	// gone, one after the other.
+	Churn     *Uplink `json:"churn,omitempty"`
+	ChurnPods int     `json:"churnPods,omitempty"`
 	// BurstFloorS is the burst floor: as many containers as the burst has pods, created and
 	// started at once through the containerd client, one per repetition of the burst.
 	BurstFloorS []float64 `json:"burstFloorSeconds"`
@@ -81,6 +86,9 @@ type Steady struct {
 	// Breakdown splits the node overhead by process kind: agent, containerd, shims, helpers
 	// (PSS at the end of the window).
 	Breakdown map[string]*Share `json:"breakdown"`
+	// Uplink is what the agent exchanged with the apiserver, in a window that opens with this
+	// one (Options.Uplink).
+	Uplink *Uplink `json:"uplink,omitempty"`
 }
 
 // Share is one kind of process's part of the node overhead.
@@ -147,6 +155,7 @@ func newReport(o Options) *Report {
 		Options: map[string]any{
 			"latencyPods": o.LatencyPods, "pods": o.Pods, "reps": o.Reps,
 			"steady": o.Steady.String(), "settle": o.Settle.String(), "wasmBenchtime": o.WasmBenchtime,
+			"uplink": max(o.Uplink, o.Steady).String(), "holdfastProfile": o.HoldfastProfile,
 		},
 		Machine: describeMachine(),
 	}
@@ -240,6 +249,59 @@ func (r *Report) finish() {
 	row(sec, "node overhead disk writes", "KiB/min", steady(func(s *Steady) float64 { return s.NodeWriteKiBPerMin }))
 	row(sec, "helper processes (holdfast loggers / CRI pause)", "count", steady(func(s *Steady) float64 { return float64(s.HelperProcesses) }))
 	row(sec, "containerd shims", "count", steady(func(s *Steady) float64 { return float64(s.Shims) }))
+
+	uplink := func(f func(*Uplink) float64) func(*AgentResult) (float64, bool) {
+		return func(a *AgentResult) (float64, bool) {
+			if a.Steady == nil || a.Steady.Uplink == nil {
+				return 0, false
+			}
+			return f(a.Steady.Uplink), true
+		}
+	}
+	sec = fmt.Sprintf("uplink to the apiserver, steady state, %v pods", pods)
+	if h != nil && h.Steady != nil && h.Steady.Uplink != nil {
+		sec = fmt.Sprintf("uplink to the apiserver, steady state, %v pods, %.0fs", pods, h.Steady.Uplink.WindowS)
+	}
+	row(sec, "bytes up (agent -> apiserver, TLS included) per day", "MB", uplink(func(u *Uplink) float64 { return u.PerDay(u.UpBytes) / 1e6 }))
+	row(sec, "bytes down per day", "MB", uplink(func(u *Uplink) float64 { return u.PerDay(u.DownBytes) / 1e6 }))
+	row(sec, "bytes up and down per day", "MB", uplink(func(u *Uplink) float64 { return u.PerDay(u.UpBytes+u.DownBytes) / 1e6 }))
+	row(sec, "connections opened in the window", "count", uplink(func(u *Uplink) float64 { return float64(u.ConnectionsOpened) }))
+	row(sec, "connections open", "count", uplink(func(u *Uplink) float64 { return float64(u.ConnectionsOpen) }))
+	for _, k := range requestKinds {
+		row(sec, "requests/min: "+k.name, "/min", uplink(func(u *Uplink) float64 { return u.PerMinute(k.match) }))
+	}
+
+	// Per pod of the churn, less what the heartbeats and watches sent meanwhile (the steady
+	// state's rate over the churn's duration; the kubelet's churn lasts longer, until its
+	// container garbage collection removes the containers).
+	churn := func(f func(u *Uplink) float64) func(*AgentResult) (float64, bool) {
+		return func(a *AgentResult) (float64, bool) {
+			if a.Churn == nil || a.ChurnPods == 0 || a.Steady == nil || a.Steady.Uplink == nil || a.Steady.Uplink.WindowS <= 0 {
+				return 0, false
+			}
+			idle := f(a.Steady.Uplink) * a.Churn.WindowS / a.Steady.Uplink.WindowS
+			return (f(a.Churn) - idle) / float64(a.ChurnPods), true
+		}
+	}
+	sec = fmt.Sprintf("uplink, churn: %v pods created, started, deleted one after the other, per pod (bytes: steady traffic subtracted)", lat)
+	row(sec, "bytes up per pod", "KB", churn(func(u *Uplink) float64 { return float64(u.UpBytes) / 1e3 }))
+	row(sec, "bytes down per pod", "KB", churn(func(u *Uplink) float64 { return float64(u.DownBytes) / 1e3 }))
+	// Requests are counted as they are, the Lease renewals left out (the periodic ones).
+	perPod := func(match func(verb, resource string) bool) func(*AgentResult) (float64, bool) {
+		return func(a *AgentResult) (float64, bool) {
+			if a.Churn == nil || a.ChurnPods == 0 {
+				return 0, false
+			}
+			return a.Churn.PerMinute(match) * a.Churn.WindowS / 60 / float64(a.ChurnPods), true
+		}
+	}
+	row(sec, "requests per pod, Lease renewals left out", "/pod", perPod(func(_, r string) bool { return r != "leases" }))
+	for _, k := range requestKinds[1:] {
+		if k.name == "lists" || k.name == "Lease" {
+			continue
+		}
+		row(sec, "requests per pod: "+k.name, "/pod", perPod(k.match))
+	}
 
 	restarts := func(f func(Restart) float64) func(*AgentResult) []float64 {
 		return func(a *AgentResult) []float64 {
@@ -411,6 +473,20 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimSpace(rw.Metric), formatValue(rw.Holdfast, rw.Unit, ""), formatValue(rw.Kubelet, rw.Unit, rw.KubeletText), formatRatio(rw.Ratio))
 	}
+	steadyUplink := func(a *AgentResult) *Uplink {
+		if a.Steady == nil {
+			return nil
+		}
+		return a.Steady.Uplink
+	}
+	if rq := r.requestsMarkdown(steadyUplink); rq != "" {
+		b.WriteString("\nRequests to the apiserver in the steady state's uplink window, by verb and resource (the audit log), per minute.\n\n")
+		b.WriteString(rq)
+	}
+	if rq := r.requestsMarkdown(func(a *AgentResult) *Uplink { return a.Churn }); rq != "" {
+		b.WriteString("\nRequests to the apiserver while the latency pods churned (created, started, deleted one after the other), per minute.\n\n")
+		b.WriteString(rq)
+	}
 	if bd := r.breakdownMarkdown(); bd != "" {
 		b.WriteString("\nNode overhead in the steady state, by process: CPU millicores / PSS MiB / disk writes KiB per minute.\n\n")
 		b.WriteString(bd)
@@ -427,6 +503,39 @@ func (r *Report) Markdown() string {
 	}
 	if r.Wasm != nil {
 		fmt.Fprintf(&b, "\n<details><summary>go test -bench . -benchtime %s ./wasm/</summary>\n\n```\n%s\n```\n</details>\n", r.Wasm.Benchtime, strings.TrimSpace(r.Wasm.Output))
+	}
+	return b.String()
+}
+
+// requestsMarkdown tabulates every agent's requests in the uplink window of, per minute.
+func (r *Report) requestsMarkdown(of func(*AgentResult) *Uplink) string {
+	var agents []*AgentResult
+	keys := map[string]bool{}
+	for _, a := range r.Agents {
+		if u := of(a); u != nil {
+			agents = append(agents, a)
+			for k := range u.Requests {
+				keys[k] = true
+			}
+		}
+	}
+	if len(agents) == 0 {
+		return ""
+	}
+	sorted := slices.Sorted(maps.Keys(keys))
+	var b strings.Builder
+	b.WriteString("| request |")
+	for _, a := range agents {
+		fmt.Fprintf(&b, " %s |", a.Agent)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(agents)) + "\n")
+	for _, k := range sorted {
+		fmt.Fprintf(&b, "| %s |", k)
+		for _, a := range agents {
+			u := of(a)
+			fmt.Fprintf(&b, " %.2f |", float64(u.Requests[k])*60/u.WindowS)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }

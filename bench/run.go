@@ -95,12 +95,20 @@ func Run(t *testing.T, opts Options) *Report {
 	} else {
 		rep.Notes = append(rep.Notes, "kubelet not measured: no kubelet binary (hack/build-kubelet.sh builds it; `make bench` does)")
 	}
+	if opts.HoldfastProfile != "" {
+		rep.Notes = append(rep.Notes, "holdfast ran with uplinkProfile: "+opts.HoldfastProfile)
+	}
 	var nodes []string
 	for _, a := range agents {
 		nodes = append(nodes, NodeName(a))
 	}
 	holdfastBin := buildHoldfast(t)
-	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{Nodes: nodes})
+	// The apiserver's audit log counts the agents' requests (see Uplink).
+	audit, auditLog, err := auditArgs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{Nodes: nodes, ExtraAPIServerArgs: audit})
 	if err := createConfigMaps(context.Background(), cp); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +119,7 @@ func Run(t *testing.T, opts Options) *Report {
 		if kind == Kubelet {
 			bin = opts.KubeletPath
 		}
-		t.Run(kind, func(t *testing.T) { runAgent(t, cp, kind, bin, opts, res) })
+		t.Run(kind, func(t *testing.T) { runAgent(t, cp, auditLog, kind, bin, opts, res) })
 	}
 	if opts.WasmBenchtime != "" {
 		opts.Logf("wasm: go test -bench . -benchtime %s ./wasm/", opts.WasmBenchtime)
@@ -131,6 +139,8 @@ type env struct {
 	t     *testing.T
 	opts  Options
 	cp    *testenv.ControlPlane
+	relay *relay // between the agent and the apiserver
+	audit string // the apiserver's audit log
 	cd    *testenv.Containerd
 	cni   *testenv.CNINetwork
 	agent *agentProc
@@ -149,7 +159,7 @@ func (e *env) logf(format string, args ...any) {
 	e.opts.Logf(e.agent.kind+": "+format, args...)
 }
 
-func runAgent(t *testing.T, cp *testenv.ControlPlane, kind, bin string, opts Options, res *AgentResult) {
+func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string, opts Options, res *AgentResult) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
@@ -176,16 +186,18 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, kind, bin string, opts Opt
 	}
 
 	dir := t.TempDir()
+	rl := startRelay(t, cp.Host)
+	kubeconfig := writeRelayKubeconfig(t, cp, NodeName(kind), rl)
 	var a *agentProc
 	if kind == Kubelet {
-		a = newKubelet(t, dir, bin, cp, cd)
+		a = newKubelet(t, dir, bin, kubeconfig, cd)
 	} else {
-		a = newHoldfast(t, dir, bin, cp, cd, cni)
+		a = newHoldfast(t, dir, bin, kubeconfig, opts.HoldfastProfile, cd, cni)
 	}
 	if fi, err := os.Stat(a.bin); err == nil {
 		res.BinaryMiB = float64(fi.Size()) / (1 << 20)
 	}
-	e := &env{t: t, opts: opts, cp: cp, cd: cd, cni: cni, agent: a, ns: ns, pods: cp.Admin.CoreV1().Pods(metav1.NamespaceDefault), res: res}
+	e := &env{t: t, opts: opts, cp: cp, relay: rl, audit: auditLog, cd: cd, cni: cni, agent: a, ns: ns, pods: cp.Admin.CoreV1().Pods(metav1.NamespaceDefault), res: res}
 	// Runs before containerd's cleanup (cleanups run last-registered first): the agent
 	// deletes what pods remain, as on a real node, then dies; whatever is left is removed
 	// from the API and killed in containerd.
@@ -249,7 +261,12 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, kind, bin string, opts Opt
 	e.logf("node Ready %.1fs after start (%s)", time.Since(start).Seconds(), res.Version)
 	res.FirstNodeReadyS = time.Since(start).Seconds()
 
+	// The latency pods are the churn: each created, started, deleted and gone, one after the
+	// other, while the uplink is counted.
+	churn := e.relay.mark()
 	res.StartPhasesMS = e.tracePhases("startup", false, func() { res.StartupMS = durationsMS(e.startupLatency()) })
+	res.Churn = e.uplinkSince(churn, 0)
+	res.ChurnPods = opts.LatencyPods
 	var steadyPods []string
 	for rep := range opts.Reps {
 		var wall time.Duration
@@ -406,6 +423,7 @@ func (e *env) steady(pods int) *Steady {
 	}
 	t0, a0, set0 := read()
 	log0 := logSize()
+	link0 := e.relay.mark()
 	var rss, pss []float64
 	for {
 		time.Sleep(interval)
@@ -422,6 +440,7 @@ func (e *env) steady(pods int) *Steady {
 	}
 	t1, a1, set1 := read()
 	log1 := logSize()
+	uplink := e.uplinkSince(link0, e.opts.Uplink)
 	window := t1.Sub(t0)
 	perMin := 60 / window.Seconds()
 	cores := func(ticks uint64) float64 { return float64(ticks) / clockTicks / window.Seconds() }
@@ -467,6 +486,7 @@ func (e *env) steady(pods int) *Steady {
 		WorkloadProcesses:   len(np.workload),
 		Samples:             len(rss),
 		Breakdown:           breakdown,
+		Uplink:              uplink,
 	}
 	for k, v := range breakdown {
 		e.logf("steady: %s (%d processes): CPU %.1f millicores, PSS %.1f MiB, writes %.1f KiB/min", k, v.Processes, v.CPUMillicores, v.PSSMiB, v.WriteKiBPerMin)
@@ -474,6 +494,25 @@ func (e *env) steady(pods int) *Steady {
 	e.logf("steady: RSS %.1f MiB, CPU %.1f millicores, writes %.1f KiB/min (log %.1f); node overhead PSS %.1f MiB, CPU %.1f millicores, %d helpers, %d shims",
 		st.AgentRSSMiB, st.AgentCPUMillicores, st.AgentWriteKiBPerMin, st.AgentLogKiBPerMin, st.NodePSSMiB, st.NodeCPUMillicores, st.HelperProcesses, st.Shims)
 	return st
+}
+
+// uplinkSince waits until the uplink window that opened at m has lasted at least window,
+// then returns what the agent exchanged with the apiserver in it: bytes from the relay,
+// requests from the audit log.
+func (e *env) uplinkSince(m uplinkMark, window time.Duration) *Uplink {
+	if rest := window - time.Since(m.at); rest > 0 {
+		time.Sleep(rest)
+	}
+	u := e.relay.since(m)
+	reqs, err := countRequests(e.audit, "system:node:"+e.agent.node, m.at, m.at.Add(time.Duration(u.WindowS*float64(time.Second))))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	u.Requests = reqs
+	e.logf("uplink: %.0fs, %d bytes up, %d down (%.2f and %.2f MB/day), %d connections opened, %d open; requests: %s",
+		u.WindowS, u.UpBytes, u.DownBytes, u.PerDay(u.UpBytes)/1e6, u.PerDay(u.DownBytes)/1e6, u.ConnectionsOpened, u.ConnectionsOpen,
+		strings.Join(sortedRequests(reqs), ", "))
+	return u
 }
 
 // restart kills the agent with SIGKILL, does to the node what the node lifecycle controller

@@ -55,6 +55,23 @@ func TestHarnessSmoke(t *testing.T) {
 			s.Breakdown["agent"] == nil || s.Breakdown["containerd"] == nil {
 			t.Errorf("%s: steady state %+v: want samples, a positive RSS, containerd found and %d workload processes", name, s, opts.Pods)
 		}
+		// Counting works: bytes both ways, and at least the Lease renewals the window was made
+		// long enough for.
+		if a.Steady == nil || a.Steady.Uplink == nil {
+			t.Errorf("%s: no uplink figures", name)
+		} else {
+			u := a.Steady.Uplink
+			if u.UpBytes <= 0 || u.DownBytes <= 0 {
+				t.Errorf("%s: uplink %d bytes up, %d down in %.0fs: want both positive", name, u.UpBytes, u.DownBytes, u.WindowS)
+			}
+			if u.Requests["update leases"] == 0 {
+				t.Errorf("%s: no Lease renewal (update leases) counted in the audit log in %.0fs: %v", name, u.WindowS, u.Requests)
+			}
+		}
+		// The churn's pods were started: their status written, through the relay.
+		if c := a.Churn; c == nil || c.UpBytes <= 0 || c.DownBytes <= 0 || (c.Requests["patch pods/status"]+c.Requests["update pods/status"]) == 0 {
+			t.Errorf("%s: churn uplink %+v: want bytes both ways and pod status writes", name, c)
+		}
 		for _, r := range a.Restarts {
 			if r.TasksBefore < opts.Pods {
 				t.Errorf("%s: %d tasks before the restart, want at least %d", name, r.TasksBefore, opts.Pods)
@@ -85,7 +102,7 @@ func TestHarnessSmoke(t *testing.T) {
 	// it applies to.
 	for _, want := range []string{"floor p50", "network floor: CNI ADD", "network floor: CNI DEL", "/ floor p50",
 		"/ (floor p50 + network floor p50)", "burst floor:", "burst / burst floor", "burst floor with holdfast's logger", "burst / burst floor with holdfast's logger",
-		"boot floor:", "offline boot / boot floor"} {
+		"bytes up and down per day", "requests/min: Lease", "boot floor:", "offline boot / boot floor"} {
 		if !slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return strings.Contains(r.Metric, want) }) {
 			t.Errorf("no row %q in the report", want)
 		}

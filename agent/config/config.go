@@ -121,6 +121,18 @@ type Config struct {
 
 	Containerd ContainerdConfig `json:"containerd,omitempty"`
 	CNI        CNIConfig        `json:"cni,omitempty"`
+	// UplinkProfile chooses the defaults of the heartbeats, what the agent sends the
+	// apiserver when nothing changes (nodeStatus; what is set there wins):
+	//   - "kubelet" (the default): the kubelet's, the Lease renewed every 10s, a node that goes
+	//     silent is noticed by the control plane in 40-50s;
+	//   - "metered", for gateways on metered links: the Lease renewed every 2m (leaseDuration
+	//     8m) and an unchanged node status written once an hour, about a tenth of the bytes
+	//     (docs/benchmarks.md, "Uplink"). kube-controller-manager must then be run with
+	//     --node-monitor-grace-period of at least 8m (10m advised), or it marks such nodes
+	//     NotReady between renewals; a dead gateway is then noticed after that long (README,
+	//     "Metered uplinks").
+	UplinkProfile string `json:"uplinkProfile,omitempty"`
+
 	NodeStatus NodeStatusConfig `json:"nodeStatus,omitempty"`
 	Pods       PodsConfig       `json:"pods,omitempty"`
 	GC         GCConfig         `json:"gc,omitempty"`
@@ -243,7 +255,14 @@ type CNIConfig struct {
 	NetNSDir string `json:"netnsDir,omitempty"`
 }
 
-// NodeStatusConfig sets the heartbeat cadence; the defaults are kubelet's.
+// The uplink profiles (Config.UplinkProfile).
+const (
+	UplinkKubelet = "kubelet"
+	UplinkMetered = "metered"
+)
+
+// NodeStatusConfig sets the heartbeat cadence; the defaults are kubelet's (uplinkProfile
+// kubelet), or the metered profile's.
 type NodeStatusConfig struct {
 	// LeaseDuration is the Lease's leaseDurationSeconds. Defaults to 40s.
 	LeaseDuration Duration `json:"leaseDuration,omitempty"`
@@ -371,6 +390,13 @@ func (c *Config) applyDefaults() {
 		c.CNI.BinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
 	}
 	setDefault(&c.CNI.NetNSDir, "/var/run/netns")
+	setDefault(&c.UplinkProfile, UplinkKubelet)
+	if c.UplinkProfile == UplinkMetered {
+		// A twelfth of the renewals, and the unchanged status hourly rather than every 5m.
+		setDefaultDuration(&c.NodeStatus.LeaseDuration, 8*time.Minute)
+		setDefaultDuration(&c.NodeStatus.LeaseRenewInterval, 2*time.Minute)
+		setDefaultDuration(&c.NodeStatus.ReportFrequency, time.Hour)
+	}
 	setDefaultDuration(&c.NodeStatus.LeaseDuration, 40*time.Second)
 	setDefaultDuration(&c.NodeStatus.LeaseRenewInterval, 10*time.Second)
 	setDefaultDuration(&c.NodeStatus.UpdateFrequency, 10*time.Second)
@@ -525,6 +551,9 @@ func (c *Config) Validate() error {
 		if d.Duration <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, d))
 		}
+	}
+	if c.UplinkProfile != UplinkKubelet && c.UplinkProfile != UplinkMetered {
+		errs = append(errs, fmt.Errorf("uplinkProfile %q: want %q or %q", c.UplinkProfile, UplinkKubelet, UplinkMetered))
 	}
 	if c.NodeStatus.LeaseRenewInterval.Duration >= c.NodeStatus.LeaseDuration.Duration {
 		errs = append(errs, fmt.Errorf("nodeStatus.leaseRenewInterval (%s) must be shorter than nodeStatus.leaseDuration (%s)",

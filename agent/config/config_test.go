@@ -32,6 +32,38 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
+// The metered profile lengthens the heartbeats it owns and leaves what the file sets; the
+// default profile is the kubelet's, and an unknown one is refused.
+func TestUplinkProfile(t *testing.T) {
+	load := func(yaml string) (Config, error) {
+		p := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Load(p)
+	}
+	c, err := load("")
+	if err != nil || c.UplinkProfile != UplinkKubelet || c.NodeStatus.ReportFrequency.Duration != 5*time.Minute {
+		t.Errorf("default profile %q, reportFrequency %s (%v); want kubelet, 5m", c.UplinkProfile, c.NodeStatus.ReportFrequency, err)
+	}
+	c, err = load("uplinkProfile: metered\nnodeStatus:\n  leaseDuration: 20m\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := c.NodeStatus
+	if ns.LeaseRenewInterval.Duration != 2*time.Minute || ns.LeaseDuration.Duration != 20*time.Minute ||
+		ns.ReportFrequency.Duration != time.Hour || ns.UpdateFrequency.Duration != 10*time.Second {
+		t.Errorf("metered with leaseDuration 20m: renew %s, lease %s, report %s, update %s; want 2m, 20m (the file's), 1h, 10s",
+			ns.LeaseRenewInterval, ns.LeaseDuration, ns.ReportFrequency, ns.UpdateFrequency)
+	}
+	if c, err := load("uplinkProfile: metered\n"); err != nil || c.NodeStatus.LeaseDuration.Duration != 8*time.Minute {
+		t.Errorf("metered: leaseDuration %s (%v), want 8m", c.NodeStatus.LeaseDuration, err)
+	}
+	if _, err := load("uplinkProfile: satellite\n"); err == nil || !strings.Contains(err.Error(), "uplinkProfile") {
+		t.Errorf("unknown profile: %v, want an uplinkProfile error", err)
+	}
+}
+
 // A relist threshold set alone below the period's default takes the period down with it (a
 // third of it): a configuration written when the period was 1s stays valid.
 func TestShortRelistThresholdAlone(t *testing.T) {

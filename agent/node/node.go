@@ -17,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/component-helpers/apimachinery/lease"
@@ -79,6 +81,14 @@ type Config struct {
 	// closes every connection to the apiserver then, so that watches hung on a dead link
 	// reconnect); nil: nothing.
 	OnRepeatedHeartbeatFailure func()
+	// Watch, if set, is a client without a request deadline that the Node is watched with (one
+	// object, by name): each status sync compares with the watched Node and makes no request
+	// unless the status changed or ReportFrequency passed, as the kubelet reads its node
+	// lister. nil: the Node is read with a GET at every sync (UpdateFrequency).
+	Watch kubernetes.Interface
+	// Reachability, if set, observes the heartbeat client's requests (Reachability.Wrap)
+	// and is what APIReachable reports; required with Watch, whose syncs may make no request.
+	Reachability *Reachability
 }
 
 // Controller owns the Node object and its Lease.
@@ -94,6 +104,8 @@ type Controller struct {
 	lastWrite time.Time
 	lastSent  v1.NodeStatus
 	apiErr    error // result of the last status sync; errNotContacted before the first
+	// watched is the Node as the watch last delivered it (Config.Watch); nil before it synced.
+	watched func() *v1.Node
 }
 
 // NewController builds a controller; Run registers the node and keeps it current.
@@ -106,9 +118,24 @@ var errNotContacted = errors.New("apiserver not contacted yet")
 // APIReachable returns nil when the last node status sync reached the apiserver, else its
 // error: what the agent tells systemd and the operator about its uplink.
 func (c *Controller) APIReachable() error {
+	if c.cfg.Reachability != nil {
+		return c.cfg.Reachability.Err()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.apiErr
+}
+
+// setAPIErr records the outcome of a sync or registration, unless Reachability observes
+// every request itself.
+func (c *Controller) setAPIErr(err error) {
+	if c.cfg.Reachability != nil {
+		return
+	}
+	c.mu.Lock()
+	c.apiErr = err
+	c.mu.Unlock()
+	c.cfg.Metrics.APIReachable(err == nil)
 }
 
 // Run registers the node (retrying until the apiserver answers), then renews the Lease and
@@ -121,10 +148,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		if node, err = c.register(ctx); err == nil {
 			break
 		}
-		c.mu.Lock()
-		c.apiErr = err
-		c.mu.Unlock()
-		c.cfg.Metrics.APIReachable(false)
+		c.setAPIErr(err)
 		c.log.Warn("register node; retrying", "node", c.cfg.NodeName, "err", err, "retryIn", delay)
 		select {
 		case <-ctx.Done():
@@ -146,6 +170,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		ctl.Run(ctx)
 	}()
 	defer wg.Wait()
+	if c.cfg.Watch != nil {
+		stop := c.watchNode(ctx)
+		defer stop()
+	}
 
 	c.syncStatus(ctx)
 	ticker := time.NewTicker(c.cfg.UpdateFrequency)
@@ -188,9 +216,14 @@ func (c *Controller) reportedReady() bool {
 	return false
 }
 
-// ownedByNode makes the Lease owned by the Node, so deleting the Node deletes its Lease.
+// ownedByNode makes the Lease owned by the Node, so deleting the Node deletes its Lease. It
+// runs before every renewal, which it also makes smaller: the renewal sends the Lease back
+// without its managedFields, which the apiserver then keeps as they are (an update without
+// them leaves them unchanged), so the bytes sent per renewal, the only request every
+// RenewInterval, are little more than the Lease's own (docs/benchmarks.md, "Uplink").
 func ownedByNode(node *v1.Node) lease.ProcessLeaseFunc {
 	return func(l *coordinationv1.Lease) error {
+		l.ManagedFields = nil
 		if len(l.OwnerReferences) == 0 {
 			l.OwnerReferences = []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
@@ -283,10 +316,19 @@ func (c *Controller) ownedConditions() map[v1.NodeConditionType]bool {
 // syncStatus computes the node status and writes it when it changed or ReportFrequency
 // has passed since the last write.
 func (c *Controller) syncStatus(ctx context.Context) {
+	attempt := 0
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := c.client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
+		attempt++
+		// The watched Node first; a GET when there is none yet, or to retry.
+		var node *v1.Node
+		if c.watched != nil && attempt == 1 {
+			node = c.watched()
+		}
+		if node == nil {
+			var err error
+			if node, err = c.client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{}); err != nil {
+				return err
+			}
 		}
 		st, err := c.computeStatus(ctx, node.Status, time.Now())
 		if err != nil {
@@ -312,13 +354,36 @@ func (c *Controller) syncStatus(ctx context.Context) {
 		return nil
 	})
 	if ctx.Err() == nil {
-		c.mu.Lock()
-		c.apiErr = err
-		c.mu.Unlock()
-		c.cfg.Metrics.APIReachable(err == nil)
+		c.setAPIErr(err)
 	}
 	if err != nil && ctx.Err() == nil {
 		c.log.Warn("update node status", "node", c.cfg.NodeName, "err", err)
+	}
+}
+
+// watchNode starts an informer on the node's own Node object and makes syncStatus read it;
+// the returned function stops the informer and waits for it.
+func (c *Controller) watchNode(ctx context.Context) (stop func()) {
+	factory := informers.NewSharedInformerFactoryWithOptions(c.cfg.Watch, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
+		}))
+	inf := factory.Core().V1().Nodes().Informer()
+	ctx, cancel := context.WithCancel(ctx)
+	factory.Start(ctx.Done())
+	c.watched = func() *v1.Node {
+		if !inf.HasSynced() {
+			return nil
+		}
+		obj, ok, err := inf.GetStore().GetByKey(c.cfg.NodeName)
+		if err != nil || !ok {
+			return nil
+		}
+		return obj.(*v1.Node)
+	}
+	return func() {
+		cancel()
+		factory.Shutdown()
 	}
 }
 
