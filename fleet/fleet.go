@@ -244,12 +244,13 @@ func startKubemark(t *testing.T, cp *testenv.ControlPlane, bin string, names []s
 	}
 	dir := t.TempDir()
 	procs := make([]*testenv.Process, len(names))
+	nextPort := 20000
 	for i, name := range names {
 		nodeDir := filepath.Join(dir, name)
 		if err := os.MkdirAll(nodeDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		port, err := freePort()
+		port, err := freePort(&nextPort)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,13 +287,21 @@ func startKubemark(t *testing.T, cp *testenv.ControlPlane, bin string, names []s
 	}
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePort returns the first port from *next on that nothing listens on, and moves *next
+// past it. Below the kernel's ephemeral range (32768 and up): a port the kernel handed out and
+// took back would soon be another connection's source port, and a hundred kubelets starting
+// at once make many connections (one of them took a node's port in the first 100-node run).
+func freePort(next *int) (int, error) {
+	for ; *next < 32768; *next++ {
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(*next))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		*next++
+		return *next - 1, nil
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port below 32768")
 }
 
 // raceReports returns the race detector's reports in a log, the agents' lines around them
