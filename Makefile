@@ -213,6 +213,27 @@ bench: deps bench-kubelet
 	$(GO) test -count=1 -timeout 60m -run '^TestSideBySide$$' -v ./bench/ -args -bench.side-by-side \
 		$(if $(BENCH_OUT),-bench.out=$(abspath $(BENCH_OUT))) $(BENCH_FLAGS)
 
+## Fleet
+
+.PHONY: fleet fleet-kubemark
+
+# Flags passed to the fleet after -args, e.g. FLEET_FLAGS="-fleet.nodes=200 -fleet.window=5m"
+# or -fleet.agents=holdfast (flags in fleet/fleet_test.go).
+FLEET_FLAGS ?=
+# Where results.md and results.json go (not tracked); default _output/fleet/DATE.
+FLEET_OUT ?=
+
+# fleet-kubemark builds upstream's hollow node, the fleet's anchor (cached by version, like
+# the kubelet; `make test` never builds it).
+fleet-kubemark:
+	hack/build-kubemark.sh >/dev/null
+
+# fleet measures what 100 hollow holdfast nodes, then 100 hollow kubelets (kubemark), cost one
+# control plane: the apiserver's and etcd's CPU, memory and requests (docs/fleet.md). As root.
+fleet: deps fleet-kubemark
+	$(GO) test -count=1 -timeout 120m -run '^TestFleet$$' -v ./fleet/ -args -fleet.full \
+		$(if $(FLEET_OUT),-fleet.out=$(abspath $(FLEET_OUT))) $(FLEET_FLAGS)
+
 ## Soak
 
 .PHONY: soak

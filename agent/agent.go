@@ -34,7 +34,6 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/identity"
-	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
@@ -59,11 +58,21 @@ type Agent struct {
 	version string
 	// metrics are made by Run: one set per run of the agent.
 	metrics *metrics.Metrics
+	// hollow: containers and pod networks are simulated in memory (NewHollow).
+	hollow bool
 }
 
 // New builds an agent from a validated configuration.
 func New(cfg config.Config, log *slog.Logger, version string) *Agent {
 	return &Agent{cfg: cfg, log: log, version: version}
+}
+
+// NewHollow builds a hollow agent, for fleet simulations (`holdfast hollow`, `make fleet`):
+// a real client of the apiserver with its own identity, Lease, pods and status, whose
+// containers and pod networks exist only in memory (agent/hollow). Several run in one
+// process, each with its own configuration, state directory and metrics.
+func NewHollow(cfg config.Config, log *slog.Logger, version string) *Agent {
+	return &Agent{cfg: cfg, log: log, version: version, hollow: true}
 }
 
 // Run runs the agent until ctx ends. Ending it stops the agent, never the pods: containers
@@ -72,7 +81,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	cfg := a.cfg
 	a.metrics = metrics.New()
 	boot := a.metrics.Boot()
-	klog.SetSlogLogger(a.log.With("component", "client-go"))
+	if !a.hollow {
+		// klog's logger is the process's, and setting it races with anything logging: the
+		// hollow command, whose nodes share one process, sets it once before they start.
+		klog.SetSlogLogger(a.log.With("component", "client-go"))
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
@@ -86,26 +99,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer store.Close()
 	boot.Done("open_store")
 
-	// Before any container starts: the shim runs this binary as each container's logger.
-	loggerPath, err := logs.Install(logs.Config{
-		StateDir: cfg.StateDir,
-		MaxSize:  cfg.ContainerLogMaxSizeBytes(),
-		MaxFiles: cfg.ContainerLogMaxFiles,
-	})
+	be, err := a.openBackend(ctx, boot)
 	if err != nil {
 		return err
 	}
-	a.log.Info("container logger installed", "path", loggerPath, "maxSize", cfg.ContainerLogMaxSize, "maxFiles", cfg.ContainerLogMaxFiles)
-	boot.Done("install_logger")
-
-	rt, err := a.connectRuntime(ctx)
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	boot.Done("connect_runtime")
-	preloaded := a.preloadImages(ctx, rt)
-	boot.Done("preload_images")
+	defer be.close()
+	rt, netMgr := be.runtime, be.network
 
 	var client, heartbeatClient kubernetes.Interface
 	reach := &node.Reachability{Metrics: a.metrics}
@@ -174,7 +173,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "holdfast", Host: cfg.NodeName})
 
 	hostIPs := node.NewAddressKeeper(cfg.NodeIP, cfg.StateDir).IPs
-	netMgr := network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir)
 	a.metrics.WatchStore(store, store.Path())
 	stateCondition := a.reportStore(report)
 	for _, c := range stateCondition {
@@ -199,6 +197,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Allocatable:    func() v1.ResourceList { return allocatable },
 		Cache:          store,
 		PersistSecrets: stateKey != nil,
+		PlainDirs:      a.hollow,
 	})
 	svcCache := services.NewCache(client, cfg.StateDir, a.log.With("component", "services"))
 	podMgr := pods.NewManager(pods.Config{
@@ -225,7 +224,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
 	svcCache.OnKnown(podMgr.ResyncAll)
 
-	imageFS := gc.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath)
+	imageFS := be.imageFS
 	collector, err := gc.New(gc.Config{
 		Period:                    cfg.GC.Period.Duration,
 		MaxDeadPerContainer:       cfg.GC.MaxDeadPerContainer,
@@ -233,8 +232,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		ImageHighThresholdPercent: cfg.GC.ImageHighThresholdPercent,
 		ImageLowThresholdPercent:  cfg.GC.ImageLowThresholdPercent,
 		ImageMinAge:               cfg.GC.ImageMinAge.Duration,
-		PinnedImages:              append(append([]string{}, cfg.GC.PinnedImages...), preloaded...),
-	}, rt, gc.NewContainerdImages(rt.Client(), cfg.Containerd.Namespace),
+		PinnedImages:              append(append([]string{}, cfg.GC.PinnedImages...), be.preloaded...),
+	}, rt, be.images,
 		imageFS, podMgr, a.log.With("component", "gc"))
 	if err != nil {
 		return fmt.Errorf("garbage collector: %w", err)
@@ -425,7 +424,7 @@ func (a *Agent) reservations() (func(capacity v1.ResourceList) v1.ResourceList, 
 // evictionManager builds the node-pressure eviction manager: the host's signals against the
 // configured thresholds, pods measured from their cgroups and directories, and image and
 // container collection as the node-level reclaim that comes before evicting for disk.
-func (a *Agent) evictionManager(rt *runtime.Runtime, host eviction.HostObserver, podMgr *pods.Manager, collector *gc.GC, recorder record.EventRecorder) (*eviction.Manager, error) {
+func (a *Agent) evictionManager(rt eviction.ContainerLister, host eviction.HostObserver, podMgr *pods.Manager, collector *gc.GC, recorder record.EventRecorder) (*eviction.Manager, error) {
 	thresholds, err := a.cfg.EvictionThresholds()
 	if err != nil {
 		return nil, err
@@ -595,8 +594,8 @@ func (a *Agent) servingCertificate(client kubernetes.Interface, hostIPs func() [
 // nodeAPI builds the kubelet API server (agent/nodeapi), nil when neither its port nor the
 // local socket is enabled. Standalone (no apiserver to authorize requests) it serves the local
 // socket only.
-func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, statusMgr *status.Manager, rt *runtime.Runtime,
-	netMgr *network.Manager, podMgr *pods.Manager, usage *stats.Provider, serving *identity.Serving, recent *events.Recent) (*nodeapi.Server, error) {
+func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, statusMgr *status.Manager, rt nodeapi.Runtime,
+	netMgr podNetworks, podMgr *pods.Manager, usage *stats.Provider, serving *identity.Serving, recent *events.Recent) (*nodeapi.Server, error) {
 	cfg := a.cfg
 	if cfg.NodeAPIPort() == 0 && cfg.LocalAPISocket == "" {
 		return nil, nil

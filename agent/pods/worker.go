@@ -808,7 +808,7 @@ func (w *worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container) 
 	case res.Stale != nil:
 		w.m.event(pod, v1.EventTypeWarning, ReasonPullFailedUsingCachedImage,
 			"Registry unreachable pulling image %q (imagePullPolicy Always): using the image already present on the node (%s): %v",
-			c.Image, res.Image.Target().Digest, res.Stale)
+			c.Image, res.Digest, res.Stale)
 	case res.Pulled:
 		w.m.event(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q", c.Image)
 	}

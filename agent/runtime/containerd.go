@@ -95,7 +95,8 @@ func trimV(s string) string {
 
 // ImageResult says how EnsureImage made an image available.
 type ImageResult struct {
-	Image client.Image
+	// Digest is the image's manifest digest, the one its containers will run.
+	Digest string
 	// Pulled: fetched from the registry by this call (not already present).
 	Pulled bool
 	// Stale is set when the pull policy asked for a pull (Always), the registry could not be
@@ -116,7 +117,7 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	present, err := r.client.GetImage(ctx, name)
 	switch {
 	case err == nil && policy != v1.PullAlways:
-		return ImageResult{Image: present}, r.unpack(ctx, present)
+		return ImageResult{Digest: present.Target().Digest.String()}, r.unpack(ctx, present)
 	case err != nil && !errdefs.IsNotFound(err):
 		return ImageResult{}, fmt.Errorf("%w: look up image %q: %v", ErrImagePull, ref, err)
 	case err != nil && policy == v1.PullNever:
@@ -124,10 +125,10 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	}
 	img, pullErr := r.client.Pull(ctx, name, client.WithPullUnpack, client.WithResolver(r.resolver(ctx, creds)))
 	if pullErr == nil {
-		return ImageResult{Image: img, Pulled: present == nil || present.Target().Digest != img.Target().Digest}, nil
+		return ImageResult{Digest: img.Target().Digest.String(), Pulled: present == nil || present.Target().Digest != img.Target().Digest}, nil
 	}
 	if present != nil && registryUnreachable(pullErr) {
-		return ImageResult{Image: present, Stale: pullErr}, r.unpack(ctx, present)
+		return ImageResult{Digest: present.Target().Digest.String(), Stale: pullErr}, r.unpack(ctx, present)
 	}
 	return ImageResult{}, fmt.Errorf("%w: %w", ErrImagePull, pullErr)
 }

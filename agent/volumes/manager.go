@@ -63,6 +63,12 @@ type Options struct {
 	PersistSecrets bool
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// PlainDirs puts what goes on tmpfs (Secrets, tokens, downward API, emptyDir of medium
+	// Memory) in plain directories of the node's disk, mounting nothing. Hollow nodes only
+	// (agent/hollow), so that a hundred of them on one machine leave its mount table alone,
+	// as kubemark's fake mounter does; never on a gateway, whose secrets must not touch the
+	// disk.
+	PlainDirs bool
 }
 
 // Manager prepares, refreshes and removes the volumes of the pods on this node. It is also the
@@ -215,7 +221,7 @@ func (m *Manager) setupVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 			}
 		case v1.StorageMediumMemory:
 			// kubelet mounts it with no mode: a tmpfs root's default, world-writable and sticky.
-			if err := ensureTmpfs(dir, tmpfsSize(pod, vol.EmptyDir.SizeLimit, m.Allocatable()), os.ModeSticky|0o777); err != nil {
+			if err := m.ensureTmpfs(dir, tmpfsSize(pod, vol.EmptyDir.SizeLimit, m.Allocatable()), os.ModeSticky|0o777); err != nil {
 				return volume{}, err
 			}
 		default:
@@ -268,11 +274,23 @@ func volumeType(vol *v1.Volume) string {
 	return "empty"
 }
 
+// ensureTmpfs mounts a tmpfs on dir (see the function), or with PlainDirs makes dir a plain
+// directory with mode.
+func (m *Manager) ensureTmpfs(dir string, sizeBytes int64, mode os.FileMode) error {
+	if !m.opts.PlainDirs {
+		return ensureTmpfs(dir, sizeBytes, mode)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	return os.Chmod(dir, mode)
+}
+
 func (m *Manager) setupContent(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (volume, error) {
 	kind, onTmpfs := contentDir(vol)
 	dir := m.volumeDir(pod.UID, kind, vol.Name)
 	if onTmpfs {
-		if err := ensureTmpfs(dir, tmpfsSize(pod, nil, m.Allocatable()), 0o755); err != nil {
+		if err := m.ensureTmpfs(dir, tmpfsSize(pod, nil, m.Allocatable()), 0o755); err != nil {
 			return volume{}, err
 		}
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -500,7 +518,7 @@ func (m *Manager) resyncPod(ctx context.Context, ps *podState) {
 			kind, onTmpfs := contentDir(vol)
 			dir := m.volumeDir(pod.UID, kind, vol.Name)
 			// Only volumes Setup prepared; never write a secret where its tmpfs is missing.
-			if !hasData(dir) || (onTmpfs && !isTmpfs(dir)) {
+			if !hasData(dir) || (onTmpfs && !m.opts.PlainDirs && !isTmpfs(dir)) {
 				continue
 			}
 			if err := m.writeContent(ctx, pod, vol, dir); err != nil {

@@ -69,7 +69,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newRunCmd(stderr), newVersionCmd(stdout), newPodsCmd(stdout), newPolicyCmd(),
-		newLogsCmd(stdout), newExecCmd(stdout, stderr), newRestartCmd(stdout), newDescribeCmd(stdout))
+		newLogsCmd(stdout), newExecCmd(stdout, stderr), newRestartCmd(stdout), newDescribeCmd(stdout),
+		newHollowCmd(stderr))
 	return root
 }
 

@@ -254,6 +254,12 @@ func (cp *ControlPlane) Start() {
 // Running reports whether the apiserver is running (between Start and Stop).
 func (cp *ControlPlane) Running() bool { return cp.apiserver.Running() }
 
+// APIServerPid and EtcdPid are the processes' ids, for measuring what they use (/proc).
+func (cp *ControlPlane) APIServerPid() int { return cp.apiserver.Pid() }
+
+// EtcdPid: see APIServerPid.
+func (cp *ControlPlane) EtcdPid() int { return cp.etcd.Pid() }
+
 // CAData returns the PEM certificates that verify the apiserver's serving certificate.
 func (cp *ControlPlane) CAData() []byte { return slices.Clone(cp.caData) }
 

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"context"
+	"path/filepath"
+
+	"github.com/holdfast-dev/holdfast/agent/gc"
+	"github.com/holdfast-dev/holdfast/agent/hollow"
+	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/agent/metrics"
+	"github.com/holdfast-dev/holdfast/agent/network"
+	"github.com/holdfast-dev/holdfast/agent/nodeapi"
+	"github.com/holdfast-dev/holdfast/agent/pods"
+	"github.com/holdfast-dev/holdfast/agent/prober"
+)
+
+// backend is what the agent runs pods on: a container runtime with its image store, and the
+// pods' networks. A gateway's is containerd and CNI (containerdBackend); a hollow node's,
+// for fleet simulations, keeps everything in memory (hollowBackend, agent/hollow).
+type backend struct {
+	runtime containerRuntime
+	network podNetworks
+	images  gc.Images
+	imageFS gc.ImageFilesystem
+	// preloaded are the image names imported from the firmware's tarballs, which image
+	// collection pins.
+	preloaded []string
+	close     func() error
+}
+
+// containerRuntime is what the agent's parts ask of the container runtime, each through
+// the interface it declares.
+type containerRuntime interface {
+	pods.Runtime
+	prober.Execer
+	nodeapi.Runtime
+	// Version is the runtime's name and version as nodeInfo reports it.
+	Version(ctx context.Context) (string, error)
+}
+
+// podNetworks is what the agent's parts ask of the pod networks.
+type podNetworks interface {
+	pods.Network
+	// Ready fails while pods with their own network cannot start (NetworkReady).
+	Ready() error
+	// NetNSPath is a set-up pod's network namespace, for the node API's port forwarding.
+	NetNSPath(podUID string) string
+}
+
+// openBackend opens the agent's backend: hollow for `holdfast hollow`, containerd otherwise.
+func (a *Agent) openBackend(ctx context.Context, boot *metrics.Boot) (*backend, error) {
+	if a.hollow {
+		return a.hollowBackend(), nil
+	}
+	return a.containerdBackend(ctx, boot)
+}
+
+// containerdBackend installs the container logger, connects to containerd (waiting for it),
+// imports the preloaded images, and sets up CNI.
+func (a *Agent) containerdBackend(ctx context.Context, boot *metrics.Boot) (*backend, error) {
+	cfg := a.cfg
+	// Before any container starts: the shim runs this binary as each container's logger.
+	loggerPath, err := logs.Install(logs.Config{
+		StateDir: cfg.StateDir,
+		MaxSize:  cfg.ContainerLogMaxSizeBytes(),
+		MaxFiles: cfg.ContainerLogMaxFiles,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.log.Info("container logger installed", "path", loggerPath, "maxSize", cfg.ContainerLogMaxSize, "maxFiles", cfg.ContainerLogMaxFiles)
+	boot.Done("install_logger")
+
+	rt, err := a.connectRuntime(ctx)
+	if err != nil {
+		return nil, err
+	}
+	boot.Done("connect_runtime")
+	preloaded := a.preloadImages(ctx, rt)
+	boot.Done("preload_images")
+	return &backend{
+		runtime:   rt,
+		network:   network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir),
+		images:    gc.NewContainerdImages(rt.Client(), cfg.Containerd.Namespace),
+		imageFS:   gc.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath),
+		preloaded: preloaded,
+		close:     rt.Close,
+	}, nil
+}
+
+// hollowBackend is an in-memory runtime and network: nothing runs, nothing is installed.
+func (a *Agent) hollowBackend() *backend {
+	rt := hollow.NewRuntime()
+	a.log.Info("hollow node: containers and pod networks are simulated in memory", "runtime", hollow.Version)
+	return &backend{
+		runtime: rt,
+		network: hollow.NewNetwork(a.cfg.NodeName),
+		images:  rt.Images(),
+		imageFS: hollow.Filesystem{Dir: filepath.Clean(a.cfg.StateDir)},
+		close:   func() error { return nil },
+	}
+}

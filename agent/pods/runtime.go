@@ -1,0 +1,65 @@
+package pods
+
+import (
+	"context"
+	"time"
+
+	gocni "github.com/containerd/go-cni"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/network"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+// Runtime is the container runtime the pods run on: the boundary between the pod workers
+// and what makes containers. *runtime.Runtime (containerd) is the one a gateway runs; the
+// hollow runtime (agent/hollow) keeps containers as state for fleet simulations; a CRI
+// backend is to come. Each method's contract is the one *runtime.Runtime documents.
+type Runtime interface {
+	// EnsureImage makes the image available per the pull policy, with creds for a registry
+	// that asks; errors wrap runtime.ErrImageNeverPull or runtime.ErrImagePull.
+	EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy, creds runtime.Credentials) (runtime.ImageResult, error)
+	// CreateContainer creates, without starting, the attempt cfg describes and returns its
+	// ID (runtime.ContainerID); an attempt that exists already is returned as it is.
+	CreateContainer(ctx context.Context, cfg runtime.ContainerConfig) (string, error)
+	// StartContainer starts a created container's process.
+	StartContainer(ctx context.Context, id string) error
+	// StopContainer stops a running container within grace and records its exit; one that
+	// is not running, or gone, is left as it is.
+	StopContainer(ctx context.Context, id string, grace time.Duration) error
+	// RecordExit records an exited container's exit once (Container.Recorded), returning the
+	// reason it recorded, empty when there was nothing to record.
+	RecordExit(ctx context.Context, id string) (string, error)
+	// RecordOOM marks the container as killed by the OOM killer.
+	RecordOOM(ctx context.Context, id string) error
+	// RemoveContainer deletes a container, killing its process first; a container that does
+	// not exist is not an error.
+	RemoveContainer(ctx context.Context, id string) error
+	// List returns every container holdfast made; ListPod those of one pod.
+	List(ctx context.Context) ([]runtime.Container, error)
+	ListPod(ctx context.Context, podUID string) ([]runtime.Container, error)
+	// SubscribeTaskEvents calls fn for each exit and OOM of a container's main process until
+	// ctx ends or the subscription fails, calling subscribed once it is in place; what came
+	// before is learnt by a relist.
+	SubscribeTaskEvents(ctx context.Context, subscribed func(), fn func(runtime.TaskEvent)) error
+	// PodOf returns the UID of the pod a container belongs to.
+	PodOf(ctx context.Context, containerID string) (string, error)
+}
+
+// Network sets up and tears down pods' own networks (not the host network's pods);
+// *network.Manager (CNI) is the one a gateway runs. Contracts as *network.Manager documents.
+type Network interface {
+	// Setup gives the pod a network namespace attached to the configured networks.
+	Setup(ctx context.Context, podUID, namespace, name string, ports []gocni.PortMapping) (*network.PodNetwork, error)
+	// Teardown releases what Setup made; a pod with nothing set up is not an error.
+	Teardown(ctx context.Context, podUID, namespace, name string) error
+	// Get returns the pod's network as Setup recorded it, nil when it has none.
+	Get(podUID string) *network.PodNetwork
+	// Known returns the UIDs of the pods with a network recorded, torn down or not yet.
+	Known() []string
+}
+
+var (
+	_ Runtime = (*runtime.Runtime)(nil)
+	_ Network = (*network.Manager)(nil)
+)
