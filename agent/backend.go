@@ -45,6 +45,9 @@ type podNetworks interface {
 	Ready() error
 	// NetNSPath is a set-up pod's network namespace, for the node API's port forwarding.
 	NetNSPath(podUID string) string
+	// Run releases, until ctx ends, what setups left to release later (CNI: the attachments
+	// of previous boots).
+	Run(ctx context.Context) error
 }
 
 // openBackend opens the agent's backend: hollow for `holdfast hollow`, containerd otherwise.

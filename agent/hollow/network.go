@@ -35,6 +35,13 @@ func NewNetwork(nodeName string) *Network {
 // Ready: the network is always configured.
 func (n *Network) Ready() error { return nil }
 
+// Run has nothing to release: a hollow node's addresses go back at Teardown. It returns when
+// ctx ends, as the CNI manager's does.
+func (n *Network) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
 // Setup gives the pod the next free address; a pod set up already keeps its own.
 func (n *Network) Setup(_ context.Context, podUID, _, _ string, ports []gocni.PortMapping) (*network.PodNetwork, error) {
 	n.mu.Lock()
