@@ -228,7 +228,7 @@ func TestLinkFlapping(t *testing.T) {
 	before := e.waitAPIRunning(t, "steady")["steady"]
 
 	type sample struct {
-		goroutines, fds, rssMiB float64
+		goroutines, fds, rssMiB, heapMiB float64
 	}
 	read := func() sample {
 		f, err := e.localMetrics(ctx)
@@ -240,6 +240,8 @@ func TestLinkFlapping(t *testing.T) {
 		s.fds, _ = f.Value("process_open_fds")
 		rss, _ := f.Value("process_resident_memory_bytes")
 		s.rssMiB = rss / (1 << 20)
+		heap, _ := f.Value("go_memstats_heap_inuse_bytes")
+		s.heapMiB = heap / (1 << 20)
 		return s
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
@@ -259,8 +261,8 @@ func TestLinkFlapping(t *testing.T) {
 		}
 		s := read()
 		samples = append(samples, s)
-		t.Logf("flap %d (%s for %s): converged %s after the repair; goroutines %.0f, open files %.0f, RSS %.1f MiB",
-			flap+1, target, down.Round(time.Second), time.Since(repaired).Round(100*time.Millisecond), s.goroutines, s.fds, s.rssMiB)
+		t.Logf("flap %d (%s for %s): converged %s after the repair; goroutines %.0f, open files %.0f, RSS %.1f MiB, Go heap in use %.1f MiB",
+			flap+1, target, down.Round(time.Second), time.Since(repaired).Round(100*time.Millisecond), s.goroutines, s.fds, s.rssMiB, s.heapMiB)
 		time.Sleep(stretch())
 	}
 	e.checkUntouched(t, "steady", before)
@@ -272,6 +274,6 @@ func TestLinkFlapping(t *testing.T) {
 		t.Errorf("after %d flaps: goroutines %.0f -> %.0f, open files %.0f -> %.0f: they grow with the flaps",
 			len(samples), first.goroutines, last.goroutines, first.fds, last.fds)
 	}
-	t.Logf("%d flaps in %s: goroutines %.0f -> %.0f, open files %.0f -> %.0f, RSS %.1f -> %.1f MiB",
-		len(samples), time.Since(began).Round(time.Second), first.goroutines, last.goroutines, first.fds, last.fds, first.rssMiB, last.rssMiB)
+	t.Logf("%d flaps in %s: goroutines %.0f -> %.0f, open files %.0f -> %.0f, RSS %.1f -> %.1f MiB, Go heap in use %.1f -> %.1f MiB",
+		len(samples), time.Since(began).Round(time.Second), first.goroutines, last.goroutines, first.fds, last.fds, first.rssMiB, last.rssMiB, first.heapMiB, last.heapMiB)
 }
