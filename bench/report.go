@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-dev/holdfast/internal/procfs"
 )
 
 // AgentResult is everything measured for one agent. Durations are in the unit their name
@@ -611,7 +613,7 @@ func describeMachine() Machine {
 			}
 		}
 	}
-	m.MemoryGiB = int(math.Round(float64(kbField("/proc/meminfo", "MemTotal:")) / (1 << 30)))
+	m.MemoryGiB = int(math.Round(float64(procfs.KBField("/proc/meminfo", "MemTotal:")) / (1 << 30)))
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		m.Kernel = unix.ByteSliceToString(u.Release[:])

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/internal/procfs"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -407,15 +408,15 @@ func (e *env) steady(pods int) *Steady {
 		return fi.Size()
 	}
 
-	read := func() (time.Time, procStat, map[int]procStat) {
+	read := func() (time.Time, procfs.Process, map[int]procfs.Process) {
 		now := time.Now()
-		agent, err := readStat(pid, true)
+		agent, err := procfs.ReadProcess(pid, true)
 		if err != nil {
 			t.Fatalf("read the agent's /proc: %v", err)
 		}
-		set := map[int]procStat{}
+		set := map[int]procfs.Process{}
 		for _, p := range overhead {
-			if s, err := readStat(p, true); err == nil {
+			if s, err := procfs.ReadProcess(p, true); err == nil {
 				set[p] = s
 			}
 		}
@@ -428,10 +429,10 @@ func (e *env) steady(pods int) *Steady {
 	for {
 		time.Sleep(interval)
 		now, a, set := read()
-		rss = append(rss, float64(a.rss))
+		rss = append(rss, float64(a.RSS))
 		var sum uint64
 		for _, s := range set {
-			sum += s.pss
+			sum += s.PSS
 		}
 		pss = append(pss, float64(sum))
 		if now.Sub(t0) >= e.opts.Steady {
@@ -443,7 +444,7 @@ func (e *env) steady(pods int) *Steady {
 	uplink := e.uplinkSince(link0, e.opts.Uplink)
 	window := t1.Sub(t0)
 	perMin := 60 / window.Seconds()
-	cores := func(ticks uint64) float64 { return float64(ticks) / clockTicks / window.Seconds() }
+	cores := func(ticks uint64) float64 { return float64(ticks) / procfs.ClockTicks / window.Seconds() }
 
 	category := map[int]string{pid: "agent", np.containerd: "containerd"}
 	for _, p := range np.shims {
@@ -455,18 +456,18 @@ func (e *env) steady(pods int) *Steady {
 	breakdown := map[string]*Share{}
 	var setTicks, setWrites uint64
 	for p, s0 := range set0 {
-		if s1, ok := set1[p]; ok && s1.startTime == s0.startTime {
-			setTicks += s1.cpuTicks - s0.cpuTicks
-			setWrites += s1.writeBytes - s0.writeBytes
+		if s1, ok := set1[p]; ok && s1.StartTime == s0.StartTime {
+			setTicks += s1.CPUTicks - s0.CPUTicks
+			setWrites += s1.WriteBytes - s0.WriteBytes
 			c := breakdown[category[p]]
 			if c == nil {
 				c = &Share{}
 				breakdown[category[p]] = c
 			}
 			c.Processes++
-			c.CPUMillicores += 1000 * cores(s1.cpuTicks-s0.cpuTicks)
-			c.WriteKiBPerMin += float64(s1.writeBytes-s0.writeBytes) / 1024 * perMin
-			c.PSSMiB += float64(s1.pss) / (1 << 20)
+			c.CPUMillicores += 1000 * cores(s1.CPUTicks-s0.CPUTicks)
+			c.WriteKiBPerMin += float64(s1.WriteBytes-s0.WriteBytes) / 1024 * perMin
+			c.PSSMiB += float64(s1.PSS) / (1 << 20)
 		}
 	}
 	st := &Steady{
@@ -474,8 +475,8 @@ func (e *env) steady(pods int) *Steady {
 		Pods:                pods,
 		AgentRSSMiB:         mean(rss) / (1 << 20),
 		AgentRSSMaxMiB:      maxOf(rss) / (1 << 20),
-		AgentCPUMillicores:  1000 * cores(a1.cpuTicks-a0.cpuTicks),
-		AgentWriteKiBPerMin: float64(a1.writeBytes-a0.writeBytes) / 1024 * perMin,
+		AgentCPUMillicores:  1000 * cores(a1.CPUTicks-a0.CPUTicks),
+		AgentWriteKiBPerMin: float64(a1.WriteBytes-a0.WriteBytes) / 1024 * perMin,
 		AgentLogKiBPerMin:   float64(log1-log0) / 1024 * perMin,
 		NodePSSMiB:          mean(pss) / (1 << 20),
 		NodeCPUMillicores:   1000 * cores(setTicks),

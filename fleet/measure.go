@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/holdfast-dev/holdfast/internal/procfs"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -31,8 +32,8 @@ func (m *meter) measure(ctx context.Context, window time.Duration, agentPids fun
 	if err != nil {
 		return Usage{}, err
 	}
-	apiCPU0, err1 := cpuSeconds(apiPid)
-	etcdCPU0, err2 := cpuSeconds(etcdPid)
+	api0, err1 := procfs.ReadProcess(apiPid, false)
+	etcd0, err2 := procfs.ReadProcess(etcdPid, false)
 	if err1 != nil || err2 != nil {
 		return Usage{}, fmt.Errorf("read the control plane's CPU: %v, %v", err1, err2)
 	}
@@ -40,12 +41,12 @@ func (m *meter) measure(ctx context.Context, window time.Duration, agentPids fun
 
 	var api, etcd, agents series
 	sample := func() {
-		api.add(rssBytes(apiPid))
-		etcd.add(rssBytes(etcdPid))
+		api.add(procfs.RSS(apiPid))
+		etcd.add(procfs.RSS(etcdPid))
 		if agentPids != nil {
 			var sum uint64
 			for _, pid := range agentPids() {
-				sum += rssBytes(pid)
+				sum += procfs.RSS(pid)
 			}
 			agents.add(sum)
 		}
@@ -68,8 +69,8 @@ wait:
 	}
 	sample()
 
-	apiCPU1, err1 := cpuSeconds(apiPid)
-	etcdCPU1, err2 := cpuSeconds(etcdPid)
+	api1, err1 := procfs.ReadProcess(apiPid, false)
+	etcd1, err2 := procfs.ReadProcess(etcdPid, false)
 	if err1 != nil || err2 != nil {
 		return Usage{}, fmt.Errorf("read the control plane's CPU: %v, %v", err1, err2)
 	}
@@ -80,8 +81,8 @@ wait:
 	}
 	u := Usage{
 		Seconds:            secs,
-		APIServerCores:     (apiCPU1 - apiCPU0) / secs,
-		EtcdCores:          (etcdCPU1 - etcdCPU0) / secs,
+		APIServerCores:     (api1.CPUSeconds() - api0.CPUSeconds()) / secs,
+		EtcdCores:          (etcd1.CPUSeconds() - etcd0.CPUSeconds()) / secs,
 		APIServerRSSMiB:    api.meanMiB(),
 		APIServerRSSMaxMiB: api.maxMiB(),
 		EtcdRSSMiB:         etcd.meanMiB(),

@@ -1,5 +1,6 @@
 // Package procfs reads the kernel's views under /proc that more than one part of the agent
-// needs: the node's capacity (agent/node) and its eviction signals (agent/eviction).
+// needs (the node's capacity in agent/node, its eviction signals in agent/eviction) and the
+// per-process figures the benchmarks and the fleet harness measure.
 package procfs
 
 import (
