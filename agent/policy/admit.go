@@ -234,10 +234,12 @@ func settingsOf(pc PolicyConfig) []byte {
 	return pc.Settings
 }
 
-// clip trims s and cuts it to maxMessage bytes, on a rune boundary: a message cut inside a
-// UTF-8 sequence would reach the pod's status and events as invalid UTF-8.
+// clip makes a guest's text fit for a pod's status and events: trimmed, escaped
+// (wasm.Printable: no escape sequence reaches an operator's terminal through kubectl, no
+// newline fakes another line) and cut to maxMessage bytes on a rune boundary, since a message
+// cut inside a UTF-8 sequence would reach them as invalid UTF-8.
 func clip(s string) string {
-	s = strings.TrimSpace(s)
+	s = wasm.Printable(strings.TrimSpace(s))
 	if len(s) <= maxMessage {
 		return s
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
@@ -199,5 +200,8 @@ func checkClip(t *testing.T, s string) {
 	}
 	if utf8.ValidString(s) && !utf8.ValidString(c) {
 		t.Fatalf("clip(%q) = %q is not valid UTF-8", s, c)
+	}
+	if i := strings.IndexFunc(c, unicode.IsControl); i >= 0 {
+		t.Fatalf("clip(%q) = %q holds a control character at %d", s, c, i)
 	}
 }

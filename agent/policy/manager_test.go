@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -88,6 +89,7 @@ func TestAdmit(t *testing.T) {
 	f.module("deny-badreason.wasm", f.wat("deny-badreason"))
 	f.module("trap.wasm", f.wat("trap"))
 	f.module("notadecision.wasm", f.wat("notadecision"))
+	f.module("deny-escapes.wasm", f.wat("deny-escapes"))
 	ctx := context.Background()
 
 	cases := []struct {
@@ -105,6 +107,7 @@ func TestAdmit(t *testing.T) {
 			false, "NotOnThisNode", "deny", []string{`policy "deny"`, "sha256:", "pods of this kind do not run here"}, 1},
 		{"first denial wins", "- {name: deny, kind: admission, module: deny.wasm}\n- {name: trap, kind: admission, module: trap.wasm}\n",
 			false, "NotOnThisNode", "deny", nil, 0},
+		{"guest text escaped", "- {name: esc, kind: admission, module: deny-escapes.wasm}\n", false, ReasonDenied, "esc", []string{`\x1b[31mred\x1b[0m\nfake: line`}, 0},
 		{"invalid reason replaced", "- {name: bad, kind: admission, module: deny-badreason.wasm}\n", false, ReasonDenied, "bad", []string{"nope"}, 0},
 		{"trap, Fail", "- {name: trap, kind: admission, module: trap.wasm}\n", false, ReasonError, "trap", []string{`policy "trap"`, "failurePolicy is Fail", "unreachable"}, 0},
 		{"trap, Ignore", "- {name: trap, kind: admission, module: trap.wasm, failurePolicy: Ignore}\n- {name: allow, kind: admission, module: allow.wasm}\n", true, "", "", nil, 2},
@@ -129,6 +132,9 @@ func TestAdmit(t *testing.T) {
 				if !strings.Contains(d.Message, s) {
 					t.Errorf("message %q does not mention %q", d.Message, s)
 				}
+			}
+			if i := strings.IndexFunc(d.Message, unicode.IsControl); i >= 0 {
+				t.Errorf("message %q holds a control character at %d", d.Message, i)
 			}
 			if len(d.Warnings) != tc.warnings {
 				t.Errorf("warnings = %q", d.Warnings)

@@ -12,13 +12,10 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -96,7 +93,7 @@ file.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			code, err := runPolicyTest(cmd.Context(), cmd.OutOrStdout(), f)
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "holdfast policy test:", printable(err.Error()))
+				fmt.Fprintln(cmd.ErrOrStderr(), "holdfast policy test:", wasm.Printable(err.Error()))
 			}
 			if code != exitAllowed {
 				return &policyExit{code: code}
@@ -273,19 +270,19 @@ func printPolicyTest(out io.Writer, format string, r policyTestResult) error {
 	// What comes from the guest is escaped: it must not forge a line of
 	// this output or reach the terminal as control sequences.
 	for _, l := range r.GuestLogs {
-		fmt.Fprintf(tw, "guest log:\t%s: %s\n", l.Level, printable(l.Message))
+		fmt.Fprintf(tw, "guest log:\t%s: %s\n", l.Level, wasm.Printable(l.Message))
 	}
 	if r.Reason != "" {
-		fmt.Fprintf(tw, "reason:\t%s\n", printable(r.Reason))
+		fmt.Fprintf(tw, "reason:\t%s\n", wasm.Printable(r.Reason))
 	}
 	if r.Message != "" {
-		fmt.Fprintf(tw, "message:\t%s\n", printable(r.Message))
+		fmt.Fprintf(tw, "message:\t%s\n", wasm.Printable(r.Message))
 	}
 	if r.Error != "" && r.Error != r.Message {
-		fmt.Fprintf(tw, "error:\t%s\n", printable(r.Error))
+		fmt.Fprintf(tw, "error:\t%s\n", wasm.Printable(r.Error))
 	}
 	for _, w := range r.Warnings {
-		fmt.Fprintf(tw, "warning:\t%s\n", printable(w))
+		fmt.Fprintf(tw, "warning:\t%s\n", wasm.Printable(w))
 	}
 	fmt.Fprintf(tw, "load:\t%s\n", r.Load.Round(time.Microsecond))
 	if r.Call > 0 {
@@ -448,7 +445,7 @@ func newPolicyInspectCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			code, err := runPolicyInspect(cmd.Context(), cmd.OutOrStdout(), args[0], output)
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "holdfast policy inspect:", printable(err.Error()))
+				fmt.Fprintln(cmd.ErrOrStderr(), "holdfast policy inspect:", wasm.Printable(err.Error()))
 			}
 			if code != 0 {
 				return &policyExit{code: code}
@@ -515,13 +512,13 @@ func runPolicyInspect(ctx context.Context, out io.Writer, path, format string) (
 		fmt.Fprintf(tw, "initial memory:\t%d pages (%d KiB)\n", info.MemoryMinPages, info.MemoryMinPages*64)
 		// Names and errors come from the module: escaped.
 		for _, x := range info.Exports {
-			fmt.Fprintf(tw, "export:\t%s\n", printable(x))
+			fmt.Fprintf(tw, "export:\t%s\n", wasm.Printable(x))
 		}
 		for _, x := range dedupe(info.Imports) {
-			fmt.Fprintf(tw, "import:\t%s\n", printable(x))
+			fmt.Fprintf(tw, "import:\t%s\n", wasm.Printable(x))
 		}
 		if r.Error != "" {
-			fmt.Fprintf(tw, "error:\t%s\n", printable(r.Error))
+			fmt.Fprintf(tw, "error:\t%s\n", wasm.Printable(r.Error))
 		}
 		if err := tw.Flush(); err != nil {
 			return exitDenied, err
@@ -585,29 +582,6 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
-}
-
-// printable escapes what a terminal would interpret in text that comes from a
-// guest: control characters (newlines, escape sequences, carriage returns),
-// other non-printable runes (bidirectional overrides) and invalid UTF-8, in
-// Go's escape notation, so that the text stays on its line and shows as
-// written.
-func printable(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == ' ' || unicode.IsPrint(r):
-			b.WriteRune(r)
-		default:
-			q := strconv.QuoteRuneToASCII(r) // '\n', '\x1b', '\u202e'
-			b.WriteString(q[1 : len(q)-1])
-		}
-		i += size
-	}
-	return b.String()
 }
 
 // guestLog is one log line a guest wrote with holdfast.log.
