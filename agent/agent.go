@@ -528,6 +528,7 @@ func (a *Agent) connectRuntime(ctx context.Context) (*runtime.Runtime, error) {
 		rt, err := runtime.Connect(ctx, a.cfg.Containerd.Address, a.cfg.Containerd.Namespace, a.log.With("component", "runtime"),
 			runtime.WithRegistryConfigPath(a.cfg.Containerd.RegistryConfigPath),
 			runtime.WithRequestTimeout(a.cfg.Containerd.RequestTimeout.Duration),
+			runtime.WithPullProgressTimeout(a.cfg.Containerd.ImagePullProgressTimeout.Duration),
 			// The stdin FIFOs of containers with stdin: true (kubectl attach -i).
 			runtime.WithIODir(filepath.Join(a.cfg.StateDir, "io")))
 		if err == nil {

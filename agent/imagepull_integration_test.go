@@ -4,9 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,4 +299,83 @@ func TestPullAlwaysWithRegistryOutOfReach(t *testing.T) {
 		}
 		return fmt.Errorf("events: %+v", evs.Items)
 	})
+}
+
+// TestPullStalledMidBlob: a registry whose answer stops half-way through a blob (the link
+// drops packets without a reset, or a proxy hangs) fails the pull after
+// containerd.imagePullProgressTimeout with a message that says so, instead of holding the pod
+// in its pull forever: containerd's registry client bounds the wait for an answer's headers
+// (30 s), nothing bounds its body. Once the answers flow again, the back-off's next pull runs
+// the pod. The registry is real; the link to it is a proxy on loopback that can stall.
+func TestPullStalledMidBlob(t *testing.T) {
+	var stalling atomic.Bool
+	stalling.Store(true)
+	release := make(chan struct{})
+	e, reg := startPullEnv(t, testenv.RegistryOptions{}, func(c *config.Config) {
+		c.Containerd.ImagePullProgressTimeout = config.D(3 * time.Second)
+		c.Pods.ImagePullBackOffBase = config.D(time.Second)
+		c.Pods.ImagePullBackOffMax = config.D(2 * time.Second)
+	})
+	link := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out, err := http.NewRequestWithContext(r.Context(), r.Method, reg.URL()+r.URL.RequestURI(), nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out.Header = r.Header.Clone()
+		resp, err := http.DefaultTransport.RoundTrip(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		maps.Copy(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && stalling.Load() && resp.ContentLength > 1 {
+			io.CopyN(w, resp.Body, resp.ContentLength/2)
+			w.(http.Flusher).Flush()
+			select { // half a blob, then nothing, until the test ends
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(link.Close)
+	t.Cleanup(func() { close(release) }) // before the link's Close, which waits for its handlers
+	// The pulls go through the link: the registry's host configuration names it as the server.
+	hostsFile := filepath.Join(e.agent.Config.Containerd.RegistryConfigPath, reg.Host, "hosts.toml")
+	if err := os.WriteFile(hostsFile, []byte(fmt.Sprintf("server = %q\n", link.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	// An image of its own: the test images' blobs are in containerd already (preloaded), and
+	// a pull fetches only what is missing.
+	image := reg.Ref("holdfast/busybox:stalled")
+	reg.Push(ctx, image, testenv.BusyboxVariant(t, "stalled"))
+	if _, err := e.cp.Admin.CoreV1().Pods("default").Create(ctx, pullPod("stalled", image, v1.PullIfNotPresent), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("Failed to pull image %q: ", image)
+	testenv.Eventually(t, 2*time.Minute, "a Failed event for the stalled pull", func() error {
+		evs, err := e.cp.Admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=stalled"})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, ev := range evs.Items {
+			if ev.Reason == "Failed" && strings.HasPrefix(ev.Message, want) {
+				if !strings.Contains(ev.Message, "the registry sent nothing for") {
+					t.Fatalf("the stalled pull failed with %q, want it to say the registry sent nothing", ev.Message)
+				}
+				return nil
+			}
+			seen = append(seen, ev.Reason+": "+ev.Message)
+		}
+		return fmt.Errorf("events %q", seen)
+	})
+	stalling.Store(false)
+	e.waitContainerRunning(t, "stalled", 2*time.Minute)
 }

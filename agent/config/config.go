@@ -242,6 +242,12 @@ type ContainerdConfig struct {
 	// sync, garbage collection or stats request that made it. Waiting for a process to exit
 	// and unpacking an image's layer are not bounded by it. Defaults to 2m.
 	RequestTimeout Duration `json:"requestTimeout,omitempty"`
+	// ImagePullProgressTimeout cancels an image pull that waits this long on the registry
+	// without receiving a byte (containerd CRI's image_pull_progress_timeout): a registry that
+	// accepts a connection and answers nothing, or a link that drops packets without a reset,
+	// fails the pull (ErrImagePull, then the back-off) instead of holding the pod forever. A
+	// pull as such has no deadline: a slow link may take hours. Defaults to 5m.
+	ImagePullProgressTimeout Duration `json:"imagePullProgressTimeout,omitempty"`
 }
 
 // CNIConfig says where the CNI network configuration and plugins are.
@@ -385,6 +391,7 @@ func (c *Config) applyDefaults() {
 	setDefault(&c.Containerd.Namespace, "holdfast")
 	setDefault(&c.Containerd.RegistryConfigPath, "/etc/holdfast/certs.d")
 	setDefaultDuration(&c.Containerd.RequestTimeout, 2*time.Minute)
+	setDefaultDuration(&c.Containerd.ImagePullProgressTimeout, 5*time.Minute)
 	setDefault(&c.CNI.ConfDir, "/etc/cni/net.d")
 	if len(c.CNI.BinDirs) == 0 {
 		c.CNI.BinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
@@ -533,20 +540,21 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("clusterDomain %q: %s", c.ClusterDomain, strings.Join(msgs, "; ")))
 	}
 	for name, d := range map[string]Duration{
-		"nodeStatus.leaseDuration":         c.NodeStatus.LeaseDuration,
-		"nodeStatus.leaseRenewInterval":    c.NodeStatus.LeaseRenewInterval,
-		"nodeStatus.updateFrequency":       c.NodeStatus.UpdateFrequency,
-		"nodeStatus.reportFrequency":       c.NodeStatus.ReportFrequency,
-		"pods.relistPeriod":                c.Pods.RelistPeriod,
-		"pods.relistThreshold":             c.Pods.RelistThreshold,
-		"containerd.requestTimeout":        c.Containerd.RequestTimeout,
-		"pods.backOffBase":                 c.Pods.BackOffBase,
-		"pods.backOffMax":                  c.Pods.BackOffMax,
-		"gc.period":                        c.GC.Period,
-		"gc.imageMinAge":                   c.GC.ImageMinAge,
-		"pods.volumeResyncPeriod":          c.Pods.VolumeResyncPeriod,
-		"evictionPressureTransitionPeriod": c.EvictionPressureTransitionPeriod,
-		"evictionMonitoringPeriod":         c.EvictionMonitoringPeriod,
+		"nodeStatus.leaseDuration":            c.NodeStatus.LeaseDuration,
+		"nodeStatus.leaseRenewInterval":       c.NodeStatus.LeaseRenewInterval,
+		"nodeStatus.updateFrequency":          c.NodeStatus.UpdateFrequency,
+		"nodeStatus.reportFrequency":          c.NodeStatus.ReportFrequency,
+		"pods.relistPeriod":                   c.Pods.RelistPeriod,
+		"pods.relistThreshold":                c.Pods.RelistThreshold,
+		"containerd.requestTimeout":           c.Containerd.RequestTimeout,
+		"containerd.imagePullProgressTimeout": c.Containerd.ImagePullProgressTimeout,
+		"pods.backOffBase":                    c.Pods.BackOffBase,
+		"pods.backOffMax":                     c.Pods.BackOffMax,
+		"gc.period":                           c.GC.Period,
+		"gc.imageMinAge":                      c.GC.ImageMinAge,
+		"pods.volumeResyncPeriod":             c.Pods.VolumeResyncPeriod,
+		"evictionPressureTransitionPeriod":    c.EvictionPressureTransitionPeriod,
+		"evictionMonitoringPeriod":            c.EvictionMonitoringPeriod,
 	} {
 		if d.Duration <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, d))

@@ -45,12 +45,14 @@ type Runtime struct {
 	ioDir string
 	// requestTimeout: see WithRequestTimeout.
 	requestTimeout time.Duration
+	// pullProgressTimeout: see WithPullProgressTimeout.
+	pullProgressTimeout time.Duration
 }
 
 // Connect dials containerd at address and checks that it answers. The namespace is the one
 // holdfast owns: it never lists or touches containers outside it.
 func Connect(ctx context.Context, address, namespace string, log *slog.Logger, opts ...Option) (*Runtime, error) {
-	r := &Runtime{namespace: namespace, log: log, requestTimeout: DefaultRequestTimeout}
+	r := &Runtime{namespace: namespace, log: log, requestTimeout: DefaultRequestTimeout, pullProgressTimeout: DefaultPullProgressTimeout}
 	for _, o := range opts {
 		o(r)
 	}
@@ -123,7 +125,7 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	case err != nil && policy == v1.PullNever:
 		return ImageResult{}, fmt.Errorf("%w: container image %q is not present with pull policy of Never", ErrImageNeverPull, ref)
 	}
-	img, pullErr := r.client.Pull(ctx, name, client.WithPullUnpack, client.WithResolver(r.resolver(ctx, creds)))
+	img, pullErr := r.pull(ctx, name, creds)
 	if pullErr == nil {
 		return ImageResult{Digest: img.Target().Digest.String(), Pulled: present == nil || present.Target().Digest != img.Target().Digest}, nil
 	}
@@ -133,12 +135,32 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	return ImageResult{}, fmt.Errorf("%w: %w", ErrImagePull, pullErr)
 }
 
-// registryUnreachable tells a registry out of reach (no route, refused, DNS, timeout) from one
-// that answered: only the first lets a present image stand in for a pull.
+// pull pulls and unpacks name, cancelled if it waits pullProgressTimeout on the registry
+// without a byte (pullProgress); the error then says so rather than "context canceled".
+func (r *Runtime) pull(ctx context.Context, name string, creds Credentials) (client.Image, error) {
+	if r.pullProgressTimeout <= 0 {
+		return r.client.Pull(ctx, name, client.WithPullUnpack, client.WithResolver(r.resolver(ctx, creds, nil)))
+	}
+	pullCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	progress := newPullProgress(time.Now())
+	stop := progress.watch(cancel, r.pullProgressTimeout)
+	img, err := r.client.Pull(pullCtx, name, client.WithPullUnpack, client.WithResolver(r.resolver(pullCtx, creds, progress)))
+	stop()
+	if cause := context.Cause(pullCtx); err != nil && ctx.Err() == nil && errors.Is(cause, errPullStalled) {
+		err = cause
+	}
+	return img, err
+}
+
+// registryUnreachable tells a registry out of reach (no route, refused, DNS, timeout, or no
+// answer at all: a stalled pull) from one that answered: only the first lets a present image
+// stand in for a pull.
 func registryUnreachable(err error) bool {
 	var opErr *net.OpError
 	var dnsErr *net.DNSError
-	return errors.As(err, &opErr) || errors.As(err, &dnsErr) || errors.Is(err, context.DeadlineExceeded)
+	return errors.As(err, &opErr) || errors.As(err, &dnsErr) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, errPullStalled)
 }
 
 // unpack makes sure the image's layers are in the snapshotter; an imported image may not be.

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
@@ -32,9 +33,16 @@ func WithIODir(dir string) Option {
 type Credentials func(host string) (username, secret string, ok bool)
 
 // resolver returns the resolver one pull uses: the host configuration of
-// registryConfigPath, with creds for the registries that ask for authentication.
-func (r *Runtime) resolver(ctx context.Context, creds Credentials) remotes.Resolver {
+// registryConfigPath, with creds for the registries that ask for authentication, its requests
+// watched by progress (nil: not watched).
+func (r *Runtime) resolver(ctx context.Context, creds Credentials, progress *pullProgress) remotes.Resolver {
 	opts := config.HostOptions{}
+	if progress != nil {
+		opts.UpdateClient = func(c *http.Client) error {
+			c.Transport = progress.transport(c.Transport)
+			return nil
+		}
+	}
 	if r.registryConfigPath != "" {
 		opts.HostDir = config.HostDirFromRoot(r.registryConfigPath)
 	}
