@@ -3,6 +3,7 @@ package gatewaytest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -494,20 +495,7 @@ func TestScenario6UplinkFlapping(t *testing.T) {
 	if end.PID != warm.PID {
 		t.Errorf("the agent restarted while the uplink flapped (pid %s, then %s)", warm.PID, end.PID)
 	}
-	after := g.running()
-	for key, c := range before {
-		if a, ok := after[key]; !ok || a.ID != c.ID || a.PID != c.PID {
-			t.Errorf("%s: %s pid %d before, %s pid %d after the flapping: want it untouched", key, c.ID, c.PID, a.ID, a.PID)
-		}
-	}
-	if len(after) != len(before) {
-		t.Errorf("%d containers running after the flapping, %d before", len(after), len(before))
-	}
-	for key, n := range g.apiRestarts(names...) {
-		if n != restartsBefore[key] {
-			t.Errorf("%s restartCount %d after the flapping, %d before", key, n, restartsBefore[key])
-		}
-	}
+	g.checkUntouched("the flapping", before, restartsBefore)
 	// Flat: bounds wide enough for a GC cycle's noise, far below a leak per reconnect.
 	if end.RSSKiB > warm.RSSKiB*3/2+8<<10 {
 		t.Errorf("agent RSS grew from %d KiB to %d KiB over %d flaps", warm.RSSKiB, end.RSSKiB, flaps)
@@ -518,4 +506,113 @@ func TestScenario6UplinkFlapping(t *testing.T) {
 	if end.FDs > warm.FDs+16 {
 		t.Errorf("agent file descriptors grew from %d to %d over %d flaps", warm.FDs, end.FDs, flaps)
 	}
+}
+
+// checkUntouched checks that every container running before (g.running) still runs as the
+// same container and process, that no other runs, and that the API's restart counts are those
+// of before (g.apiRestarts): nothing was started twice or killed during what.
+func (g *gateway) checkUntouched(what string, before map[string]Container, restartsBefore map[string]int32) {
+	g.t.Helper()
+	after := g.running()
+	for key, c := range before {
+		if a, ok := after[key]; !ok || a.ID != c.ID || a.PID != c.PID {
+			g.t.Errorf("%s: %s pid %d before, %s pid %d after %s: want it untouched", key, c.ID, c.PID, a.ID, a.PID, what)
+		}
+	}
+	if len(after) != len(before) {
+		g.t.Errorf("%d containers running after %s, %d before", len(after), what, len(before))
+	}
+	pods := map[string]bool{}
+	for key := range restartsBefore {
+		pod, _, _ := strings.Cut(key, "/")
+		pods[pod] = true
+	}
+	for key, n := range g.apiRestarts(slices.Sorted(maps.Keys(pods))...) {
+		if n != restartsBefore[key] {
+			g.t.Errorf("%s restartCount %d after %s, %d before", key, n, what, restartsBefore[key])
+		}
+	}
+}
+
+// Scenario 7: the uplink is bad rather than down, as a cellular or satellite link is: latency
+// with jitter and loss (tc netem in the guest), then connections reset (TCP RSTs), then a
+// blackhole that drops the agent's packets without an answer, so that its watches hang instead
+// of failing. Pods created and deleted through the API over the bad link reach the gateway; the
+// agent notices the blackhole within its timeouts; nothing already running is restarted or
+// killed; and once the link is clean the API matches the gateway.
+func TestScenario7BadLink(t *testing.T) {
+	g := startGateway(t)
+	g.create(appConfig())
+	g.create(appSecret())
+	g.create(appPod("app"))
+	g.create(sleeperPod("plain"))
+	names := []string{"app", "plain"}
+	all := append(slices.Clone(names), staticPods...)
+	g.waitAPIRunning(podTimeout, all...)
+	before := g.running()
+	restartsBefore := g.apiRestarts(names...)
+	dev := g.uplinkDevice()
+	toHost := "-d " + HostFromGuest
+
+	// Latency and loss: a pod created and one deleted over the link still reach the gateway.
+	g.vm.MustSSH("tc qdisc add dev " + dev + " root netem delay 300ms 100ms loss 10%")
+	start := time.Now()
+	g.create(sleeperPod("over-netem"))
+	g.waitAPIRunning(podTimeout, "over-netem")
+	figure(t, "bad link: pod Running in the API", time.Since(start), "netem 300±100 ms, 10% loss, "+g.vm.Accel)
+	start = time.Now()
+	g.deletePod("over-netem")
+	g.waitPodGone(podTimeout, "over-netem")
+	figure(t, "bad link: pod deleted and gone from the API", time.Since(start), "netem 300±100 ms, 10% loss, "+g.vm.Accel)
+	// Worse: a second of latency and a quarter of the packets lost, for a minute.
+	g.vm.MustSSH("tc qdisc change dev " + dev + " root netem delay 1000ms 500ms loss 25%")
+	time.Sleep(time.Minute)
+	// What netem did: the packets it held back and dropped, for the log.
+	t.Logf("netem on %s: %s", dev, strings.Join(strings.Fields(g.vm.MustSSH("tc -s qdisc show dev "+dev)), " "))
+	g.vm.MustSSH("tc qdisc del dev " + dev + " root")
+
+	// Resets: every connection to the apiserver is answered by a RST, on and off.
+	reset := "OUTPUT " + toHost + " -p tcp -j REJECT --reject-with tcp-reset"
+	for range 6 {
+		g.vm.MustSSH("iptables -I " + reset)
+		time.Sleep(5 * time.Second)
+		g.vm.MustSSH("iptables -D " + reset)
+		time.Sleep(5 * time.Second)
+	}
+
+	// A blackhole: nothing answers, nothing fails fast.
+	drop := "OUTPUT " + toHost + " -j DROP"
+	g.vm.MustSSH("iptables -I " + drop)
+	cut := time.Now()
+	testenv.Eventually(t, 5*time.Minute, "the agent notices the blackhole", func() error {
+		out, err := g.vm.SSH("curl -sf --max-time 10 --unix-socket /var/lib/holdfast/api.sock http://local/metrics" +
+			" | awk '$1 == \"holdfast_apiserver_offline_seconds\" {print $2}'")
+		if err != nil {
+			return err
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(out), 64); err != nil || v <= 0 {
+			return fmt.Errorf("holdfast_apiserver_offline_seconds %q", out)
+		}
+		return nil
+	})
+	figure(t, "bad link: agent notices a blackhole", time.Since(cut), g.vm.Accel)
+	g.waitLocalRunning(podTimeout, all...)
+	g.vm.MustSSH("iptables -D " + drop)
+	repaired := time.Now()
+	testenv.Eventually(t, podTimeout, "the API matches the gateway after the bad link", func() error {
+		return g.apiMatchesGateway(all)
+	})
+	figure(t, "bad link: API matches the gateway after a blackhole", time.Since(repaired), g.vm.Accel)
+	g.checkUntouched("the bad link", before, restartsBefore)
+}
+
+// uplinkDevice returns the name of the guest's uplink interface (the one with uplinkMAC).
+func (g *gateway) uplinkDevice() string {
+	g.t.Helper()
+	out := g.vm.MustSSH("for d in /sys/class/net/*; do [ \"$(cat $d/address)\" = " + uplinkMAC + " ] && basename $d; done; true")
+	dev := strings.TrimSpace(out)
+	if dev == "" || strings.ContainsAny(dev, " \n") {
+		g.t.Fatalf("the guest's uplink device (MAC %s): %q", uplinkMAC, out)
+	}
+	return dev
 }
