@@ -87,9 +87,12 @@ type Manager struct {
 	watches     map[objectKey]*objectWatch
 	tokens      map[tokenKey]cachedToken
 	unreachable map[any]failure // last unreachable-apiserver failure per objectKey / tokenKey
-	runCtx      context.Context // set while Run runs; watches run under it
-	lastEvent   map[string]eventRecord
-	wg          sync.WaitGroup // the watch goroutines
+	// apiDown is the last request of any key that found the apiserver unreachable, cleared by
+	// the next that reached it: a lookup with a kept copy does not ask while it is recent.
+	apiDown   failure
+	runCtx    context.Context // set while Run runs; watches run under it
+	lastEvent map[string]eventRecord
+	wg        sync.WaitGroup // the watch goroutines
 }
 
 // podState is what the manager keeps about a pod between Setup and Teardown.

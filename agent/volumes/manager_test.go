@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,7 +23,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
@@ -700,5 +704,85 @@ func TestTokenAcrossOfflineReboot(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "encrypted with another state key") {
 		t.Errorf("no log line about the key change:\n%s", logs.String())
+	}
+}
+
+// TestOfflineBootBehindAClosingLink: after a reboot, an apiserver behind something that accepts
+// connections and closes them at once (a load balancer, a tunnel, a relay with nothing behind
+// it: the requests fail with EOF, which client-go retries for a GET, a second apart) must not
+// hold a pod's volumes: its ConfigMap and its token come from the kept copies within
+// keptCopyWait, not after the watch's wait and ten retries of each request. The apiserver is a
+// real HTTP server and the client a real clientset. (syncWait is made far longer than the
+// test's deadline, so a lookup that waits for it fails the test.)
+func TestOfflineBootBehindAClosingLink(t *testing.T) {
+	requireRoot(t)
+	defer func(d, k time.Duration) { syncWait, keptCopyWait = d, k }(syncWait, keptCopyWait)
+	syncWait, keptCopyWait = time.Hour, 500*time.Millisecond
+	store := offline.NewMemStore(time.Now)
+	store.SetKey(testStateKey(t, 1))
+	var tokens atomic.Int64
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w", UID: "uid-relay"}, Spec: v1.PodSpec{
+		ServiceAccountName: "default",
+		Containers:         []v1.Container{{Name: "c"}},
+		Volumes: []v1.Volume{
+			{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}},
+			{Name: "kube-api-access", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+				{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: i64(3607)}},
+			}}}},
+		},
+	}}
+	if err := store.PutPod(offline.SourceAPI, pod); err != nil { // tokens are kept for stored pods
+		t.Fatal(err)
+	}
+	onlineDir := t.TempDir()
+	t.Cleanup(func() { unmountUnder(onlineDir) })
+	if _, err := NewManager(onlineDir, newFakeAPI(&tokens), nil, nil, Options{Cache: store, PersistSecrets: true}).Setup(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+
+	var requests atomic.Int64
+	closing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer closing.Close()
+	down, err := kubernetes.NewForConfig(&rest.Config{Host: closing.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podsDir := t.TempDir()
+	t.Cleanup(func() { unmountUnder(podsDir) })
+	m := NewManager(podsDir, down, nil, nil, Options{Cache: store, PersistSecrets: true})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	for running := false; !running; {
+		m.mu.Lock()
+		running = m.runCtx != nil
+		m.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Ten retries of a GET a second apart, or the watch's list, take 10 s: far past this.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	if _, err := m.Setup(ctx, pod); err != nil {
+		t.Fatalf("Setup: %v (after %d requests to the closing apiserver)", err, requests.Load())
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Setup returned only when its context ended: it waited on an apiserver that closes every connection")
+	}
+	if got := readFile(t, filepath.Join(podsDir, "uid-relay/volumes", dirConfigMap, "cfg/greeting")); got != "hello" {
+		t.Errorf("greeting from the kept copy = %q", got)
+	}
+	if got := readFile(t, filepath.Join(podsDir, "uid-relay/volumes", dirProjected, "kube-api-access/token")); got != "token-1-for-Pod/w" {
+		t.Errorf("token from the kept copy = %q", got)
+	}
+	if requests.Load() == 0 {
+		t.Error("no request reached the closing apiserver: the test did not test the link")
 	}
 }

@@ -42,6 +42,14 @@ const apiTimeout = 10 * time.Second
 // for each object it references.
 const apiRetryInterval = 30 * time.Second
 
+// keptCopyWait bounds how long a lookup that has a kept copy to fall back on waits for the
+// apiserver, its watch's first list and a direct request together (a var for tests). Without
+// it, an offline boot behind anything that accepts connections and closes them (a load
+// balancer, a tunnel, a relay) waited syncWait for each new watch and then apiTimeout for the
+// request, which client-go retries on every EOF: 22 s of a 27 s boot of 30 pods. The copy is
+// refreshed by the watch and the resync once the apiserver answers.
+var keptCopyWait = 2 * time.Second
+
 type objectKind string
 
 const (
@@ -124,6 +132,16 @@ func (m *Manager) object(ctx context.Context, pod *v1.Pod, key objectKey) (runti
 	m.mu.Lock()
 	w := m.watches[key]
 	m.mu.Unlock()
+	if w == nil || !w.synced() {
+		if kept, ok := m.recall(key); ok {
+			if m.apiDownRecently() {
+				return kept, nil // asked again once apiRetryInterval has passed
+			}
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, keptCopyWait)
+			defer cancel()
+		}
+	}
 	if w != nil && m.waitSynced(ctx, w) {
 		item, exists, err := w.store.GetByKey(key.namespace + "/" + key.name)
 		if err == nil {
@@ -179,9 +197,7 @@ func (m *Manager) get(ctx context.Context, key objectKey) (runtime.Object, error
 	case kindSecret:
 		obj, err = m.client.CoreV1().Secrets(key.namespace).Get(ctx, key.name, metav1.GetOptions{})
 	}
-	m.mu.Lock()
-	delete(m.unreachable, key)
-	m.mu.Unlock()
+	m.noteAPIResult(key, err)
 	if apierrors.IsNotFound(err) {
 		m.forget(key)
 		return nil, key.notFound()
@@ -201,6 +217,28 @@ func (m *Manager) get(ctx context.Context, key objectKey) (runtime.Object, error
 	}
 	m.remember(obj)
 	return obj, nil
+}
+
+// noteAPIResult records what a request for key (an objectKey or a tokenKey) learnt about the
+// apiserver: the key's own failure is forgotten, and the apiserver as a whole is down, or not.
+func (m *Manager) noteAPIResult(key any, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.unreachable, key)
+	switch {
+	case err == nil || !unreachable(err):
+		m.apiDown = failure{}
+	default:
+		m.apiDown = failure{err: err, at: m.opts.Now()}
+	}
+}
+
+// apiDownRecently: a request found the apiserver unreachable less than apiRetryInterval ago,
+// and none reached it since.
+func (m *Manager) apiDownRecently() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.apiDown.at.IsZero() && m.opts.Now().Sub(m.apiDown.at) < apiRetryInterval
 }
 
 // failure is a request that found the apiserver unreachable.

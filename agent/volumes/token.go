@@ -105,6 +105,15 @@ func (m *Manager) serviceAccountToken(ctx context.Context, pod *v1.Pod, p *v1.Se
 		}
 		return "", last.err
 	}
+	// A token that may still be mounted while the apiserver is out of reach: not asked for at
+	// all if another request found it so a moment ago, and not waited on long (keptCopyWait).
+	timeout := apiTimeout
+	if ok && cached.usable(now, context.DeadlineExceeded) {
+		if m.apiDownRecently() {
+			return cached.token, nil
+		}
+		timeout = keptCopyWait
+	}
 
 	var audiences []string
 	if p.Audience != "" {
@@ -115,11 +124,11 @@ func (m *Manager) serviceAccountToken(ctx context.Context, pod *v1.Pod, p *v1.Se
 		ExpirationSeconds: &expiration,
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
 	}}
-	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tr, err := m.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(rctx, sa, req, metav1.CreateOptions{})
+	m.noteAPIResult(key, err)
 	m.mu.Lock()
-	delete(m.unreachable, key)
 	if err != nil && unreachable(err) {
 		m.unreachable[key] = failure{err: fmt.Errorf("failed to fetch token: %w", err), at: now}
 	}
