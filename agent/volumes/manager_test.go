@@ -573,16 +573,7 @@ func TestOfflineBootDoesNotWaitForWatches(t *testing.T) {
 	podsDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(podsDir) })
 	m := NewManager(podsDir, down, nil, nil, Options{Cache: store})
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- m.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	for running := false; !running; {
-		m.mu.Lock()
-		running = m.runCtx != nil
-		m.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
-	}
+	runManager(t, m)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -756,16 +747,7 @@ func TestOfflineBootBehindAClosingLink(t *testing.T) {
 	podsDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(podsDir) })
 	m := NewManager(podsDir, down, nil, nil, Options{Cache: store, PersistSecrets: true})
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- m.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	for running := false; !running; {
-		m.mu.Lock()
-		running = m.runCtx != nil
-		m.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
-	}
+	runManager(t, m)
 
 	// Ten retries of a GET a second apart, or the watch's list, take 10 s: far past this.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
@@ -784,5 +766,20 @@ func TestOfflineBootBehindAClosingLink(t *testing.T) {
 	}
 	if requests.Load() == 0 {
 		t.Error("no request reached the closing apiserver: the test did not test the link")
+	}
+}
+
+// runManager runs m until the test ends and returns once Run has started (watches need it).
+func runManager(t *testing.T, m *Manager) {
+	t.Helper()
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	for running := false; !running; {
+		m.mu.Lock()
+		running = m.runCtx != nil
+		m.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -132,10 +133,13 @@ func (m *Manager) object(ctx context.Context, pod *v1.Pod, key objectKey) (runti
 	m.mu.Lock()
 	w := m.watches[key]
 	m.mu.Unlock()
+	// The kept copy is read from the Cache at most once per lookup, and only when the watch
+	// cannot answer.
+	kept := sync.OnceValues(func() (runtime.Object, bool) { return m.recall(key) })
 	if w == nil || !w.synced() {
-		if kept, ok := m.recall(key); ok {
+		if copyObj, ok := kept(); ok {
 			if m.apiDownRecently() {
-				return kept, nil // asked again once apiRetryInterval has passed
+				return copyObj, nil // asked again once apiRetryInterval has passed
 			}
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, keptCopyWait)
@@ -151,7 +155,7 @@ func (m *Manager) object(ctx context.Context, pod *v1.Pod, key objectKey) (runti
 			return item.(runtime.Object).DeepCopyObject(), nil
 		}
 	}
-	return m.get(ctx, key)
+	return m.get(ctx, key, kept)
 }
 
 // waitSynced reports whether w has listed its object, giving a watch that just started a
@@ -172,8 +176,8 @@ func (m *Manager) waitSynced(ctx context.Context, w *objectWatch) bool {
 }
 
 // get reads the object straight from the apiserver, or, when it is out of reach, the copy the
-// Cache kept.
-func (m *Manager) get(ctx context.Context, key objectKey) (runtime.Object, error) {
+// Cache kept (kept reads it).
+func (m *Manager) get(ctx context.Context, key objectKey, kept func() (runtime.Object, bool)) (runtime.Object, error) {
 	m.mu.Lock()
 	last, failedRecently := m.unreachable[key]
 	if failedRecently && m.opts.Now().Sub(last.at) >= apiRetryInterval {
@@ -181,7 +185,7 @@ func (m *Manager) get(ctx context.Context, key objectKey) (runtime.Object, error
 	}
 	m.mu.Unlock()
 	if failedRecently {
-		if cached, ok := m.recall(key); ok {
+		if cached, ok := kept(); ok {
 			return cached, nil
 		}
 		return nil, last.err
@@ -208,7 +212,7 @@ func (m *Manager) get(ctx context.Context, key objectKey) (runtime.Object, error
 			m.mu.Lock()
 			m.unreachable[key] = failure{err: err, at: m.opts.Now()}
 			m.mu.Unlock()
-			if cached, ok := m.recall(key); ok {
+			if cached, ok := kept(); ok {
 				m.log.Warn("apiserver unreachable; using the copy kept from before", "object", key.String(), "err", err)
 				return cached, nil
 			}
