@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // TerminalSize is a terminal's size in characters.
@@ -61,6 +63,14 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s Exe
 	pspec.Args = append([]string(nil), cmd...)
 	pspec.Terminal = s.TTY
 	pspec.ConsoleSize = nil
+	if s.TTY {
+		// The process starts on a terminal of the client's size, not 0x0 resized a moment
+		// later: what runs first (a typed `stty size`, a full-screen program drawing its first
+		// screen) saw no size and failed or drew for the wrong one.
+		if size, ok := firstTerminalSize(ctx, &s); ok {
+			pspec.ConsoleSize = &specs.Box{Width: uint(size.Width), Height: uint(size.Height)}
+		}
+	}
 
 	// The client's stdin ends (EOF) when it closes it: the process's stdin is closed then, so
 	// that `echo x | kubectl exec -i -- cat` ends.
@@ -130,6 +140,30 @@ wait:
 	}
 	drainExecIO(proc)
 	return int(st.ExitCode()), nil
+}
+
+// firstSizeWait bounds the wait for the client's terminal size before a TTY command starts.
+// kubectl sends it as soon as the streams are up; a client that sends none starts 0x0 after it.
+var firstSizeWait = time.Second
+
+// firstTerminalSize takes the first size the client sends on s.Resize, waiting at most
+// firstSizeWait. s.Resize is set to nil if the client closed it.
+func firstTerminalSize(ctx context.Context, s *ExecStreams) (TerminalSize, bool) {
+	if s.Resize == nil {
+		return TerminalSize{}, false
+	}
+	timer := time.NewTimer(firstSizeWait)
+	defer timer.Stop()
+	select {
+	case size, ok := <-s.Resize:
+		if !ok {
+			s.Resize = nil
+		}
+		return size, ok && size.Width > 0 && size.Height > 0
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return TerminalSize{}, false
 }
 
 // eofSignal closes done once r returned an error (EOF: the client closed stdin).

@@ -157,6 +157,35 @@ func TestExec(t *testing.T) {
 			t.Errorf("took %s: waited for the background child's stdout", d)
 		}
 	})
+	// A terminal command starts on the client's size, even when the size comes a moment after
+	// the request (kubectl sends it on its own stream once the streams are up): a `stty size`
+	// typed at once used to see 0x0 and fail ("stty: standard input").
+	t.Run("terminal of the client's size from the start", func(t *testing.T) {
+		sizes := make(chan runtime.TerminalSize)
+		sent := make(chan struct{})
+		go func() { // ends after one send or when ExecStream gave up waiting
+			defer close(sent)
+			time.Sleep(300 * time.Millisecond)
+			select {
+			case sizes <- runtime.TerminalSize{Width: 100, Height: 40}:
+			case <-time.After(10 * time.Second):
+			}
+		}()
+		var out strings.Builder
+		code, err := rt.ExecStream(ctx, id, []string{"sh", "-c", "stty size"}, runtime.ExecStreams{Stdout: &out, TTY: true, Resize: sizes})
+		<-sent
+		if err != nil || code != 0 || strings.TrimSpace(out.String()) != "40 100" {
+			t.Errorf("stty size: exit %d (%q), %v; want 40 100", code, out.String(), err)
+		}
+
+		// A client that sends no size still gets its command run.
+		out.Reset()
+		silent := make(chan runtime.TerminalSize)
+		code, err = rt.ExecStream(ctx, id, []string{"echo", "ok"}, runtime.ExecStreams{Stdout: &out, TTY: true, Resize: silent})
+		if err != nil || code != 0 || strings.TrimSpace(out.String()) != "ok" {
+			t.Errorf("echo without a size: exit %d (%q), %v", code, out.String(), err)
+		}
+	})
 	t.Run("not running", func(t *testing.T) {
 		if err := rt.StopContainer(ctx, id, 0); err != nil {
 			t.Fatal(err)
