@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
 // ContainerLister lists a pod's containers; *runtime.Runtime implements it.
@@ -97,7 +98,7 @@ func (h HostStats) diskStats(pod *v1.Pod) (PodStats, bool) {
 // du is the space (allocated blocks) and inodes used under dir on device dev: mounts of other
 // file systems below it (tmpfs volumes) are not counted. Symbolic links are not followed.
 func du(dir string, dev uint64) (bytes, inodes int64) {
-	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	_ = fsutil.WalkDirNoAtime(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // gone meanwhile, or unreadable: count what can be
 		}

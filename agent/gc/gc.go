@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
 // Defaults of Config.
@@ -248,7 +249,7 @@ func (g *GC) collectContainers(ctx context.Context, cs []runtime.Container) erro
 			left = append(left, c)
 		}
 	}
-	entries, err := os.ReadDir(g.cfg.PodLogDir)
+	entries, err := fsutil.ReadDirNoAtime(g.cfg.PodLogDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errors.Join(append(errs, fmt.Errorf("read pod log dir: %w", err))...)
 	}

@@ -128,7 +128,7 @@ func LoadCNI(confDir string, binDirs []string) (gocni.CNI, error) {
 // files costs less than a watch with its goroutine, and load runs only on pod setup and the
 // node's readiness check.
 func confDirFingerprint(dir string) string {
-	entries, err := os.ReadDir(dir)
+	entries, err := fsutil.ReadDirNoAtime(dir)
 	if err != nil {
 		return ""
 	}
@@ -347,7 +347,7 @@ func (m *Manager) Teardown(ctx context.Context, podUID, namespace, name string) 
 // Known lists the pod UIDs that have a network record, for cleaning up after pods that were
 // deleted while the agent was down.
 func (m *Manager) Known() []string {
-	entries, err := os.ReadDir(m.stateDir)
+	entries, err := fsutil.ReadDirNoAtime(m.stateDir)
 	if err != nil {
 		return nil
 	}
@@ -398,7 +398,7 @@ func nextContainerID(podUID, prev string) string {
 func (m *Manager) releaseStale(ctx context.Context, podUID string) int {
 	m.staleMu.Lock()
 	defer m.staleMu.Unlock()
-	entries, err := os.ReadDir(m.staleDir())
+	entries, err := fsutil.ReadDirNoAtime(m.staleDir())
 	if err != nil {
 		return 0
 	}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
 // FileSource runs the static pods of a manifest directory: one Pod per file, YAML or JSON.
@@ -108,7 +109,7 @@ func (s *FileSource) Run(ctx context.Context) error {
 
 // scan reads every manifest and removes pods whose file is gone.
 func (s *FileSource) scan() {
-	entries, err := os.ReadDir(s.Dir)
+	entries, err := fsutil.ReadDirNoAtime(s.Dir)
 	if err != nil {
 		// Unreadable is not empty: keep every pod running.
 		s.Log.Error("read static manifest dir; keeping current static pods", "dir", s.Dir, "err", err)

@@ -41,12 +41,13 @@ const (
 // ..data is switched to it with one rename (atomic), the visible symlinks are added or removed,
 // and the old directory is deleted. A crash at any point leaves the old set or the new one
 // visible. Names beginning with ".." are reserved. dir must exist. The caller serializes writes
-// to one dir.
-func writeAtomic(dir string, payload map[string]file) (bool, error) {
+// to one dir. ts is the name of the data directory ..data names afterwards ("" on an error
+// before it was known).
+func writeAtomic(dir string, payload map[string]file) (ts string, changed bool, err error) {
 	clean := make(map[string]file, len(payload))
 	for p, f := range payload {
 		if err := validatePayloadPath(p); err != nil {
-			return false, err
+			return "", false, err
 		}
 		clean[filepath.Clean(p)] = f
 	}
@@ -54,54 +55,54 @@ func writeAtomic(dir string, payload map[string]file) (bool, error) {
 	dataDir := filepath.Join(dir, dataDirName)
 	oldTs, err := os.Readlink(dataDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("read %s: %w", dataDir, err)
+		return "", false, fmt.Errorf("read %s: %w", dataDir, err)
 	}
 	var toRemove map[string]bool
 	if oldTs != "" {
 		oldPath := filepath.Join(dir, oldTs)
 		if toRemove, err = stalePaths(clean, oldPath); err != nil {
-			return false, err
+			return oldTs, false, err
 		}
 		same, err := payloadMatches(clean, oldPath)
 		if err != nil {
-			return false, err
+			return oldTs, false, err
 		}
 		if same && len(toRemove) == 0 {
 			// Up to date; still make sure every visible link exists (a crash may have come
 			// between the swap and the links).
-			return false, createVisibleLinks(dir, clean)
+			return oldTs, false, createVisibleLinks(dir, clean)
 		}
 	}
 
 	tsDir, err := os.MkdirTemp(dir, time.Now().UTC().Format("..2006_01_02_15_04_05."))
 	if err != nil {
-		return false, fmt.Errorf("create data directory in %s: %w", dir, err)
+		return oldTs, false, fmt.Errorf("create data directory in %s: %w", dir, err)
 	}
 	// 0755 whatever the umask: other users in the container must be able to reach the files.
 	if err := os.Chmod(tsDir, 0o755); err != nil {
 		os.RemoveAll(tsDir)
-		return false, err
+		return oldTs, false, err
 	}
 	if err := writePayload(tsDir, clean); err != nil {
 		os.RemoveAll(tsDir)
-		return false, err
+		return oldTs, false, err
 	}
 	newLink := filepath.Join(dir, newDataDirName)
 	os.Remove(newLink) // left over by a crash between symlink and rename
 	if err := os.Symlink(filepath.Base(tsDir), newLink); err != nil {
 		os.RemoveAll(tsDir)
-		return false, fmt.Errorf("create %s: %w", newLink, err)
+		return oldTs, false, fmt.Errorf("create %s: %w", newLink, err)
 	}
 	if err := os.Rename(newLink, dataDir); err != nil {
 		os.Remove(newLink)
 		os.RemoveAll(tsDir)
-		return false, fmt.Errorf("switch %s: %w", dataDir, err)
+		return oldTs, false, fmt.Errorf("switch %s: %w", dataDir, err)
 	}
 	if err := syncDir(dir); err != nil {
-		return true, err
+		return filepath.Base(tsDir), true, err
 	}
 	if err := createVisibleLinks(dir, clean); err != nil {
-		return true, err
+		return filepath.Base(tsDir), true, err
 	}
 	for p := range toRemove {
 		// Only top-level names are links; deeper paths went away with the old directory.
@@ -109,16 +110,16 @@ func writeAtomic(dir string, payload map[string]file) (bool, error) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return true, fmt.Errorf("remove stale %s: %w", p, err)
+			return filepath.Base(tsDir), true, fmt.Errorf("remove stale %s: %w", p, err)
 		}
 	}
 	if oldTs != "" && oldTs != filepath.Base(tsDir) {
 		if err := os.RemoveAll(filepath.Join(dir, oldTs)); err != nil {
-			return true, fmt.Errorf("remove old data directory: %w", err)
+			return filepath.Base(tsDir), true, fmt.Errorf("remove old data directory: %w", err)
 		}
 	}
 	removeLeftovers(dir, filepath.Base(tsDir))
-	return true, nil
+	return filepath.Base(tsDir), true, nil
 }
 
 // validatePayloadPath refuses what could escape the volume or collide with the writer's own
@@ -185,7 +186,7 @@ func stalePaths(payload map[string]file, oldDir string) (map[string]bool, error)
 		}
 	}
 	stale := map[string]bool{}
-	err := filepath.WalkDir(oldDir, func(full string, _ fs.DirEntry, err error) error {
+	err := fsutil.WalkDirNoAtime(oldDir, func(full string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -287,7 +288,7 @@ func createVisibleLinks(dir string, payload map[string]file) error {
 // removeLeftovers deletes timestamped directories other than current that a crash in the
 // middle of a write left behind.
 func removeLeftovers(dir, current string) {
-	entries, err := os.ReadDir(dir)
+	entries, err := fsutil.ReadDirNoAtime(dir)
 	if err != nil {
 		return
 	}
@@ -302,6 +303,7 @@ func removeLeftovers(dir, current string) {
 // hasData reports whether dir already holds a written set of files (it survives an agent
 // restart, and a reboot for disk-backed volumes).
 func hasData(dir string) bool {
-	_, err := os.Readlink(filepath.Join(dir, dataDirName))
-	return err == nil
+	// lstat, not readlink: reading a link updates its access time (see projection).
+	fi, err := os.Lstat(filepath.Join(dir, dataDirName))
+	return err == nil && fi.Mode()&fs.ModeSymlink != 0
 }

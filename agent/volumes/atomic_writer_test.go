@@ -29,7 +29,7 @@ func TestWriteAtomic(t *testing.T) {
 		"secret":            {data: []byte("s3cret"), mode: 0o400},
 		"nested/deep/value": {data: []byte("42"), mode: 0o644},
 	}
-	changed, err := writeAtomic(dir, payload)
+	_, changed, err := writeAtomic(dir, payload)
 	if err != nil || !changed {
 		t.Fatalf("first write: changed %v, err %v", changed, err)
 	}
@@ -54,7 +54,7 @@ func TestWriteAtomic(t *testing.T) {
 	}
 
 	// The same payload again: nothing written, ..data unchanged.
-	changed, err = writeAtomic(dir, payload)
+	_, changed, err = writeAtomic(dir, payload)
 	if err != nil || changed {
 		t.Fatalf("identical write: changed %v, err %v", changed, err)
 	}
@@ -68,7 +68,7 @@ func TestWriteAtomic(t *testing.T) {
 		"secret":   {data: []byte("s3cret"), mode: 0o400},
 		"new":      {data: []byte("n"), mode: 0o600},
 	}
-	changed, err = writeAtomic(dir, payload2)
+	_, changed, err = writeAtomic(dir, payload2)
 	if err != nil || !changed {
 		t.Fatalf("update: changed %v, err %v", changed, err)
 	}
@@ -84,7 +84,7 @@ func TestWriteAtomic(t *testing.T) {
 
 	// A mode change alone is a change.
 	payload2["new"] = file{data: []byte("n"), mode: 0o644}
-	if changed, err := writeAtomic(dir, payload2); err != nil || !changed {
+	if _, changed, err := writeAtomic(dir, payload2); err != nil || !changed {
 		t.Fatalf("mode change: changed %v, err %v", changed, err)
 	}
 
@@ -93,7 +93,7 @@ func TestWriteAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload2["greeting"] = file{data: []byte("hej"), mode: 0o644}
-	if _, err := writeAtomic(dir, payload2); err != nil {
+	if _, _, err := writeAtomic(dir, payload2); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -108,7 +108,7 @@ func TestWriteAtomic(t *testing.T) {
 	}
 
 	// An empty payload (optional object missing) is a valid, empty volume.
-	if _, err := writeAtomic(dir, map[string]file{}); err != nil {
+	if _, _, err := writeAtomic(dir, map[string]file{}); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ = os.ReadDir(dir)
@@ -121,11 +121,11 @@ func TestWriteAtomic(t *testing.T) {
 
 func TestWriteAtomicRefusesBadPaths(t *testing.T) {
 	for _, p := range []string{"", "/etc/passwd", "../escape", "a/../../b", "..data", "..hidden", strings.Repeat("x", 256)} {
-		if _, err := writeAtomic(t.TempDir(), map[string]file{p: {data: []byte("x"), mode: 0o644}}); err == nil {
+		if _, _, err := writeAtomic(t.TempDir(), map[string]file{p: {data: []byte("x"), mode: 0o644}}); err == nil {
 			t.Errorf("path %q accepted", p)
 		}
 	}
-	if _, err := writeAtomic(t.TempDir(), map[string]file{"a/..b/c": {data: []byte("x"), mode: 0o644}}); err != nil {
+	if _, _, err := writeAtomic(t.TempDir(), map[string]file{"a/..b/c": {data: []byte("x"), mode: 0o644}}); err != nil {
 		t.Errorf("path a/..b/c refused: %v", err)
 	}
 }
@@ -137,7 +137,7 @@ func TestWriteAtomicReadersSeeOneVersion(t *testing.T) {
 	dir := t.TempDir()
 	write := func(v int) {
 		s := []byte(fmt.Sprint(v))
-		if _, err := writeAtomic(dir, map[string]file{"a": {data: s, mode: 0o644}, "b": {data: s, mode: 0o644}}); err != nil {
+		if _, _, err := writeAtomic(dir, map[string]file{"a": {data: s, mode: 0o644}, "b": {data: s, mode: 0o644}}); err != nil {
 			t.Error(err)
 		}
 	}

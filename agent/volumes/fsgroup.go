@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
 // The bits kubelet's SetVolumeOwnership adds for fsGroup (pkg/volume/volume_linux.go): group
@@ -49,7 +51,7 @@ func applyFSGroup(dir string, gid int64, readOnly bool) error {
 	}
 	var paths []string
 	var entries []fs.DirEntry
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = fsutil.WalkDirNoAtime(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

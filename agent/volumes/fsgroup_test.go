@@ -30,7 +30,7 @@ func TestFSGroupContentVolume(t *testing.T) {
 			f.mode |= fsGroupRO
 			payload[p] = f
 		}
-		changed, err := writeAtomic(dir, payload)
+		_, changed, err := writeAtomic(dir, payload)
 		if err != nil {
 			t.Fatal(err)
 		}

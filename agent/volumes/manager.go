@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/expansion"
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,6 +101,9 @@ type podState struct {
 	// mu serializes the file-system work on the pod's volumes: Setup, resync and Teardown.
 	mu   sync.Mutex
 	gone bool // torn down; guarded by mu
+	// projections are what the pod's content volumes held after the last write or check, by
+	// directory; guarded by mu.
+	projections map[string]*projection
 
 	// Guarded by Manager.mu.
 	pod  *v1.Pod
@@ -165,7 +169,7 @@ func (m *Manager) Setup(ctx context.Context, pod *v1.Pod) (*PodVolumes, error) {
 	var errs []error
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
-		v, err := m.setupVolume(ctx, pod, vol)
+		v, err := m.setupVolume(ctx, ps, pod, vol)
 		if err != nil {
 			err = fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", vol.Name, err)
 			m.eventOnce(pod, vol.Name, v1.EventTypeWarning, "FailedMount", err.Error())
@@ -204,7 +208,8 @@ func (m *Manager) volumeDir(uid types.UID, kind, name string) string {
 	return filepath.Join(m.podDir(uid), "volumes", kind, name)
 }
 
-func (m *Manager) setupVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (volume, error) {
+// setupVolume prepares one volume; the caller holds ps.mu.
+func (m *Manager) setupVolume(ctx context.Context, ps *podState, pod *v1.Pod, vol *v1.Volume) (volume, error) {
 	switch {
 	case vol.EmptyDir != nil:
 		dir := m.volumeDir(pod.UID, dirEmptyDir, vol.Name)
@@ -242,7 +247,7 @@ func (m *Manager) setupVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 		}
 		return volume{hostPath: vol.HostPath.Path, isHostPath: true}, nil
 	case isContent(vol):
-		return m.setupContent(ctx, pod, vol)
+		return m.setupContent(ctx, ps, pod, vol)
 	}
 	return volume{}, fmt.Errorf("%s volumes are not supported by holdfast", volumeType(vol))
 }
@@ -289,7 +294,7 @@ func (m *Manager) ensureTmpfs(dir string, sizeBytes int64, mode os.FileMode) err
 	return os.Chmod(dir, mode)
 }
 
-func (m *Manager) setupContent(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (volume, error) {
+func (m *Manager) setupContent(ctx context.Context, ps *podState, pod *v1.Pod, vol *v1.Volume) (volume, error) {
 	kind, onTmpfs := contentDir(vol)
 	dir := m.volumeDir(pod.UID, kind, vol.Name)
 	if onTmpfs {
@@ -300,7 +305,7 @@ func (m *Manager) setupContent(ctx context.Context, pod *v1.Pod, vol *v1.Volume)
 		return volume{}, err
 	}
 	v := volume{hostPath: dir, readOnly: true}
-	if err := m.writeContent(ctx, pod, vol, dir); err != nil {
+	if err := m.writeContent(ctx, ps, pod, vol, dir); err != nil {
 		if !hasData(dir) {
 			return volume{}, err
 		}
@@ -316,7 +321,8 @@ func (m *Manager) keptContent(pod *v1.Pod, volName string, err error) {
 		fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v (the volume keeps its previous content)", volName, err))
 }
 
-func (m *Manager) writeContent(ctx context.Context, pod *v1.Pod, vol *v1.Volume, dir string) error {
+// writeContent brings the content volume at dir up to date; the caller holds ps.mu.
+func (m *Manager) writeContent(ctx context.Context, ps *podState, pod *v1.Pod, vol *v1.Volume, dir string) error {
 	payload, err := m.contentPayload(ctx, pod, vol)
 	if err != nil {
 		return err
@@ -330,14 +336,34 @@ func (m *Manager) writeContent(ctx context.Context, pod *v1.Pod, vol *v1.Volume,
 			payload[p] = f
 		}
 	}
-	changed, err := writeAtomic(dir, payload)
+	// What the last write or check left, still there untouched: nothing to read (see
+	// projection).
+	digest := payloadDigest(payload)
+	if ps.projections[dir].unchanged(dir, digest) {
+		return nil
+	}
+	delete(ps.projections, dir)
+	ts, changed, err := writeAtomic(dir, payload)
 	if changed {
 		m.log.Debug("volume content written", "pod", pod.Namespace+"/"+pod.Name, "volume", vol.Name, "files", len(payload))
 	}
 	if err == nil && gid != nil {
 		err = applyFSGroup(dir, *gid, true)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	pr, err := recordProjection(dir, ts, payload, digest)
+	if err != nil {
+		// The volume is right; the next resync checks its files again.
+		m.log.Debug("record volume content", "pod", pod.Namespace+"/"+pod.Name, "volume", vol.Name, "err", err)
+		return nil
+	}
+	if ps.projections == nil {
+		ps.projections = map[string]*projection{}
+	}
+	ps.projections[dir] = pr
+	return nil
 }
 
 // Mounts returns the OCI mounts of container c: one bind mount per volumeMount, read-only when
@@ -435,7 +461,7 @@ func (m *Manager) Teardown(ctx context.Context, pod *v1.Pod) error {
 // Known returns the UIDs of the pods that have a directory under the pods directory. After an
 // agent restart, those no source claims are orphans to tear down.
 func (m *Manager) Known() []string {
-	entries, err := os.ReadDir(m.podsDir)
+	entries, err := fsutil.ReadDirNoAtime(m.podsDir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			m.log.Warn("list pod directories", "dir", m.podsDir, "err", err)
@@ -524,7 +550,7 @@ func (m *Manager) resyncPod(ctx context.Context, ps *podState) {
 			if !hasData(dir) || (onTmpfs && !m.opts.PlainDirs && !isTmpfs(dir)) {
 				continue
 			}
-			if err := m.writeContent(ctx, pod, vol, dir); err != nil {
+			if err := m.writeContent(ctx, ps, pod, vol, dir); err != nil {
 				m.keptContent(pod, vol.Name, err)
 			}
 		case vol.EmptyDir != nil && vol.EmptyDir.Medium == v1.StorageMediumDefault && vol.EmptyDir.SizeLimit != nil:
@@ -545,7 +571,7 @@ func (m *Manager) resyncPod(ctx context.Context, ps *podState) {
 func diskUsage(dir string) (int64, error) {
 	var root fs.FileInfo
 	var total int64
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := fsutil.WalkDirNoAtime(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // vanished meanwhile: the container is writing
 		}
