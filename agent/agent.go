@@ -197,6 +197,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Allocatable:    func() v1.ResourceList { return allocatable },
 		Cache:          store,
 		PersistSecrets: stateKey != nil,
+		APIDown:        reach.Down,
 		PlainDirs:      a.hollow,
 	})
 	svcCache := services.NewCache(client, cfg.StateDir, a.log.With("component", "services"))

@@ -62,6 +62,14 @@ func (r *Reachability) Err() error {
 	return r.err
 }
 
+// Down reports whether the latest heartbeat failed to reach the apiserver; false before the
+// first.
+func (r *Reachability) Down() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen && r.err != nil
+}
+
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -106,8 +106,8 @@ func TestReachability(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }))
 	defer srv.Close()
 	var r Reachability
-	if r.Err() == nil {
-		t.Fatal("reachable before any request")
+	if r.Err() == nil || r.Down() {
+		t.Fatalf("before any request: Err %v, Down %v; want an error, and not down (nothing learnt)", r.Err(), r.Down())
 	}
 	client := &http.Client{Transport: r.Wrap(http.DefaultTransport)}
 	do := func(ctx context.Context) {
@@ -120,10 +120,13 @@ func TestReachability(t *testing.T) {
 	if err := r.Err(); err != nil {
 		t.Errorf("after a 200: %v", err)
 	}
+	if r.Down() {
+		t.Error("down after a 200")
+	}
 	code = http.StatusServiceUnavailable
 	do(context.Background())
-	if r.Err() == nil {
-		t.Error("reachable after a 503")
+	if r.Err() == nil || !r.Down() {
+		t.Errorf("after a 503: Err %v, Down %v", r.Err(), r.Down())
 	}
 	code = http.StatusConflict
 	do(context.Background())

@@ -62,6 +62,12 @@ type Options struct {
 	// memory), at the price that a pod needing one cannot start after a reboot until the
 	// apiserver answers.
 	PersistSecrets bool
+	// APIDown reports whether the node's own heartbeat found the apiserver out of reach on its
+	// latest try (node.Reachability.Down). A lookup that has a kept copy to fall back on then
+	// does not wait on the apiserver, as when one of the manager's own requests found it so:
+	// in an offline boot the heartbeat fails first, and the first pods' lookups would each
+	// wait keptCopyWait. Defaults to never.
+	APIDown func() bool
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// PlainDirs puts what goes on tmpfs (Secrets, tokens, downward API, emptyDir of medium

@@ -240,6 +240,9 @@ func (m *Manager) noteAPIResult(key any, err error) {
 // apiDownRecently: a request found the apiserver unreachable less than apiRetryInterval ago,
 // and none reached it since.
 func (m *Manager) apiDownRecently() bool {
+	if m.opts.APIDown != nil && m.opts.APIDown() {
+		return true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return !m.apiDown.at.IsZero() && m.opts.Now().Sub(m.apiDown.at) < apiRetryInterval
