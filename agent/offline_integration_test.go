@@ -30,7 +30,9 @@ func quickBackoff(c *config.Config) {
 func sleeperPod(name string, hostNetwork bool) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
 		NodeName: node, HostNetwork: hostNetwork, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
-		Containers: []v1.Container{{Name: "main", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "3600"}}},
+		// Longer than any soak: `make soak`'s two hours of TestLinkFlapping saw its steady pod's
+		// `sleep 3600` end after one, and the restart that rightly followed fail the test.
+		Containers: []v1.Container{{Name: "main", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "1000000"}}},
 	}}
 }
 
