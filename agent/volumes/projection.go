@@ -52,15 +52,19 @@ func lstatKey(p string) (inodeKey, error) {
 
 // payloadDigest is a digest of payload's paths, modes and bytes.
 func payloadDigest(payload map[string]file) [sha256.Size]byte {
+	// By the cleaned path, as writeAtomic writes it; the file looked up by its own key.
+	clean := make(map[string]file, len(payload))
 	paths := make([]string, 0, len(payload))
-	for p := range payload {
-		paths = append(paths, filepath.Clean(p))
+	for p, f := range payload {
+		p = filepath.Clean(p)
+		clean[p] = f
+		paths = append(paths, p)
 	}
 	sort.Strings(paths)
 	h := sha256.New()
 	var n [8]byte
 	for _, p := range paths {
-		f := payload[p]
+		f := clean[p]
 		// Lengths first, so that no two payloads give the same stream.
 		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
 		h.Write(n[:])

@@ -120,3 +120,22 @@ func TestResyncTouchesNoAccessTime(t *testing.T) {
 		t.Errorf("a file added to the secret's data on the host is still there after a resync")
 	}
 }
+
+// payloadDigest covers every file's bytes and mode, paths that are not clean included (an
+// item path "conf/./greeting" is valid; its bytes were left out of the digest, so a change
+// of them went unwritten).
+func TestPayloadDigest(t *testing.T) {
+	a := payloadDigest(map[string]file{"conf/./greeting": {data: []byte("hello"), mode: 0o644}})
+	for name, other := range map[string]map[string]file{
+		"bytes": {"conf/./greeting": {data: []byte("bonjour"), mode: 0o644}},
+		"mode":  {"conf/./greeting": {data: []byte("hello"), mode: 0o600}},
+		"path":  {"conf/greeting2": {data: []byte("hello"), mode: 0o644}},
+	} {
+		if payloadDigest(other) == a {
+			t.Errorf("another %s, the same digest", name)
+		}
+	}
+	if payloadDigest(map[string]file{"conf/greeting": {data: []byte("hello"), mode: 0o644}}) != a {
+		t.Error("the same file under its clean path: another digest")
+	}
+}
