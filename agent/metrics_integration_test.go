@@ -188,18 +188,18 @@ func checkOnlineAgainMetrics(t *testing.T, e *env) {
 
 // checkPolicyMetrics checks that /metrics counted and timed the admission policy's two
 // verdicts, one pod allowed and one denied.
-func checkPolicyMetrics(t *testing.T, e *env, policy string) {
+func checkPolicyMetrics(t *testing.T, e *env, policy, kind string) {
 	t.Helper()
 	f, err := e.localMetrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, result := range []string{"allowed", "denied"} {
-		if v, _ := f.Value("holdfast_policy_evaluations_total", "policy", policy, "kind", "admission", "result", result); v < 1 {
+		if v, _ := f.Value("holdfast_policy_evaluations_total", "policy", policy, "kind", kind, "result", result); v < 1 {
 			t.Errorf("holdfast_policy_evaluations_total{policy=%q,result=%q} = %v, want at least 1", policy, result, v)
 		}
 	}
-	if v, _ := f.Value("holdfast_policy_evaluation_duration_seconds", "policy", policy, "kind", "admission"); v < 2 {
+	if v, _ := f.Value("holdfast_policy_evaluation_duration_seconds", "policy", policy, "kind", kind); v < 2 {
 		t.Errorf("holdfast_policy_evaluation_duration_seconds{policy=%q} counts %v evaluations, want at least 2", policy, v)
 	}
 }

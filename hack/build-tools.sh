@@ -1,14 +1,16 @@
 #!/bin/bash
 # build-tools.sh builds the control plane binaries the integration tests run, kube-apiserver,
 # kube-controller-manager, kube-scheduler and etcd, the distribution registry the image pull
-# tests pull from, and the konnectivity server the tunnel test runs, from the modules in
-# hack/tools, into the cache outside the repository (hack/build-lib.sh says where and how):
+# tests pull from, the konnectivity server the tunnel test runs and OPA's CLI the Rego policy
+# tests compile with, from the modules in hack/tools, into the cache outside the repository
+# (hack/build-lib.sh says where and how):
 #
 #   BIN/kube-apiserver-vX.Y.Z, BIN/kube-controller-manager-vX.Y.Z, BIN/kube-scheduler-vX.Y.Z
 #   BIN/etcd-vX.Y.Z
 #   BIN/registry-vX.Y.Z
 #   BIN/kubectl-vX.Y.Z
 #   BIN/konnectivity-server-vX.Y.Z
+#   BIN/opa-vX.Y.Z
 #
 # A binary already in the cache is not rebuilt: the first kube-apiserver build takes 10-15
 # minutes on 2 cores, later runs take no time. Quiet when there is nothing to build.
@@ -47,4 +49,10 @@ done
 # the tunnel holdfast dials out (agent/tunnel); about a minute once kube-apiserver is built.
 konnectivity_dir="$repo/hack/tools/konnectivity-server"
 cached_build konnectivity-server "$(module_version "$konnectivity_dir" sigs.k8s.io/apiserver-network-proxy)" "$konnectivity_dir" \
+	go build -trimpath -ldflags "-s -w" .
+
+# Open Policy Agent's CLI: the Rego policy tests compile their policies with `opa build -t wasm`
+# as a user does, and `make bench` runs `opa bench` beside holdfast's evaluation (a few minutes).
+opa_dir="$repo/hack/tools/opa"
+cached_build opa "$(module_version "$opa_dir" github.com/open-policy-agent/opa)" "$opa_dir" \
 	go build -trimpath -ldflags "-s -w" .

@@ -162,7 +162,7 @@ func checkModule(c wazero.CompiledModule, grants grantSet, entrypoints []string,
 // still gets its lists; the error says why. name identifies the module in
 // errors, e.g. its file.
 func (e *Engine) Inspect(ctx context.Context, name string, b []byte) (ModuleInfo, error) {
-	compiled, info, err := e.compile(ctx, name, b)
+	compiled, info, err := e.compile(ctx, name, b, ABIHoldfast)
 	if err != nil {
 		return ModuleInfo{}, err
 	}

@@ -80,6 +80,11 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 		_ = cache.Close(ctx)
 		return nil, fmt.Errorf("instantiate host module: %w", err)
 	}
+	if err := e.instantiateOPAHostModule(ctx); err != nil {
+		_ = r.Close(ctx)
+		_ = cache.Close(ctx)
+		return nil, fmt.Errorf("instantiate OPA host module: %w", err)
+	}
 	return e, nil
 }
 
@@ -95,8 +100,14 @@ type Spec struct {
 	Limits Limits
 	// Entrypoints are exports the module must have, each with the ABI's entry
 	// signature (i32 ptr, i32 len) -> i64, e.g. "admit" or "probe". Load
-	// fails with ErrMissingExport if one is absent.
+	// fails with ErrMissingExport if one is absent. For ABIOPA they are OPA
+	// entrypoints, e.g. "kubernetes/admission/deny".
 	Entrypoints []string
+	// ABI is the module's contract; the zero value is ABIHoldfast.
+	ABI ABI
+	// Data is the data document of an ABIOPA module, a JSON object (a
+	// bundle's data.json); empty means {}.
+	Data []byte
 }
 
 // Digest returns "sha256:<hex>" of b, the identity of a module in messages.
@@ -131,34 +142,36 @@ func (e *Engine) Load(ctx context.Context, spec Spec) (*Module, error) {
 		return fail(ErrClosed, "engine closed", nil)
 	}
 
-	compiled, info, err := e.compile(ctx, spec.Name, spec.Wasm)
+	compiled, info, err := e.compile(ctx, spec.Name, spec.Wasm, spec.ABI)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkModule(compiled, grants, spec.Entrypoints, limits); err != nil {
+	var cerr *Error
+	if spec.ABI == ABIOPA {
+		cerr = checkOPAModule(compiled, limits)
+	} else {
+		cerr = checkModule(compiled, grants, spec.Entrypoints, limits)
+	}
+	if cerr != nil {
 		_ = compiled.Close(ctx)
-		err.Module = spec.Name
-		return nil, err
+		cerr.Module = spec.Name
+		return nil, cerr
 	}
 
 	m := newModule(e, spec.Name, info.Digest, compiled, info, grants, limits)
+	if spec.ABI == ABIOPA {
+		m.opa = &opaModule{data: spec.Data}
+	}
 	inst, err := m.instantiate(ctx)
 	if err != nil {
 		_ = compiled.Close(ctx)
 		return nil, err
 	}
-	v, err := m.abiVersion(ctx, inst)
-	if err != nil {
+	if err := m.checkInstance(ctx, inst, spec.Entrypoints); err != nil {
 		inst.close(ctx)
 		_ = compiled.Close(ctx)
 		return nil, err
 	}
-	if v != ABIVersion {
-		inst.close(ctx)
-		_ = compiled.Close(ctx)
-		return nil, unsupportedABI(spec.Name, v)
-	}
-	m.info.ABIVersion = v
 	m.putIdle(inst)
 
 	e.mu.Lock()
@@ -173,19 +186,29 @@ func (e *Engine) Load(ctx context.Context, spec Spec) (*Module, error) {
 }
 
 // compile instruments b with checkpoints and compiles it. ModuleInfo
-// describes b as its author built it.
-func (e *Engine) compile(ctx context.Context, name string, b []byte) (wazero.CompiledModule, ModuleInfo, error) {
+// describes b as its author built it. A module of OPA's ABI first gets the
+// memory it imports defined in itself (defineImportedMemory).
+func (e *Engine) compile(ctx context.Context, name string, b []byte, abi ABI) (wazero.CompiledModule, ModuleInfo, error) {
 	if detail := notBinary(b); detail != "" {
 		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", detail, nil)
 	}
 	digest := Digest(b)
-	instrumented, cached, err := e.rewrite(digest, b)
+	src := b
+	if abi == ABIOPA {
+		var err error
+		if src, err = defineImportedMemory(b); err != nil {
+			return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "OPA module: "+err.Error(), err)
+		}
+	}
+	// The rewrite is cached by what it rewrites: the same bytes loaded
+	// under another ABI are another module.
+	instrumented, cached, err := e.rewrite(Digest(src), src)
 	if errors.Is(err, errReservedImport) {
 		return nil, ModuleInfo{}, newError(ErrUngrantedImport, name, "load", err.Error(), nil)
 	}
 	if err != nil {
 		// wazero explains a malformed module best; compiling does not run it.
-		if c, cerr := e.runtime.CompileModule(ctx, b); cerr != nil {
+		if c, cerr := e.runtime.CompileModule(ctx, src); cerr != nil {
 			return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "compile: "+firstLine(cerr.Error()), cerr)
 		} else {
 			_ = c.Close(ctx)
@@ -195,8 +218,8 @@ func (e *Engine) compile(ctx context.Context, name string, b []byte) (wazero.Com
 	compiled, err := e.runtime.CompileModule(ctx, instrumented)
 	if err != nil && cached {
 		// A damaged cache entry: rewrite again.
-		_ = os.Remove(e.rewritePath(digest))
-		if instrumented, err = instrumentCheckpoints(b); err == nil {
+		_ = os.Remove(e.rewritePath(Digest(src)))
+		if instrumented, err = instrumentCheckpoints(src); err == nil {
 			compiled, err = e.runtime.CompileModule(ctx, instrumented)
 		}
 	}

@@ -28,6 +28,8 @@ type Module struct {
 	grants   grantSet
 	limits   Limits
 	logs     *rateLimiter
+	// opa is set for a module of OPA's ABI (Spec.ABI == ABIOPA).
+	opa *opaModule
 
 	// slots holds one token per instance that may exist; a call holds one for
 	// its whole duration, so at most MaxInstances calls run at once.
@@ -61,6 +63,7 @@ type instance struct {
 	entries map[string]api.Function
 	budget  *memoryBudget
 	output  *tailWriter
+	opa     *opaInstance // for a module of OPA's ABI
 }
 
 func newModule(e *Engine, name, digest string, compiled wazero.CompiledModule, info ModuleInfo, grants grantSet, limits Limits) *Module {
@@ -107,8 +110,11 @@ type callOptions struct {
 // guest fails in any way the instance is discarded and a fresh one is made in
 // the background; the module stays usable.
 func (m *Module) Call(ctx context.Context, export string, input []byte, opts ...CallOption) ([]byte, error) {
-	def, ok := m.exports[export]
-	if !ok || !sigEntry.matches(def) {
+	if m.opa != nil {
+		if _, ok := m.opa.entrypoints[export]; !ok {
+			return nil, newError(ErrMissingExport, m.name, export, fmt.Sprintf("no entrypoint %q", export), nil)
+		}
+	} else if def, ok := m.exports[export]; !ok || !sigEntry.matches(def) {
 		return nil, newError(ErrMissingExport, m.name, export, fmt.Sprintf("no export %q %s", export, sigEntry), nil)
 	}
 	var o callOptions
@@ -188,6 +194,9 @@ func (m *Module) call(ctx context.Context, inst *instance, export string, input 
 		e.Guest = inst.output.String()
 		return nil, e
 	}
+	if m.opa != nil {
+		return m.evalOPA(callCtx, inst, export, input, fail, bad)
+	}
 
 	res, err := inst.alloc.Call(callCtx, uint64(len(input)))
 	if err != nil {
@@ -244,6 +253,12 @@ func (m *Module) classify(ctx, callCtx context.Context, inst *instance, op strin
 		c := *ours
 		c.Module, c.Op, c.Err = m.name, op, err
 		c.Guest = inst.output.String()
+		if c.Kind == ErrTrap && inst.budget.refused.Load() {
+			// The guest gave up on its own after a refused grow (OPA's
+			// opa_malloc aborts): the limit is why.
+			c.Kind = ErrMemoryLimit
+			c.Detail = fmt.Sprintf("the guest asked for more than its %d pages (%d MiB) of memory: %s", m.limits.MemoryPages, m.limits.MemoryPages/16, c.Detail)
+		}
 		return &c
 	}
 	e := newError(ErrTrap, m.name, op, "", err)
@@ -331,7 +346,41 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 			inst.entries[name] = mod.ExportedFunction(name)
 		}
 	}
+	if m.opa != nil {
+		if inst.opa, err = m.opa.prepare(ictx, mod); err != nil {
+			e := m.classify(ctx, ictx, inst, "instantiate", start, err)
+			if e.Kind == ErrTrap {
+				e.Kind = ErrInvalidModule
+			}
+			inst.close(ctx)
+			return nil, e
+		}
+	}
 	return inst, nil
+}
+
+// checkInstance checks a module's first instance against its ABI: the
+// version holdfast_abi_version returns, or OPA's entrypoints and builtins.
+func (m *Module) checkInstance(ctx context.Context, inst *instance, entrypoints []string) error {
+	if m.opa != nil {
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, m.limits.CallTimeout)
+		defer cancel()
+		cctx = context.WithValue(cctx, callStateKey{}, &callState{m: m})
+		if err := m.opa.describe(cctx, inst.mod, inst.opa, entrypoints); err != nil {
+			return m.classify(ctx, cctx, inst, "load", start, err)
+		}
+		return nil
+	}
+	v, err := m.abiVersion(ctx, inst)
+	if err != nil {
+		return err
+	}
+	if v != ABIVersion {
+		return unsupportedABI(m.name, v)
+	}
+	m.info.ABIVersion = v
+	return nil
 }
 
 // boundedSleep backs the guest's sleeps when it has the clock: each sleep is

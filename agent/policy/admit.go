@@ -115,15 +115,26 @@ func (m *Manager) Admit(ctx context.Context, pod *corev1.Pod, node NodeInfo) Dec
 		return Decision{Allowed: false, Reason: ReasonError, Message: "encode node for admission policies: " + err.Error()}
 	}
 	var warnings []string
+	var review []byte // the AdmissionReview of OPA policies, made once
 	for _, l := range m.current.Load().policies {
-		if l.cfg.Kind != KindAdmission {
+		var input []byte
+		switch l.cfg.Kind {
+		case KindAdmission:
+			input = compose(`{"pod":`, podJSON, `,"node":`, nodeJSON, `,"settings":`, settingsOf(l.cfg), `}`)
+		case KindOPA:
+			if review == nil {
+				review = opaInput(podJSON, nodeJSON, pod)
+			}
+			input = review
+		default:
 			continue
 		}
-		input := compose(`{"pod":`, podJSON, `,"node":`, nodeJSON, `,"settings":`, settingsOf(l.cfg), `}`)
 		began := time.Now()
-		out, l, err := m.call(ctx, l, "admit", input)
+		out, l, err := m.call(ctx, l, l.entrypoint, input)
 		var res admissionOutput
-		if err == nil {
+		if err == nil && l.cfg.Kind == KindOPA {
+			res, err = decodeOPAResult(l.entrypoint, out)
+		} else if err == nil {
 			res, err = decodeAdmissionOutput(out)
 		}
 		m.observe(l, evaluationResult(err, res.Allowed, "allowed", "denied"), began)

@@ -43,6 +43,9 @@ const (
 	KindAdmission Kind = "admission"
 	// KindProbe policies export probe and judge a container's health.
 	KindProbe Kind = "probe"
+	// KindOPA policies are Rego compiled by `opa build -t wasm`, judging pods
+	// before they run as admission policies do (see opa.go).
+	KindOPA Kind = "opa"
 )
 
 // FailurePolicy says what a module error (a trap, a timeout, a module that
@@ -71,8 +74,13 @@ type PolicyConfig struct {
 	Name string `json:"name"`
 	Kind Kind   `json:"kind"`
 	// Module is the .wasm file, relative to the policies directory or
-	// absolute.
+	// absolute; for kind opa, the bundle `opa build -t wasm` wrote (or its
+	// policy.wasm alone).
 	Module string `json:"module"`
+	// Entrypoint is the Rego rule a kind opa policy evaluates, as given to
+	// opa build -e ("kubernetes/admission/deny"); it may be left out when
+	// the bundle has only one.
+	Entrypoint string `json:"entrypoint,omitempty"`
 	// FailurePolicy defaults to Fail.
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
 	// Settings are handed to the module with every call.
@@ -169,9 +177,12 @@ func (p *PolicyConfig) validate() error {
 		return fmt.Errorf("name must be lowercase letters, digits and '-', at most 63 characters")
 	}
 	switch p.Kind {
-	case KindAdmission, KindProbe:
+	case KindAdmission, KindProbe, KindOPA:
 	default:
-		return fmt.Errorf("kind %q must be %q or %q", p.Kind, KindAdmission, KindProbe)
+		return fmt.Errorf("kind %q must be %q, %q or %q", p.Kind, KindAdmission, KindProbe, KindOPA)
+	}
+	if p.Entrypoint != "" && p.Kind != KindOPA {
+		return fmt.Errorf("entrypoint is for kind %q policies; a %s module exports %q", KindOPA, p.Kind, entrypoint(p.Kind))
 	}
 	if p.Module == "" {
 		return fmt.Errorf("module is empty")
@@ -185,6 +196,14 @@ func (p *PolicyConfig) validate() error {
 	}
 	if len(p.Settings) > 0 && !json.Valid(p.Settings) {
 		return fmt.Errorf("settings are not valid JSON")
+	}
+	if p.Kind == KindOPA {
+		if len(p.Settings) > 0 && !isJSONObject(p.Settings) {
+			return fmt.Errorf("settings of a kind %q policy are merged into its data document, so they must be an object", KindOPA)
+		}
+		if p.Grants.HTTP || p.Grants.TCP || len(p.Grants.Files) > 0 || p.Grants.Clock {
+			return fmt.Errorf("a kind %q policy gets no grants: its module reaches nothing but the built-in functions holdfast provides", KindOPA)
+		}
 	}
 	if p.Kind == KindAdmission && (p.Grants.HTTP || p.Grants.TCP || len(p.Grants.Files) > 0) {
 		return ErrAdmissionGrants
@@ -234,7 +253,7 @@ func (p *PolicyConfig) wasmLimits(defaultTimeout time.Duration) wasm.Limits {
 	l := wasm.Limits{CallTimeout: p.Limits.Timeout.Duration, MaxInstances: p.Limits.MaxInstances}
 	if l.CallTimeout == 0 {
 		switch p.Kind {
-		case KindAdmission:
+		case KindAdmission, KindOPA:
 			l.CallTimeout = defaultTimeout
 		case KindProbe:
 			// The probe's timeoutSeconds, carried by the caller's context,
@@ -246,4 +265,10 @@ func (p *PolicyConfig) wasmLimits(defaultTimeout time.Duration) wasm.Limits {
 		l.MemoryPages = uint32(math.Ceil(float64(m.Value()) / 65536))
 	}
 	return l
+}
+
+// isJSONObject reports whether b (valid JSON) is an object.
+func isJSONObject(b []byte) bool {
+	var obj map[string]json.RawMessage
+	return json.Unmarshal(b, &obj) == nil && obj != nil
 }

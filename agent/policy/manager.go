@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,8 +81,10 @@ type snapshot struct {
 type loaded struct {
 	cfg    PolicyConfig
 	path   string // module file
-	digest string // of the module serving calls
+	digest string // of the file serving calls (the module, or an OPA bundle)
 	module *wasm.Module
+	// entrypoint is the export (or OPA entrypoint) a call runs.
+	entrypoint string
 	// err is the last load error: with module nil the policy cannot run;
 	// with module set an older module keeps serving.
 	err      error
@@ -198,15 +202,13 @@ func (m *Manager) reloadPolicy(ctx context.Context, pc PolicyConfig, old *loaded
 		return &l, nil
 	}
 	var mod *wasm.Module
+	var spec wasm.Spec
 	err := readErr
 	if err == nil {
-		mod, err = m.engine.Load(ctx, wasm.Spec{
-			Name:        pc.Name,
-			Wasm:        b,
-			Grants:      pc.wasmGrants(),
-			Limits:      pc.wasmLimits(m.opts.AdmissionTimeout),
-			Entrypoints: []string{entrypoint(pc.Kind)},
-		})
+		spec, err = m.spec(pc, b)
+	}
+	if err == nil {
+		mod, err = m.engine.Load(ctx, spec)
 	}
 	if err != nil {
 		err = fmt.Errorf("policy %q: module %s: %w", pc.Name, path, err)
@@ -219,14 +221,32 @@ func (m *Manager) reloadPolicy(ctx context.Context, pc PolicyConfig, old *loaded
 		m.logger.Error("policy not loaded", "policy", pc.Name, "failurePolicy", pc.FailurePolicy, "err", err)
 		return &loaded{cfg: pc, path: path, digest: digest, err: err}, err
 	}
-	m.logger.Info("policy loaded", "policy", pc.Name, "kind", pc.Kind, "digest", mod.Digest())
-	return &loaded{cfg: pc, path: path, digest: mod.Digest(), module: mod, loadedAt: time.Now()}, nil
+	m.logger.Info("policy loaded", "policy", pc.Name, "kind", pc.Kind, "digest", digest)
+	return &loaded{cfg: pc, path: path, digest: digest, module: mod, entrypoint: spec.Entrypoints[0], loadedAt: time.Now()}, nil
+}
+
+// spec is what the engine loads for a policy whose file holds b.
+func (m *Manager) spec(pc PolicyConfig, b []byte) (wasm.Spec, error) {
+	if pc.Kind == KindOPA {
+		return opaSpec(pc, b, m.opts.AdmissionTimeout)
+	}
+	return wasm.Spec{
+		Name:        pc.Name,
+		Wasm:        b,
+		Grants:      pc.wasmGrants(),
+		Limits:      pc.wasmLimits(m.opts.AdmissionTimeout),
+		Entrypoints: []string{entrypoint(pc.Kind)},
+	}, nil
 }
 
 // sameLoad reports whether two configurations load the same module the same
-// way (settings and failurePolicy are per call, and do not count).
+// way (settings and failurePolicy are per call, and do not count, except for
+// an OPA policy, whose settings are part of the data document it loads).
 func sameLoad(a, b PolicyConfig) bool {
-	return a.Kind == b.Kind && a.Module == b.Module &&
+	if a.Kind == KindOPA && !bytes.Equal(a.Settings, b.Settings) {
+		return false
+	}
+	return a.Kind == b.Kind && a.Module == b.Module && a.Entrypoint == b.Entrypoint &&
 		a.Grants.HTTP == b.Grants.HTTP && a.Grants.TCP == b.Grants.TCP && a.Grants.Clock == b.Grants.Clock &&
 		slices.Equal(a.Grants.Files, b.Grants.Files) &&
 		a.Limits.Timeout == b.Limits.Timeout && a.Limits.MaxInstances == b.Limits.MaxInstances &&
@@ -363,6 +383,6 @@ func (m *Manager) relevant(name string) bool {
 		}
 	}
 	// A module not yet loaded (new in the configuration) or renamed into
-	// place by an editor: any .wasm change is worth a look.
-	return filepath.Ext(name) == ".wasm"
+	// place by an editor: any .wasm (or OPA bundle) change is worth a look.
+	return filepath.Ext(name) == ".wasm" || strings.HasSuffix(name, ".tar.gz")
 }
