@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
 // WasmResult is the output of wasm/'s Go benchmarks.
@@ -43,7 +45,33 @@ func runWasmBench(t *testing.T, benchtime string) *WasmResult {
 	if err != nil {
 		t.Errorf("wasm benchmarks: %v\n%s", err, out)
 	}
-	return &WasmResult{Benchtime: benchtime, Output: string(out), Benchmarks: parseBenchOutput(string(out))}
+	res := &WasmResult{Benchtime: benchtime, Output: string(out), Benchmarks: parseBenchOutput(string(out))}
+	opa := runOPABench(t, root)
+	res.Output += opa
+	res.Benchmarks = append(res.Benchmarks, parseBenchOutput(opa)...)
+	return res
+}
+
+// runOPABench runs OPA's own evaluators, its Go evaluator (`opa bench -t rego`) and its Wasm
+// engine (`-t wasm`), on the policy, data and input BenchmarkAdmitOPA gives holdfast's engine
+// (wasm/testdata/opa), each for OPA's default second. It returns their result lines named
+// BenchmarkAdmitOPA/opa-go-evaluator and BenchmarkAdmitOPA/opa-wasm-engine.
+func runOPABench(t *testing.T, root string) string {
+	t.Helper()
+	dir := filepath.Join(root, "wasm", "testdata", "opa")
+	var out strings.Builder
+	for _, target := range []struct{ flag, name string }{{"rego", "opa-go-evaluator"}, {"wasm", "opa-wasm-engine"}} {
+		cmd := exec.Command("nice", "-n", "10", testenv.OPAPath(), "bench", "--format", "gobench", "--metrics=false", "-t", target.flag,
+			"-d", filepath.Join(dir, "registries.rego"), "-d", filepath.Join(dir, "data.json"), "-i", filepath.Join(dir, "input.json"),
+			"data.holdfast.admission.deny")
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("opa bench -t %s: %v\n%s", target.flag, err, b)
+			continue
+		}
+		out.WriteString(strings.ReplaceAll(string(b), "BenchmarkOPAEval", "BenchmarkAdmitOPA/"+target.name))
+	}
+	return out.String()
 }
 
 func moduleRoot() (string, error) {

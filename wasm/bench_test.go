@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/holdfast-dev/holdfast/internal/testenv"
 	"github.com/holdfast-dev/holdfast/wasm"
 	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )
@@ -131,6 +132,43 @@ func BenchmarkColdStart(b *testing.B) {
 		cpu := processCPU()
 		for i := 0; i < b.N; i++ {
 			run(b, "")
+		}
+		reportCPU(b, cpu)
+	})
+}
+
+// BenchmarkAdmitOPA evaluates the allowed-registries rule written in Rego
+// (testdata/opa/registries.rego), compiled by opa build -t wasm, on the
+// AdmissionReview of pod2KB (testdata/opa/input.json) as the agent sends it.
+// make bench runs OPA's own Go evaluator and Wasm engine on the same files
+// (opa bench) beside it.
+func BenchmarkAdmitOPA(b *testing.B) {
+	e := newEngine(b, wasm.Limits{})
+	dir := filepath.Join(wasmtest.RepoRoot(b), "wasm", "testdata", "opa")
+	read := func(name string) string {
+		body, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return string(body)
+	}
+	data, input := read("data.json"), []byte(read("input.json"))
+	const entrypoint = "holdfast/admission/deny"
+	bundle := testenv.OPABundle(b, read("registries.rego"), data, entrypoint)
+	m := e.load(b, wasm.Spec{Name: "opa", Wasm: testenv.OPAModule(b, bundle), ABI: wasm.ABIOPA, Data: []byte(data), Entrypoints: []string{entrypoint}})
+	b.Run("holdfast", func(b *testing.B) {
+		b.SetBytes(int64(len(input)))
+		ctx := context.Background()
+		if out, err := m.Call(ctx, entrypoint, input); err != nil || string(out) != `[{"result":[]}]` {
+			b.Fatalf("%s %v", out, err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu := processCPU()
+		for i := 0; i < b.N; i++ {
+			if _, err := m.Call(ctx, entrypoint, input); err != nil {
+				b.Fatal(err)
+			}
 		}
 		reportCPU(b, cpu)
 	})
