@@ -99,6 +99,9 @@ func describe(c wazero.CompiledModule, b []byte) ModuleInfo {
 // checkModule refuses, before any guest code runs, a module that imports
 // what it was not granted or lacks what the ABI needs.
 func checkModule(c wazero.CompiledModule, grants grantSet, entrypoints []string, limits Limits) *Error {
+	if _, ok := c.ExportedFunctions()["opa_eval"]; ok && len(c.ImportedMemories()) > 0 {
+		return newError(ErrInvalidModule, "", "load", "this is a module of OPA's Wasm ABI (opa build -t wasm), not of holdfast's: configure it as a policy of kind opa", nil)
+	}
 	for _, def := range c.ImportedFunctions() {
 		mod, name, _ := def.Import()
 		if mod == checkpointModule {

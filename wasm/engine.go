@@ -240,6 +240,9 @@ func notBinary(b []byte) string {
 	if bytes.HasPrefix(b, []byte("\x00asm")) {
 		return ""
 	}
+	if bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		return "this is a gzip file, not a module: an OPA bundle (opa build -t wasm) is a policy of kind opa"
+	}
 	// The text format starts with "(module" or a comment, after white space.
 	text := bytes.TrimLeft(b, " \t\r\n")
 	if bytes.HasPrefix(text, []byte("(")) || bytes.HasPrefix(text, []byte(";;")) || bytes.HasPrefix(text, []byte("(;")) {

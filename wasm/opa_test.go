@@ -201,8 +201,17 @@ deny contains "too late" if time.now_ns() > input.deadline
 
 	// The same module under holdfast's ABI: refused, as it imports its memory.
 	_, err = e.Load(context.Background(), wasm.Spec{Name: "registries", Wasm: mod, Entrypoints: []string{"admit"}})
-	if err == nil {
-		t.Error("an OPA module loaded under holdfast's ABI")
+	if !errors.Is(err, wasm.ErrInvalidModule) || !strings.Contains(err.Error(), "configure it as a policy of kind opa") {
+		t.Errorf("an OPA module under holdfast's ABI: got %v, want it named an OPA module", err)
+	}
+	// A bundle where a module is expected.
+	bundle, err := os.ReadFile(testenv.OPABundle(t, registriesRego, registriesData, "holdfast/admission/deny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Load(context.Background(), wasm.Spec{Name: "bundle", Wasm: bundle, Entrypoints: []string{"admit"}})
+	if !errors.Is(err, wasm.ErrInvalidModule) || !strings.Contains(err.Error(), "an OPA bundle") {
+		t.Errorf("a bundle loaded as a module: got %v", err)
 	}
 
 	// A holdfast module under OPA's ABI: refused for its imports or exports.

@@ -177,8 +177,12 @@ func opaSpec(pc PolicyConfig, file []byte, timeout time.Duration) (wasm.Spec, er
 	}
 	entrypoint := pc.Entrypoint
 	if entrypoint == "" {
-		if len(bundle.Entrypoints) != 1 {
-			return wasm.Spec{}, fmt.Errorf("no entrypoint configured, and the bundle lists %d (%s): name one in the policy's entrypoint", len(bundle.Entrypoints), strings.Join(bundle.Entrypoints, ", "))
+		switch len(bundle.Entrypoints) {
+		case 0:
+			return wasm.Spec{}, errors.New("no entrypoint configured, and no bundle manifest names one: set the policy's entrypoint (the -e of opa build)")
+		case 1:
+		default:
+			return wasm.Spec{}, fmt.Errorf("no entrypoint configured, and the bundle has %d (%s): name one in the policy's entrypoint", len(bundle.Entrypoints), strings.Join(bundle.Entrypoints, ", "))
 		}
 		entrypoint = bundle.Entrypoints[0]
 	}

@@ -138,7 +138,7 @@ func TestOPAConfig(t *testing.T) {
 	f.config("- {name: two, kind: opa, module: two.tar.gz}\n")
 	m := f.open()
 	st, _ := m.Status()
-	if len(st) != 1 || st[0].Loaded || !strings.Contains(st[0].Error, "name one in the policy's entrypoint") {
+	if len(st) != 1 || st[0].Loaded || !strings.Contains(st[0].Error, "the bundle has 2 (holdfast/admission/deny, holdfast/admission/allow): name one in the policy's entrypoint") {
 		t.Errorf("status: %+v", st)
 	}
 }

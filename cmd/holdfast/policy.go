@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,7 @@ policies/ABI.md; see policies/examples and the Go SDK in policies/sdk/go.`,
 
 type policyTestFlags struct {
 	module, podFile, settingsFile, kind string
+	entrypoint                          string
 	nodeName                            string
 	nodeLabels, allocatable             map[string]string
 	container, podIP                    string
@@ -72,7 +74,8 @@ func newPolicyTestCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "test --policy FILE.wasm --pod POD.yaml",
 		Short: "Run a policy on a pod, as the agent would, and print its decision",
-		Long: `Run an admission policy (export admit) or a probe policy (export probe) on a pod,
+		Long: `Run an admission policy (export admit), a probe policy (export probe) or an OPA
+policy (the bundle opa build -t wasm wrote, or its policy.wasm; kind opa) on a pod,
 through the same code path as the agent, and print the decision, the message,
 the policy's own log lines (marked "guest log") and the timing. Text from the
 policy is printed with control characters escaped (\n, \x1b ...). With -o json
@@ -88,7 +91,9 @@ are off unless given with --grant (http, tcp, file, clock); --files implies
 file.`,
 		Example: `  holdfast policy test --policy allowed-registries.wasm --pod pod.yaml --settings settings.yaml
   holdfast policy test --policy http-json.wasm --kind probe --pod pod.yaml --pod-ip 10.88.0.7 --grant http \
-      --settings '{"port": 8080, "field": "status", "equals": "ok"}'`,
+      --settings '{"port": 8080, "field": "status", "equals": "ok"}'
+  opa build -t wasm -e kubernetes/admission/deny policy.rego
+  holdfast policy test --policy bundle.tar.gz --pod pod.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			code, err := runPolicyTest(cmd.Context(), cmd.OutOrStdout(), f)
@@ -105,7 +110,8 @@ file.`,
 	fl.StringVar(&f.module, "policy", "", "the policy module (.wasm) (required)")
 	fl.StringVar(&f.podFile, "pod", "", "the pod, YAML or JSON of a v1.Pod (required)")
 	fl.StringVar(&f.settingsFile, "settings", "", "the policy's settings: a YAML/JSON file, or inline JSON starting with {")
-	fl.StringVar(&f.kind, "kind", "", "admission or probe (default: from the module's exports)")
+	fl.StringVar(&f.kind, "kind", "", "admission, probe or opa (default: from the module's exports)")
+	fl.StringVar(&f.entrypoint, "entrypoint", "", "opa: the entrypoint to evaluate (default: the bundle's only one)")
 	fl.StringVar(&f.nodeName, "node-name", "holdfast-test", "admission: the node's name")
 	fl.StringToStringVar(&f.nodeLabels, "node-labels", nil, "admission: the node's labels (k=v,...)")
 	fl.StringToStringVar(&f.allocatable, "allocatable", map[string]string{"cpu": "4", "memory": "8Gi", "pods": "110"}, "admission: the node's allocatable resources")
@@ -223,7 +229,7 @@ func runPolicyTest(ctx context.Context, out io.Writer, f policyTestFlags) (int, 
 	defer cancel()
 	start = time.Now()
 	switch kind {
-	case policy.KindAdmission:
+	case policy.KindAdmission, policy.KindOPA:
 		d := m.Admit(callCtx, pod, policy.NodeInfo{Name: f.nodeName, Labels: f.nodeLabels, Allocatable: resourceList(f.allocatable)})
 		res.Call = time.Since(start)
 		res.Allowed, res.Reason, res.Message, res.Warnings = &d.Allowed, d.Reason, d.Message, d.Warnings
@@ -327,11 +333,14 @@ func readSettings(arg string) (json.RawMessage, error) {
 // policyKind takes --kind, or reads the module's entry points.
 func policyKind(ctx context.Context, kind, file string, module []byte) (policy.Kind, error) {
 	switch policy.Kind(kind) {
-	case policy.KindAdmission, policy.KindProbe:
+	case policy.KindAdmission, policy.KindProbe, policy.KindOPA:
 		return policy.Kind(kind), nil
 	case "":
 	default:
-		return "", fmt.Errorf("--kind %q: want admission or probe", kind)
+		return "", fmt.Errorf("--kind %q: want admission, probe or opa", kind)
+	}
+	if isOPAPolicy(module) {
+		return policy.KindOPA, nil
 	}
 	e, err := wasm.NewEngine(ctx, wasm.NewConfig())
 	if err != nil {
@@ -361,10 +370,24 @@ func policyKind(ctx context.Context, kind, file string, module []byte) (policy.K
 	return "", fmt.Errorf("the module exports neither admit nor probe (exports: %s)", strings.Join(info.Exports, ", "))
 }
 
+// isOPAPolicy reports whether b is what opa build -t wasm writes: a bundle
+// (gzip), or a module importing its memory from env as OPA's ABI has it.
+func isOPAPolicy(b []byte) bool {
+	if bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		return true
+	}
+	bundle, err := policy.ReadOPABundle(b)
+	return err == nil && bytes.Contains(bundle.Wasm, []byte("opa_eval")) && bytes.Contains(bundle.Wasm, []byte("opa_wasm_abi_version"))
+}
+
 var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
 
 func testPolicyConfig(modulePath string, kind policy.Kind, settings json.RawMessage, f policyTestFlags) (policy.PolicyConfig, error) {
-	name := strings.Trim(nonName.ReplaceAllString(strings.ToLower(strings.TrimSuffix(filepath.Base(modulePath), ".wasm")), "-"), "-")
+	base := filepath.Base(modulePath)
+	for _, ext := range []string{".wasm", ".tar.gz", ".tgz"} {
+		base = strings.TrimSuffix(base, ext)
+	}
+	name := strings.Trim(nonName.ReplaceAllString(strings.ToLower(base), "-"), "-")
 	if len(name) > 63 {
 		name = strings.Trim(name[:63], "-")
 	}
@@ -372,6 +395,10 @@ func testPolicyConfig(modulePath string, kind policy.Kind, settings json.RawMess
 		name = "policy"
 	}
 	pc := policy.PolicyConfig{Name: name, Kind: kind, Module: modulePath, FailurePolicy: policy.Fail, Settings: settings}
+	if f.entrypoint != "" && kind != policy.KindOPA {
+		return pc, fmt.Errorf("--entrypoint is for OPA policies; a %s module exports its entry point", kind)
+	}
+	pc.Entrypoint = f.entrypoint
 	for _, g := range f.grants {
 		grant, err := wasm.ParseGrant(g)
 		if err != nil {

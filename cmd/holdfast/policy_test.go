@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/holdfast-dev/holdfast/internal/testenv"
 	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )
 
@@ -277,5 +278,57 @@ func TestPolicyInspectRefusals(t *testing.T) {
 	var info map[string]any
 	if err := json.Unmarshal([]byte(out), &info); err != nil || code == 0 || !strings.Contains(fmt.Sprint(info["error"]), "probes only") {
 		t.Errorf("json: exit %d %v\n%s", code, err, out)
+	}
+}
+
+// TestPolicyTestOPA: a Rego policy is tried as its author built it (the bundle of opa build -t
+// wasm, or its policy.wasm), recognised as kind opa without --kind, and judged as the agent
+// judges it: the Rego message in the decision, settings over the bundle's data.
+func TestPolicyTestOPA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Rego policy with opa")
+	}
+	dir := t.TempDir()
+	const rego = `package kubernetes.admission
+
+import rego.v1
+
+deny contains msg if {
+	some c in input.request.object.spec.containers
+	not startswith(c.image, data.prefix)
+	msg := sprintf("%s: image %s is not under %s", [c.name, c.image, data.prefix])
+}
+`
+	bundle := testenv.OPABundle(t, rego, `{"prefix": "docker.io/"}`, "kubernetes/admission/deny")
+	good := writeFile(t, dir, "good.yaml", []byte(strings.Replace(testPodYAML, "%s", "docker.io/library/nginx:1.27", 1)))
+	bad := writeFile(t, dir, "bad.yaml", []byte(strings.Replace(testPodYAML, "%s", "evil.example.com/miner:1", 1)))
+	cache := wasmtest.CacheDir(t, "wazero")
+
+	code, out, errOut := runPolicyCmd(t, "test", "--policy", bundle, "--pod", good, "--cache-dir", cache)
+	if code != 0 || !strings.Contains(out, "kind:      opa") || !strings.Contains(out, "decision:  allowed") {
+		t.Fatalf("good pod: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runPolicyCmd(t, "test", "--policy", bundle, "--pod", bad, "--cache-dir", cache)
+	if code != 1 || !strings.Contains(out, "app: image evil.example.com/miner:1 is not under docker.io/") {
+		t.Fatalf("bad pod: exit %d\n%s", code, out)
+	}
+	code, out, _ = runPolicyCmd(t, "test", "--policy", bundle, "--pod", bad, "--settings", `{"prefix": "evil.example.com/"}`, "--entrypoint", "kubernetes/admission/deny", "--cache-dir", cache)
+	if code != 0 {
+		t.Fatalf("settings over data: exit %d\n%s", code, out)
+	}
+	// The module alone has no manifest to name its entrypoint, nor the bundle's data:
+	// data.prefix is undefined, so no rule fires.
+	module := writeFile(t, dir, "policy.wasm", testenv.OPAModule(t, bundle))
+	code, out, _ = runPolicyCmd(t, "test", "--policy", module, "--pod", bad, "--cache-dir", cache)
+	if code != 2 || !strings.Contains(out, "no bundle manifest names one") {
+		t.Fatalf("bare module without --entrypoint: exit %d\n%s", code, out)
+	}
+	code, out, errOut = runPolicyCmd(t, "test", "--policy", module, "--pod", bad, "--entrypoint", "kubernetes/admission/deny", "--cache-dir", cache)
+	if code != 0 || !strings.Contains(out, "kind:      opa") {
+		t.Fatalf("bare module: exit %d\n%s%s", code, out, errOut)
+	}
+	code, _, errOut = runPolicyCmd(t, "test", "--policy", bundle, "--pod", bad, "--entrypoint", "kubernetes/admission/allow", "--cache-dir", cache)
+	if code != 2 {
+		t.Fatalf("unknown entrypoint: exit %d\n%s", code, errOut)
 	}
 }
