@@ -165,6 +165,7 @@ FUZZFLAGS ?=
 # Every fuzz target, as Target:package:executions. go runs one -fuzz target per invocation.
 FUZZ_TARGETS := FuzzDecode:./agent/manifest:25000 FuzzParse:./agent/config:6000 \
 	FuzzParseConfig:./agent/policy:15000 FuzzDecodeOutput:./agent/policy:30000 \
+	FuzzReadOPABundle:./agent/policy:20000 FuzzDecodeOPAResult:./agent/policy:30000 \
 	FuzzParseLine:./agent/logs:500000 FuzzCopyLines:./agent/logs:400000 FuzzRead:./agent/logs:30000 \
 	FuzzDecodeRecord:./offline:80000
 

@@ -4,7 +4,8 @@
 // agent asks:
 //
 //   - Admit(ctx, pod, node): may this pod run here? All admission policies
-//     are asked, in the order of the configuration; the first denial wins.
+//     (kinds admission and opa) are asked, in the order of the
+//     configuration; the first denial wins.
 //   - Probe(ctx, policy, target): is this container healthy, by the probe
 //     policy named in the pod's annotation (see ParseProbeAnnotations)?
 //
@@ -19,6 +20,10 @@
 //	  failurePolicy: Fail               # or Ignore: what a module error means
 //	  settings: {registries: [docker.io/library, registry.local:5000]}
 //	  limits: {timeout: 2s, memory: 64Mi}
+//	- name: registries-rego
+//	  kind: opa                         # Rego, as opa build -t wasm wrote it (opa.go)
+//	  module: registries.tar.gz
+//	  entrypoint: kubernetes/admission/deny
 //	- name: collector-health
 //	  kind: probe
 //	  module: http-json.wasm

@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"os"
 	"reflect"
@@ -204,4 +207,77 @@ func checkClip(t *testing.T, s string) {
 	if i := strings.IndexFunc(c, unicode.IsControl); i >= 0 {
 		t.Fatalf("clip(%q) = %q holds a control character at %d", s, c, i)
 	}
+}
+
+// FuzzReadOPABundle feeds bundles to ReadOPABundle: a policy file is operator input, and an
+// OCI-delivered one comes over the network. It never panics; what it accepts has a module and
+// a data document that is a JSON object.
+func FuzzReadOPABundle(f *testing.F) {
+	wasmMagic := "\x00asm\x01\x00\x00\x00"
+	for _, files := range []map[string]string{
+		{"/policy.wasm": wasmMagic, "/data.json": `{"a": 1}`, "/.manifest": `{"wasm":[{"entrypoint":"p/deny","module":"/policy.wasm"}]}`},
+		{"/policy.wasm": wasmMagic, "/x/y/data.json": `[1, 2]`, "/x/data.json": `{"z": true}`},
+		{"/policy.wasm": wasmMagic, "/data.json": `{"a": 1}`, "/a/data.json": `{}`},
+		{"/data.json": `{}`},
+		{"../../policy.wasm": wasmMagic, "/.manifest": `{"wasm": 1}`},
+	} {
+		f.Add(tarGz(f, files))
+	}
+	f.Add([]byte(wasmMagic))
+	f.Add([]byte{0x1f, 0x8b, 0x08, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		bundle, err := ReadOPABundle(b)
+		if err != nil {
+			return
+		}
+		if len(bundle.Wasm) == 0 {
+			t.Fatalf("accepted a bundle without a module")
+		}
+		if bundle.Data != nil && !isJSONObject(bundle.Data) {
+			t.Fatalf("data document %q is not a JSON object", bundle.Data)
+		}
+	})
+}
+
+// FuzzDecodeOPAResult feeds what opa_eval may return to the decoder of OPA decisions: it never
+// panics, and a decision it returns has its verdict.
+func FuzzDecodeOPAResult(f *testing.F) {
+	for _, s := range []string{
+		`[{"result":[]}]`, `[{"result":["no", "never"]}]`, `[{"result":[{"msg":"m"},{"x":1}]}]`,
+		`[{"result":true}]`, `[{"result":false}]`, `[]`, `[{}]`, `[{"result":"deny"}]`,
+		`[{"result":{"allowed":false,"status":{"reason":"NoLatest","message":"m"}}}]`,
+		`[{"result":{"response":{"allowed":true,"warnings":["w"]}}}]`,
+		`[{"result":{"response":{"response":{"allowed":true}}}}]`,
+		`[{"result":{"allowed":"yes"}}]`, `{"result":true}`, `null`, `[{"result":` + strings.Repeat("[", 500) + strings.Repeat("]", 500) + `}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, out []byte) {
+		res, err := decodeOPAResult("p/deny", out)
+		if err == nil && res.Allowed == nil {
+			t.Fatalf("result set %q: a decision without a verdict", out)
+		}
+	})
+}
+
+// tarGz writes files into a gzipped tar, as opa build does.
+func tarGz(tb testing.TB, files map[string]string) []byte {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, body := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(body)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
 }

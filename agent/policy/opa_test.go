@@ -1,9 +1,6 @@
 package policy
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"os"
 	"strings"
@@ -146,20 +143,7 @@ func TestOPAConfig(t *testing.T) {
 // TestReadOPABundle: data files at nested paths land at their paths in the data document, as
 // OPA puts them; conflicts and what is not a bundle are refused.
 func TestReadOPABundle(t *testing.T) {
-	bundle := func(files map[string]string) []byte {
-		var buf bytes.Buffer
-		gz := gzip.NewWriter(&buf)
-		tw := tar.NewWriter(gz)
-		for name, body := range files {
-			if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-				t.Fatal(err)
-			}
-			tw.Write([]byte(body))
-		}
-		tw.Close()
-		gz.Close()
-		return buf.Bytes()
-	}
+	bundle := func(files map[string]string) []byte { return tarGz(t, files) }
 	wasmMagic := "\x00asm\x01\x00\x00\x00"
 	b, err := ReadOPABundle(bundle(map[string]string{
 		"/policy.wasm":         wasmMagic,
