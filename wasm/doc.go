@@ -28,6 +28,15 @@
 //     and host answers are capped; log lines are rate-limited and a guest
 //     that keeps flooding fails its call.
 //
+// Modules of Open Policy Agent's Wasm ABI (what `opa build -t wasm` writes)
+// load with Spec.ABI = ABIOPA and Spec.Data, their data document; a call's
+// export is an OPA entrypoint and its output OPA's result set (opa.go). They
+// get the same budgets, and only OPA's env.opa_* host functions: the memory
+// they import is defined inside the module, so that each instance has its
+// own under its limit, and of the builtins OPA leaves to the host only
+// sprintf is provided (opabuiltins.go); a module that needs another is
+// refused at Load, naming it.
+//
 // Modules are compiled once (and cached on disk with Config.WithCacheDir);
 // instances are pooled and reused across calls, never instantiated per
 // call. A call that fails in any way discards its instance, which is
