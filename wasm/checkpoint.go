@@ -113,22 +113,9 @@ var sectionRank = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 
 // refuses what it cannot rewrite exactly: a malformed module, or an
 // instruction outside the features the engine enables.
 func instrumentCheckpoints(b []byte) ([]byte, error) {
-	if len(b) < 8 || !bytes.Equal(b[:4], []byte("\x00asm")) || binary.LittleEndian.Uint32(b[4:8]) != 1 {
-		return nil, errors.New("not a WebAssembly binary module (version 1)")
-	}
-	type section struct {
-		id   byte
-		body []byte
-	}
-	var secs []section
-	r := &reader{b: b, off: 8}
-	for r.more() {
-		id := r.byte()
-		body := r.bytes(r.u32())
-		if r.err != nil {
-			return nil, fmt.Errorf("section %d: %w", id, r.err)
-		}
-		secs = append(secs, section{id, body})
+	secs, err := splitSections(b)
+	if err != nil {
+		return nil, err
 	}
 
 	var nFuncImports, nGlobalImports, nGlobals uint32
@@ -294,6 +281,30 @@ func instrumentCheckpoints(b []byte) ([]byte, error) {
 	}
 	emitMissingBefore(len(sectionRank) + 1)
 	return out, nil
+}
+
+// section is one section of a binary module, its body a slice of the module.
+type section struct {
+	id   byte
+	body []byte
+}
+
+// splitSections checks a binary module's header and cuts it into sections.
+func splitSections(b []byte) ([]section, error) {
+	if len(b) < 8 || !bytes.Equal(b[:4], []byte("\x00asm")) || binary.LittleEndian.Uint32(b[4:8]) != 1 {
+		return nil, errors.New("not a WebAssembly binary module (version 1)")
+	}
+	var secs []section
+	r := &reader{b: b, off: 8}
+	for r.more() {
+		id := r.byte()
+		body := r.bytes(r.u32())
+		if r.err != nil {
+			return nil, fmt.Errorf("section %d: %w", id, r.err)
+		}
+		secs = append(secs, section{id, body})
+	}
+	return secs, nil
 }
 
 func appendImport(out []byte, typeIdx uint32) []byte {

@@ -1,8 +1,6 @@
 package wasm
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -25,22 +23,9 @@ const secMemory = 5
 // change. The module's export of "memory" (OPA ABI 1.1) now names the
 // defined memory.
 func defineImportedMemory(b []byte) ([]byte, error) {
-	if len(b) < 8 || !bytes.Equal(b[:4], []byte("\x00asm")) || binary.LittleEndian.Uint32(b[4:8]) != 1 {
-		return nil, errors.New("not a WebAssembly binary module (version 1)")
-	}
-	type section struct {
-		id   byte
-		body []byte
-	}
-	var secs []section
-	r := &reader{b: b, off: 8}
-	for r.more() {
-		id := r.byte()
-		body := r.bytes(r.u32())
-		if r.err != nil {
-			return nil, fmt.Errorf("section %d: %w", id, r.err)
-		}
-		secs = append(secs, section{id, body})
+	secs, err := splitSections(b)
+	if err != nil {
+		return nil, err
 	}
 
 	var limits []byte // the imported memory's limits, encoded
