@@ -43,7 +43,7 @@
 // replaced in the background: one bad call never poisons the next, nor
 // another module. Errors are *Error values of a class tested with
 // errors.Is: ErrTimeout, ErrMemoryLimit, ErrTrap, ErrBadPointer,
-// ErrBadOutput, ErrOutputTooLarge, ErrLogFlood, ErrMissingExport,
+// ErrBadInput, ErrBadOutput, ErrOutputTooLarge, ErrLogFlood, ErrMissingExport,
 // ErrUngrantedImport, ErrInvalidModule, ErrCanceled, ErrClosed.
 //
 // RATIONALE.md records why the package is built this way.

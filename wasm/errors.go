@@ -32,6 +32,9 @@ var (
 	// ErrBadPointer: the guest handed the host a pointer and length outside
 	// its own memory (from alloc, as output, or to a host function).
 	ErrBadPointer = errors.New("pointer out of range")
+	// ErrBadInput: the caller's input is not what the module takes (an OPA
+	// module's must be JSON).
+	ErrBadInput = errors.New("bad input")
 	// ErrBadOutput: the output is empty or not a JSON object.
 	ErrBadOutput = errors.New("bad output")
 	// ErrOutputTooLarge: the output is larger than Limits.OutputBytes.

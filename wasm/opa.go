@@ -287,8 +287,10 @@ func cString(mem api.Memory, p uint32, max int) ([]byte, error) {
 // evalOPA runs one evaluation of entrypoint with input (JSON) on inst.
 func (m *Module) evalOPA(callCtx context.Context, inst *instance, entrypoint string, input []byte, fail func(error) ([]byte, error), bad func(error, string, ...any) ([]byte, error)) ([]byte, error) {
 	oi := inst.opa
+	// OPA's module reads input it cannot parse as no input at all, so that
+	// rules about it do not fire: a policy would allow what it never saw.
 	if !json.Valid(input) {
-		return bad(ErrBadOutput, "input is not JSON")
+		return bad(ErrBadInput, "input of %d bytes is not JSON", len(input))
 	}
 	mem := inst.mod.Memory()
 	end := uint64(oi.heapPtr) + uint64(len(input))

@@ -76,6 +76,10 @@ func TestOPAModuleAsOPAEvaluatesIt(t *testing.T) {
 			}
 		})
 	}
+	// Input OPA's module would read as no input at all is refused.
+	if _, err := m.Call(context.Background(), "holdfast/admission/deny", []byte(`{"request":`)); !errors.Is(err, wasm.ErrBadInput) {
+		t.Errorf("truncated input: got %v, want ErrBadInput", err)
+	}
 	// Many calls on the pooled instances: the heap is reset after each, so memory stays put.
 	for range 500 {
 		if _, err := m.Call(context.Background(), "holdfast/admission/deny", []byte(opaInputs()["denied"])); err != nil {
