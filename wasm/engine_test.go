@@ -346,7 +346,7 @@ func TestInspect(t *testing.T) {
 
 func TestErrorClassesAreDistinct(t *testing.T) {
 	classes := []error{wasm.ErrInvalidModule, wasm.ErrMissingExport, wasm.ErrUngrantedImport, wasm.ErrTimeout, wasm.ErrCanceled,
-		wasm.ErrMemoryLimit, wasm.ErrTrap, wasm.ErrBadPointer, wasm.ErrBadOutput, wasm.ErrOutputTooLarge, wasm.ErrLogFlood, wasm.ErrClosed}
+		wasm.ErrMemoryLimit, wasm.ErrTrap, wasm.ErrBadPointer, wasm.ErrBadInput, wasm.ErrBadOutput, wasm.ErrOutputTooLarge, wasm.ErrLogFlood, wasm.ErrClosed}
 	for _, c := range classes {
 		err := error(&wasm.Error{Kind: c, Module: "m", Op: "admit"})
 		for _, other := range classes {
