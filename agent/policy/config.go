@@ -71,7 +71,8 @@ type PolicyConfig struct {
 	Name string `json:"name"`
 	Kind Kind   `json:"kind"`
 	// Module is the .wasm file, relative to the policies directory or
-	// absolute.
+	// absolute, or a module delivered from a registry, pinned by the digest
+	// of its OCI manifest: oci://HOST[:PORT]/REPO@sha256:HEX (see oci.go).
 	Module string `json:"module"`
 	// FailurePolicy defaults to Fail.
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
@@ -175,6 +176,11 @@ func (p *PolicyConfig) validate() error {
 	}
 	if p.Module == "" {
 		return fmt.Errorf("module is empty")
+	}
+	if isOCI(p.Module) {
+		if _, err := parseOCIRef(p.Module); err != nil {
+			return err
+		}
 	}
 	switch p.FailurePolicy {
 	case "":
