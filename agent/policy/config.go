@@ -64,15 +64,16 @@ type Config struct {
 	Policies   []PolicyConfig `json:"policies"`
 }
 
-// PolicyConfig configures one policy.
+// PolicyConfig configures one policy. Its Module may also be a module
+// delivered from a registry, pinned by the digest of its OCI manifest:
+// oci://HOST[:PORT]/REPO@sha256:HEX (see oci.go).
 type PolicyConfig struct {
 	// Name identifies the policy in decisions, events and probe
 	// annotations: lowercase letters, digits and '-', at most 63.
 	Name string `json:"name"`
 	Kind Kind   `json:"kind"`
 	// Module is the .wasm file, relative to the policies directory or
-	// absolute, or a module delivered from a registry, pinned by the digest
-	// of its OCI manifest: oci://HOST[:PORT]/REPO@sha256:HEX (see oci.go).
+	// absolute.
 	Module string `json:"module"`
 	// FailurePolicy defaults to Fail.
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
