@@ -34,6 +34,16 @@ func (a *Agent) nodeRef() *v1.ObjectReference {
 // with (an older one serving, or none); True otherwise. openErr is the error of opening the
 // policies at start, if any.
 func policyConditions(pm *policy.Manager, openErr error) []v1.NodeCondition {
+	if pm == nil {
+		return policiesReady(nil, nil, false, openErr)
+	}
+	statuses, configErr := pm.Status()
+	return policiesReady(statuses, configErr, true, openErr)
+}
+
+// policiesReady computes the condition from the policies' statuses; configured is false on a
+// node without policies.
+func policiesReady(statuses []policy.Status, configErr error, configured bool, openErr error) []v1.NodeCondition {
 	cond := func(ok bool, reason, msg string) []v1.NodeCondition {
 		s := v1.ConditionFalse
 		if ok {
@@ -44,10 +54,9 @@ func policyConditions(pm *policy.Manager, openErr error) []v1.NodeCondition {
 	if openErr != nil {
 		return cond(false, ReasonPolicyConfigInvalid, fmt.Sprintf("new pods are refused until the configuration is fixed and holdfast restarted: %v", openErr))
 	}
-	if pm == nil {
+	if !configured {
 		return nil
 	}
-	statuses, configErr := pm.Status()
 	if configErr != nil {
 		return cond(false, ReasonPolicyConfigInvalid, fmt.Sprintf("%v; the previous configuration keeps serving", configErr))
 	}

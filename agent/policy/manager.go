@@ -75,7 +75,7 @@ type Manager struct {
 	reloadMu sync.Mutex
 
 	// pulls fetches registry modules into opts.Modules (ocipull.go).
-	pulls puller
+	pulls *puller
 }
 
 // snapshot is an immutable view of the configuration and its modules.

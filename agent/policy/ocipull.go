@@ -33,8 +33,8 @@ type puller struct {
 	errs map[string]error
 }
 
-func newPuller(opts RegistryOptions) puller {
-	return puller{fetcher: fetcher{opts: opts}, wake: make(chan struct{}, 1), errs: map[string]error{}}
+func newPuller(opts RegistryOptions) *puller {
+	return &puller{fetcher: fetcher{opts: opts}, wake: make(chan struct{}, 1), errs: map[string]error{}}
 }
 
 func (p *puller) wakeUp() {
