@@ -520,7 +520,14 @@ func (a *Agent) openPolicies(ctx context.Context, store offline.Store, recorder 
 		// and reached as image pulls reach registries: one configuration for both.
 		Modules: store,
 		Registry: policy.RegistryOptions{
-			HostsDir:        a.cfg.Containerd.RegistryConfigPath,
+			Hosts: func(ctx context.Context, registry string) ([]policy.RegistryHost, error) {
+				endpoints, err := runtime.PullEndpoints(ctx, a.cfg.Containerd.RegistryConfigPath, registry)
+				hosts := make([]policy.RegistryHost, 0, len(endpoints))
+				for _, ep := range endpoints {
+					hosts = append(hosts, policy.RegistryHost(ep))
+				}
+				return hosts, err
+			},
 			CredentialsFile: a.cfg.Containerd.RegistryCredentialsFile,
 		},
 		OnFailure: func(f policy.Failure) {

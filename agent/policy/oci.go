@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containerd/containerd/v2/core/remotes/docker"
-	dockerconfig "github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
@@ -48,16 +46,24 @@ type ModuleStore interface {
 	DeletePolicyModule(digest string) error
 }
 
-// RegistryOptions say how registries are reached. They are the ones image
-// pulls use, so a registry is configured once for both.
+// RegistryHost is one endpoint serving a registry's API: a mirror or the
+// registry itself.
+type RegistryHost struct {
+	// Host is the host[:port] to reach.
+	Host string
+	// PlainHTTP: the endpoint speaks HTTP, not HTTPS.
+	PlainHTTP bool
+	// Client carries the endpoint's TLS configuration; nil: http.DefaultClient.
+	Client *http.Client
+}
+
+// RegistryOptions say how registries are reached. The agent gives the ones
+// image pulls use, so a registry is configured once for both.
 type RegistryOptions struct {
-	// HostsDir is a registry host configuration directory in containerd's
-	// certs.d layout (<dir>/<host[:port]>/hosts.toml: server, mirrors, ca,
-	// client certificates, skip_verify; a server given as http:// is plain
-	// HTTP). A registry with none is reached over HTTPS with the system's CAs
-	// (plain HTTP tried for localhost:port, as containerd does). Mirrors
-	// must serve the registry API under /v2. Defaults to none.
-	HostsDir string
+	// Hosts lists the endpoints to try, in order, for a registry
+	// ("host[:port]" of a module reference). Defaults to the registry itself
+	// over HTTPS with the system's CAs.
+	Hosts func(ctx context.Context, registry string) ([]RegistryHost, error)
 	// CredentialsFile is a docker config.json with the node's registry
 	// credentials, read at each pull. Defaults to none (anonymous pulls).
 	CredentialsFile string
@@ -109,8 +115,8 @@ type fetcher struct {
 
 // fetch pulls the module of r: its manifest by digest (verified against the
 // digest pinned), then its one Wasm layer (verified against the manifest's
-// descriptor, size included, and bounded by maxModuleBytes). Each host the
-// host configuration lists for the registry is tried in turn.
+// descriptor, size included, and bounded by maxModuleBytes). Each endpoint of
+// the registry is tried in turn.
 func (f fetcher) fetch(ctx context.Context, r ociRef) ([]byte, error) {
 	timeout := f.opts.PullTimeout
 	if timeout <= 0 {
@@ -118,32 +124,21 @@ func (f fetcher) fetch(ctx context.Context, r ociRef) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	hostOpts := dockerconfig.HostOptions{}
-	if f.opts.HostsDir != "" {
-		hostOpts.HostDir = dockerconfig.HostDirFromRoot(f.opts.HostsDir)
-	}
-	hosts, err := dockerconfig.ConfigureHosts(ctx, hostOpts)(r.ref.Registry)
-	if err != nil {
-		return nil, fmt.Errorf("registry host configuration of %s: %w", r.ref.Registry, err)
+	hosts := []RegistryHost{{Host: r.ref.Registry}}
+	if f.opts.Hosts != nil {
+		var err error
+		if hosts, err = f.opts.Hosts(ctx, r.ref.Registry); err != nil {
+			return nil, err
+		}
 	}
 	creds := f.credentials()
 	var errs []error
 	for _, h := range hosts {
-		if h.Capabilities&docker.HostCapabilityPull == 0 {
-			continue
-		}
-		if h.Path != "" && h.Path != "/v2" {
-			errs = append(errs, fmt.Errorf("host %s: path %s: only /v2 is supported", h.Host, h.Path))
-			continue
-		}
 		b, err := fetchFrom(ctx, h, creds, r)
 		if err == nil {
 			return b, nil
 		}
 		errs = append(errs, fmt.Errorf("host %s: %w", h.Host, err))
-	}
-	if len(errs) == 0 {
-		return nil, fmt.Errorf("no host of %s can pull (see its hosts.toml capabilities)", r.ref.Registry)
 	}
 	return nil, errors.Join(errs...)
 }
@@ -171,14 +166,14 @@ func (f fetcher) credentials() auth.CredentialFunc {
 	}
 }
 
-func fetchFrom(ctx context.Context, h docker.RegistryHost, creds auth.CredentialFunc, r ociRef) ([]byte, error) {
+func fetchFrom(ctx context.Context, h RegistryHost, creds auth.CredentialFunc, r ociRef) ([]byte, error) {
 	client := h.Client
 	if client == nil {
 		client = http.DefaultClient
 	}
 	repo := &remote.Repository{
 		Reference: registry.Reference{Registry: h.Host, Repository: r.ref.Repository, Reference: r.digest.String()},
-		PlainHTTP: h.Scheme == "http",
+		PlainHTTP: h.PlainHTTP,
 		Client:    &auth.Client{Client: client, Credential: creds, Cache: auth.NewCache()},
 	}
 	desc, manifestBytes, err := oras.FetchBytes(ctx, repo, r.digest.String(), oras.FetchBytesOptions{MaxBytes: maxManifestBytes})

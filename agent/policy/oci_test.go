@@ -3,7 +3,6 @@ package policy
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -84,13 +83,11 @@ func TestWasmLayer(t *testing.T) {
 // registry does not have, or an artifact without a Wasm layer, is an error naming why.
 func TestFetch(t *testing.T) {
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
-	hostsDir := filepath.Join(t.TempDir(), "certs.d")
-	reg.WriteHostsDir(hostsDir)
 	ctx := context.Background()
 	module := []byte("\x00asm\x01\x00\x00\x00 stands for a module")
 	pinned := reg.PushArtifact(ctx, "policies/p:v1", MediaTypeWasmLayer, module)
 	noWasm := reg.PushArtifact(ctx, "policies/p:tar", "application/vnd.oci.image.layer.v1.tar", module)
-	f := fetcher{opts: RegistryOptions{HostsDir: hostsDir, PullTimeout: 10 * time.Second}}
+	f := fetcher{opts: RegistryOptions{Hosts: plainHTTP, PullTimeout: 10 * time.Second}}
 	ref := func(d digest.Digest) ociRef {
 		r, err := parseOCIRef("oci://" + reg.Host + "/policies/p@" + d.String())
 		if err != nil {
@@ -121,8 +118,6 @@ func TestFetch(t *testing.T) {
 // manager opened on the same store with the registry gone loads it from the store.
 func TestOCIPolicyLifecycle(t *testing.T) {
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
-	hostsDir := filepath.Join(t.TempDir(), "certs.d")
-	reg.WriteHostsDir(hostsDir)
 	ctx := context.Background()
 	f := newFixture(t)
 	allow := reg.PushArtifact(ctx, "policies/p:allow", MediaTypeWasmLayer, f.wat("allow"))
@@ -134,7 +129,7 @@ func TestOCIPolicyLifecycle(t *testing.T) {
 	var failures []string
 	open := func() *Manager {
 		m, err := Open(ctx, Options{Dir: f.dir, CacheDir: wasmtest.CacheDir(t, "wazero"), ReloadDelay: 50 * time.Millisecond,
-			Modules: store, Registry: RegistryOptions{HostsDir: hostsDir, PullTimeout: 10 * time.Second},
+			Modules: store, Registry: RegistryOptions{Hosts: plainHTTP, PullTimeout: 10 * time.Second},
 			OnFailure: func(f Failure) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -243,4 +238,10 @@ func waitStored(t *testing.T, store ModuleStore, want ...string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// plainHTTP reaches the test registry over plain HTTP (the agent reads the endpoints from the
+// image pulls' host configuration instead: TestOCIPolicies in agent/).
+func plainHTTP(_ context.Context, registry string) ([]RegistryHost, error) {
+	return []RegistryHost{{Host: registry, PlainHTTP: true}}, nil
 }
