@@ -181,7 +181,9 @@ func (m *Manager) Reload(ctx context.Context) error {
 	if !slices.Equal(old.refs, next.refs) {
 		m.pulls.wakeUp()
 	}
-	m.collectModules(next)
+	if len(errs) == 0 {
+		m.collectModules(next)
+	}
 
 	// Retire the modules no longer used; calls in flight finish on them.
 	inUse := map[*wasm.Module]bool{}

@@ -215,13 +215,22 @@ func TestOCIPolicyLifecycle(t *testing.T) {
 	stop()
 	waitStored(t, store, broken.String(), deny.String())
 
-	// Offline reboot: back to the deny digest, registry gone; the store serves it.
-	configure(deny)
+	// Offline reboot on the broken version: nothing serves the policy (Fail denies), and the
+	// last good version stays in the store, so that a rollback works with no registry.
 	reg.Stop()
 	m2 := open()
-	if d := m2.Admit(ctx, pod(), node); d.Allowed || d.Policy != "p" || d.Reason != "NotOnThisNode" {
-		t.Fatalf("after an offline reboot: %+v", d)
+	if d := m2.Admit(ctx, pod(), node); d.Allowed || d.Reason != ReasonError {
+		t.Fatalf("after an offline reboot on the broken version: %+v", d)
 	}
+	waitStored(t, store, broken.String(), deny.String())
+	configure(deny)
+	if err := m2.Reload(ctx); err != nil {
+		t.Fatalf("rollback with no registry: %v", err)
+	}
+	if d := m2.Admit(ctx, pod(), node); d.Allowed || d.Policy != "p" || d.Reason != "NotOnThisNode" {
+		t.Fatalf("after the rollback: %+v", d)
+	}
+	waitStored(t, store, deny.String()) // all served: the broken one collected
 }
 
 // waitStored waits until the store holds exactly the digests given (sorted).

@@ -198,8 +198,10 @@ func (m *Manager) reportFailure(pc PolicyConfig, prev, now *loaded, err error) {
 }
 
 // collectModules deletes the stored modules that neither the configuration
-// names nor a policy serves (an older version kept serving after its
-// successor failed to load stays).
+// names nor a policy serves. Reload calls it only when every policy serves
+// its configured module: while one does not (a new version failing, or a
+// boot on a version that does not load), the older versions are kept, so
+// that rolling back to one of them works with no registry.
 func (m *Manager) collectModules(snap *snapshot) {
 	if m.opts.Modules == nil {
 		return
