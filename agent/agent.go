@@ -176,7 +176,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.metrics.WatchStore(store, store.Path())
 	stateCondition := a.reportStore(report)
 	for _, c := range stateCondition {
-		recorder.Eventf(&v1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}, v1.EventTypeWarning, c.Reason, "%s", c.Message)
+		recorder.Eventf(a.nodeRef(), v1.EventTypeWarning, c.Reason, "%s", c.Message)
 	}
 
 	statusMgr := status.NewManager(client, store, cfg.NodeName, a.log.With("component", "status"))
@@ -251,7 +251,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	adm := &admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods,
 		sysctls: allowedSysctls(cfg), appArmor: apparmor.HostSupports(), pressure: evictionMgr, reserved: reserved}
-	policies, err := a.openPolicies(ctx)
+	policies, err := a.openPolicies(ctx, store, recorder)
 	if err != nil {
 		// Fail closed for new pods only: running pods were admitted and keep running.
 		a.log.Error("policies unusable: new pods are refused until the configuration is fixed and the agent restarted", "err", err)
@@ -305,9 +305,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		ready = append(ready, api.Ready)
 		g.Go(func() error { return api.Run(ctx, factory) })
 		g.Go(func() error { return id.Run(ctx, recorder) })
-		var idConditions func() []v1.NodeCondition
+		conditions := func() []v1.NodeCondition { return policyConditions(policies, adm.policyErr) }
 		if id.Bootstrapped() {
-			idConditions = func() []v1.NodeCondition { return []v1.NodeCondition{id.Condition()} }
+			conditions = func() []v1.NodeCondition {
+				return append([]v1.NodeCondition{id.Condition()}, policyConditions(policies, adm.policyErr)...)
+			}
 		}
 		nc := node.NewController(node.Config{
 			NodeName:        cfg.NodeName,
@@ -322,7 +324,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			UpdateFrequency: cfg.NodeStatus.UpdateFrequency.Duration,
 			ReportFrequency: cfg.NodeStatus.ReportFrequency.Duration,
 			ExtraConditions: stateCondition,
-			Conditions:      idConditions,
+			Conditions:      conditions,
 			UnderPressure:   evictionMgr.UnderPressure,
 			Reserved:        reserved,
 			KubeletPort:     int32(cfg.NodeAPIPort()),
@@ -502,7 +504,7 @@ func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
 // openPolicies loads the node's Wasm policies, if it has any. A policies.yaml that cannot be
 // read or parsed is an error: the caller then refuses new pods (running without the owner's
 // admission policies would admit what they exist to refuse) and keeps the running ones.
-func (a *Agent) openPolicies(ctx context.Context) (*policy.Manager, error) {
+func (a *Agent) openPolicies(ctx context.Context, store offline.Store, recorder record.EventRecorder) (*policy.Manager, error) {
 	if a.cfg.PolicyDir == "" {
 		return nil, nil
 	}
@@ -514,6 +516,27 @@ func (a *Agent) openPolicies(ctx context.Context) (*policy.Manager, error) {
 		CacheDir: filepath.Join(a.cfg.StateDir, "wasm-cache"),
 		Logger:   a.log.With("component", "policy"),
 		Metrics:  a.metrics,
+		// Modules delivered from registries (module: oci://...) are kept for offline boots,
+		// and reached as image pulls reach registries: one configuration for both.
+		Modules: store,
+		Registry: policy.RegistryOptions{
+			Hosts: func(ctx context.Context, registry string) ([]policy.RegistryHost, error) {
+				endpoints, err := runtime.PullEndpoints(ctx, a.cfg.Containerd.RegistryConfigPath, registry)
+				hosts := make([]policy.RegistryHost, 0, len(endpoints))
+				for _, ep := range endpoints {
+					hosts = append(hosts, policy.RegistryHost(ep))
+				}
+				return hosts, err
+			},
+			CredentialsFile: a.cfg.Containerd.RegistryCredentialsFile,
+		},
+		OnFailure: func(f policy.Failure) {
+			serving := "no module serves: its failurePolicy applies"
+			if f.Serving != "" {
+				serving = "the previous module " + f.Serving + " keeps serving"
+			}
+			recorder.Eventf(a.nodeRef(), v1.EventTypeWarning, ReasonPolicyLoadFailed, "%v; %s", f.Err, serving)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load policies from %s: %w", a.cfg.PolicyDir, err)

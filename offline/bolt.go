@@ -579,6 +579,9 @@ func (s *BoltStore) getValue(op string, bucket, key []byte, decode func([]byte) 
 	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
 		found, mismatch = false, nil
 		b := tx.Bucket(bucket)
+		if b == nil { // a bucket created by its first put (policy_modules)
+			return nil
+		}
 		raw := b.Get(key)
 		if raw == nil {
 			return nil
@@ -661,6 +664,66 @@ func (s *BoltStore) GetNode() (*v1.Node, error) {
 		return nil, fmt.Errorf("get node: %w", ErrNotFound)
 	}
 	return node, nil
+}
+
+// --- policy modules ---
+
+// PutPolicyModule implements Store.
+func (s *BoltStore) PutPolicyModule(digest string, module []byte) error {
+	key, err := policyModuleKey(digest)
+	if err != nil {
+		return fmt.Errorf("put policy module: %w", err)
+	}
+	return s.put("put policy module "+digest, [][]byte{bucketPolicyModules}, key, encodeBlob(module), true)
+}
+
+// GetPolicyModule implements Store.
+func (s *BoltStore) GetPolicyModule(digest string) ([]byte, error) {
+	op := "get policy module " + digest
+	key, err := policyModuleKey(digest)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	var module []byte
+	found, err := s.getValue(op, bucketPolicyModules, key, func(raw []byte) (err error) {
+		module, err = decodeBlob(raw)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return module, nil
+}
+
+// PolicyModules implements Store.
+func (s *BoltStore) PolicyModules() ([]string, error) {
+	var digests []string
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketPolicyModules)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, _ []byte) error {
+			digests = append(digests, string(k))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list policy modules: %w", err)
+	}
+	return digests, nil // bbolt iterates in key order
+}
+
+// DeletePolicyModule implements Store.
+func (s *BoltStore) DeletePolicyModule(digest string) error {
+	key, err := policyModuleKey(digest)
+	if err != nil {
+		return fmt.Errorf("delete policy module: %w", err)
+	}
+	return s.del("delete policy module "+digest, [][]byte{bucketPolicyModules}, key)
 }
 
 // --- ConfigMaps and Secrets ---

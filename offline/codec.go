@@ -33,19 +33,52 @@ func encodeValue(v any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %T: %w", v, err)
 	}
-	out := make([]byte, frameHeader+len(payload))
-	binary.BigEndian.PutUint32(out, crc32.Checksum(payload, castagnoli))
-	copy(out[frameHeader:], payload)
-	return out, nil
+	return encodeBlob(payload), nil
 }
 
-func decodeValue(raw []byte, v any) error {
+// encodeBlob frames bytes that are not JSON (a Wasm module) with the same
+// checksum as encodeValue.
+func encodeBlob(b []byte) []byte {
+	out := make([]byte, frameHeader+len(b))
+	binary.BigEndian.PutUint32(out, crc32.Checksum(b, castagnoli))
+	copy(out[frameHeader:], b)
+	return out
+}
+
+// decodeBlob checks and strips encodeBlob's frame; the result is a copy.
+func decodeBlob(raw []byte) ([]byte, error) {
+	payload, err := unframe(raw)
+	if err != nil {
+		return nil, err
+	}
+	return clone(payload), nil
+}
+
+// unframe checks a value's checksum and returns its payload (not a copy).
+func unframe(raw []byte) ([]byte, error) {
 	if len(raw) < frameHeader {
-		return fmt.Errorf("%w: %d bytes, shorter than the frame header", errUndecodable, len(raw))
+		return nil, fmt.Errorf("%w: %d bytes, shorter than the frame header", errUndecodable, len(raw))
 	}
 	payload := raw[frameHeader:]
 	if want, got := binary.BigEndian.Uint32(raw), crc32.Checksum(payload, castagnoli); want != got {
-		return fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", errUndecodable, want, got)
+		return nil, fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", errUndecodable, want, got)
+	}
+	return payload, nil
+}
+
+// policyModuleKey checks a module digest: the key of policy_modules.
+func policyModuleKey(digest string) ([]byte, error) {
+	hex, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return nil, fmt.Errorf("%w: policy module digest %q is not sha256:<64 lowercase hex digits>", ErrInvalid, digest)
+	}
+	return []byte(digest), nil
+}
+
+func decodeValue(raw []byte, v any) error {
+	payload, err := unframe(raw)
+	if err != nil {
+		return err
 	}
 	if err := json.Unmarshal(payload, v); err != nil {
 		return fmt.Errorf("%w: %v", errUndecodable, err)

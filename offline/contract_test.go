@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,6 +203,7 @@ var contractCases = []struct {
 	{"QuarantinePodRecords", testQuarantinePods},
 	{"QuarantineOtherRecords", testQuarantineOthers},
 	{"CopiesInAndOut", testCopies},
+	{"PolicyModules", testPolicyModules},
 	{"Closed", testClosed},
 }
 
@@ -856,5 +858,57 @@ func testWritesByBucket(t *testing.T, s Store) {
 	}
 	if d := after.Writes - before.Writes; d != 5 {
 		t.Errorf("writes: %d, want 5", d)
+	}
+}
+
+func testPolicyModules(t *testing.T, s Store) {
+	digestA := "sha256:" + strings.Repeat("a", 64)
+	digestB := "sha256:" + strings.Repeat("b", 64)
+	if _, err := s.GetPolicyModule(digestA); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetPolicyModule before any put: %v, want ErrNotFound", err)
+	}
+	if got, err := s.PolicyModules(); err != nil || len(got) != 0 {
+		t.Fatalf("PolicyModules of an empty store = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "sha256:abc", "sha512:" + strings.Repeat("a", 128), "sha256:" + strings.Repeat("A", 64), "latest"} {
+		if err := s.PutPolicyModule(bad, []byte("x")); !errors.Is(err, ErrInvalid) {
+			t.Errorf("PutPolicyModule(%q): %v, want ErrInvalid", bad, err)
+		}
+	}
+	moduleA := []byte("\x00asm\x01\x00\x00\x00 module A")
+	must(t, s.PutPolicyModule(digestA, moduleA))
+	must(t, s.PutPolicyModule(digestB, []byte("\x00asm module B")))
+	moduleA[0] = 'X' // the store keeps its own copy
+	got, err := s.GetPolicyModule(digestA)
+	must(t, err)
+	if string(got) != "\x00asm\x01\x00\x00\x00 module A" {
+		t.Errorf("GetPolicyModule = %q", got)
+	}
+	skipped := s.Stats().SkippedWrites
+	must(t, s.PutPolicyModule(digestA, got))
+	if s.Stats().SkippedWrites != skipped+1 {
+		t.Errorf("an unchanged module was written again")
+	}
+	if list, err := s.PolicyModules(); err != nil || !slices.Equal(list, []string{digestA, digestB}) {
+		t.Errorf("PolicyModules = %v, %v", list, err)
+	}
+	must(t, s.DeletePolicyModule(digestB))
+	must(t, s.DeletePolicyModule(digestB)) // absent: a no-op
+	if list, _ := s.PolicyModules(); !slices.Equal(list, []string{digestA}) {
+		t.Errorf("PolicyModules after delete = %v", list)
+	}
+
+	// Bit rot in a module: quarantined, reported, then missing (the agent pulls it again).
+	s.(corrupter).corruptRecord(t, "policymodule", digestA, garbage)
+	if _, err := s.GetPolicyModule(digestA); !errors.Is(err, ErrCorruptRecord) {
+		t.Fatalf("GetPolicyModule of a damaged module: %v, want ErrCorruptRecord", err)
+	}
+	if _, err := s.GetPolicyModule(digestA); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetPolicyModule after quarantine: %v, want ErrNotFound", err)
+	}
+	q, err := s.Quarantined()
+	must(t, err)
+	if len(q) != 1 || q[0].Key != "policy_modules/"+digestA {
+		t.Errorf("Quarantined = %+v", q)
 	}
 }

@@ -90,6 +90,10 @@
 //	                                    at most two: its oldest pending and its latest)
 //	quarantine/                     (bucket sequence = last quarantine number)
 //	|-- <n, uint64 big-endian>   -> {key: original bucket path and key, reason, at, value: raw bytes}
+//	policy_modules/                 (created by the first module put; older v3 agents ignore it)
+//	|-- <sha256:hex>             -> crc32c (4 bytes, big-endian) || Wasm module bytes (not JSON:
+//	                                a module may be 64 MiB); the key is the OCI manifest digest
+//	                                policies.yaml pins
 //
 // # Schema v2 (previous)
 //

@@ -155,6 +155,8 @@ func (s *BoltStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 			b, k = tx.Bucket(bucketSync), keyPodListRV
 		case "outbox":
 			b, k = tx.Bucket(bucketOutbox), seqKey(mustSeq(t, key))
+		case "policymodule":
+			b, k = tx.Bucket(bucketPolicyModules), []byte(key)
 		default:
 			t.Fatalf("unknown kind %q", kind)
 		}
@@ -194,6 +196,11 @@ func (m *MemStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 		table := map[string]map[string][]byte{"configmap": m.configMaps, "secret": m.secrets}[kind]
 		if table[key] != nil {
 			table[key] = clone(raw)
+			return
+		}
+	case "policymodule":
+		if m.policyModules[key] != nil {
+			m.policyModules[key] = clone(raw)
 			return
 		}
 	case "node":

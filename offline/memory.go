@@ -30,12 +30,14 @@ type MemStore struct {
 	configMaps map[string][]byte
 	secrets    map[string][]byte
 	node       []byte
-	outbox     []memOutboxEntry // increasing seq
-	outboxSeq  uint64
-	nodeName   string
-	bootCount  uint64
-	quarantine []QuarantinedRecord
-	stats      Stats
+	// policyModules: digest -> framed module, as BoltStore keeps them.
+	policyModules map[string][]byte
+	outbox        []memOutboxEntry // increasing seq
+	outboxSeq     uint64
+	nodeName      string
+	bootCount     uint64
+	quarantine    []QuarantinedRecord
+	stats         Stats
 }
 
 type memPod struct {
@@ -63,6 +65,8 @@ func NewMemStore(now func() time.Time) *MemStore {
 		pods:       map[types.UID]*memPod{},
 		configMaps: map[string][]byte{},
 		secrets:    map[string][]byte{},
+
+		policyModules: map[string][]byte{},
 	}
 }
 
@@ -490,6 +494,73 @@ func (m *MemStore) deleteObject(c objectClass, table map[string][]byte, namespac
 	_, present := table[key]
 	delete(table, key)
 	m.wrote(c.bucket, present)
+	return nil
+}
+
+// PutPolicyModule implements Store.
+func (m *MemStore) PutPolicyModule(digest string, module []byte) error {
+	if _, err := policyModuleKey(digest); err != nil {
+		return fmt.Errorf("put policy module: %w", err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("put policy module %s: %w", digest, err)
+	}
+	defer m.mu.Unlock()
+	slot := m.policyModules[digest]
+	m.setBytes(bucketPolicyModules, &slot, encodeBlob(module))
+	m.policyModules[digest] = slot
+	return nil
+}
+
+// GetPolicyModule implements Store.
+func (m *MemStore) GetPolicyModule(digest string) ([]byte, error) {
+	op := "get policy module " + digest
+	if _, err := policyModuleKey(digest); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := m.lock(false); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	slot := m.policyModules[digest]
+	var module []byte
+	found, err := m.getSlotLocked(op, string(bucketPolicyModules)+"/"+digest, &slot, func(raw []byte) (err error) {
+		module, err = decodeBlob(raw)
+		return err
+	})
+	if slot == nil {
+		delete(m.policyModules, digest) // quarantined
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return module, nil
+}
+
+// PolicyModules implements Store.
+func (m *MemStore) PolicyModules() ([]string, error) {
+	if err := m.lock(false); err != nil {
+		return nil, fmt.Errorf("list policy modules: %w", err)
+	}
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.policyModules)), nil
+}
+
+// DeletePolicyModule implements Store.
+func (m *MemStore) DeletePolicyModule(digest string) error {
+	if _, err := policyModuleKey(digest); err != nil {
+		return fmt.Errorf("delete policy module: %w", err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("delete policy module %s: %w", digest, err)
+	}
+	defer m.mu.Unlock()
+	_, present := m.policyModules[digest]
+	delete(m.policyModules, digest)
+	m.wrote(bucketPolicyModules, present)
 	return nil
 }
 

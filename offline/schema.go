@@ -39,6 +39,11 @@ var (
 	bucketOutbox      = []byte("outbox")
 	bucketOutboxIndex = []byte("outbox_index")
 	bucketQuarantine  = []byte("quarantine")
+	// bucketPolicyModules is created by the first PutPolicyModule, not by
+	// initSchema or a migration: a v3 agent that never saw it ignores it, so
+	// adding it needs no schema version (a newer version would make an older
+	// agent, after a rollback, move the whole database aside).
+	bucketPolicyModules = []byte("policy_modules")
 
 	// topBuckets are the top-level buckets of schemas v2 and v3.
 	topBuckets = [][]byte{

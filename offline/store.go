@@ -151,6 +151,21 @@ type Store interface {
 	// value. The agent calls it once per start.
 	IncrementBootCount() (uint64, error)
 
+	// PutPolicyModule records the bytes of a Wasm policy module delivered from a
+	// registry, keyed by the digest its configuration pins ("sha256:" and 64
+	// lowercase hex digits, ErrInvalid otherwise), so that a boot with no
+	// network loads it as it loads a local one. The caller verified the bytes
+	// against that digest before; the store keeps them as given.
+	PutPolicyModule(digest string, module []byte) error
+	// GetPolicyModule returns a recorded module or ErrNotFound. Bytes damaged
+	// in the file are quarantined and reported as ErrCorruptRecord: the
+	// caller pulls the module again.
+	GetPolicyModule(digest string) ([]byte, error)
+	// PolicyModules lists the digests of the recorded modules, sorted.
+	PolicyModules() ([]string, error)
+	// DeletePolicyModule removes a recorded module; absent is a no-op.
+	DeletePolicyModule(digest string) error
+
 	// Quarantined lists the records moved to the quarantine, oldest first.
 	Quarantined() ([]QuarantinedRecord, error)
 

@@ -31,6 +31,10 @@ import (
 // moved aside and rebuilt.
 const ConditionStateRecovered v1.NodeConditionType = "HoldfastStateRecovered"
 
+// ConditionPoliciesReady is holdfast's node condition saying whether every Wasm policy of the
+// node's configuration is loaded (False names the ones that are not, and what serves instead).
+const ConditionPoliciesReady v1.NodeConditionType = "HoldfastPoliciesReady"
+
 // LeaseNamespace is where node Leases live.
 const LeaseNamespace = "kube-node-lease"
 
@@ -305,7 +309,7 @@ func (c *Controller) register(ctx context.Context) (*v1.Node, error) {
 func (c *Controller) ownedConditions() map[v1.NodeConditionType]bool {
 	owned := map[v1.NodeConditionType]bool{
 		v1.NodeReady: true, v1.NodeMemoryPressure: true, v1.NodeDiskPressure: true, v1.NodePIDPressure: true,
-		ConditionStateRecovered: true,
+		ConditionStateRecovered: true, ConditionPoliciesReady: true,
 	}
 	for _, ec := range c.cfg.ExtraConditions {
 		owned[ec.Type] = true

@@ -67,7 +67,9 @@ type Config struct {
 	Policies   []PolicyConfig `json:"policies"`
 }
 
-// PolicyConfig configures one policy.
+// PolicyConfig configures one policy. Its Module may also be a module
+// delivered from a registry, pinned by the digest of its OCI manifest:
+// oci://HOST[:PORT]/REPO@sha256:HEX (see oci.go).
 type PolicyConfig struct {
 	// Name identifies the policy in decisions, events and probe
 	// annotations: lowercase letters, digits and '-', at most 63.
@@ -186,6 +188,11 @@ func (p *PolicyConfig) validate() error {
 	}
 	if p.Module == "" {
 		return fmt.Errorf("module is empty")
+	}
+	if isOCI(p.Module) {
+		if _, err := parseOCIRef(p.Module); err != nil {
+			return err
+		}
 	}
 	switch p.FailurePolicy {
 	case "":

@@ -30,6 +30,11 @@
 //	  grants: {http: true}
 //	  settings: {port: 8080, path: /healthz, field: status, equals: ok}
 //
+// A module may instead come from a registry, pinned by its manifest digest
+// (module: oci://registry.example:5000/policies/x@sha256:...): oci.go pulls and
+// verifies it, ocipull.go pulls it in the background into the agent's state
+// store (Options.Modules), from which every load reads it, offline too.
+//
 // The package knows pods (k8s.io/api) but not containerd, client-go or the
 // agent's loop: the agent hands it a pod and gets a Decision back.
 package policy

@@ -52,6 +52,15 @@ type Options struct {
 	ReloadDelay time.Duration
 	// Metrics records each evaluation (holdfast_policy_*); nil: none.
 	Metrics *metrics.Metrics
+	// Modules keeps the modules of policies delivered from registries
+	// (module: oci://...), pulled in the background by Run; nil: such
+	// policies cannot load.
+	Modules ModuleStore
+	// Registry says how registries are reached.
+	Registry RegistryOptions
+	// OnFailure is told when a policy's module fails to pull or to load,
+	// once per new error (not at each retry). nil: only logged.
+	OnFailure func(Failure)
 }
 
 // Manager holds the loaded policies. It is safe for concurrent use: Admit
@@ -66,6 +75,9 @@ type Manager struct {
 	current atomic.Pointer[snapshot]
 	// reloadMu serializes reloads (the watcher's and explicit ones).
 	reloadMu sync.Mutex
+
+	// pulls fetches registry modules into opts.Modules (ocipull.go).
+	pulls *puller
 }
 
 // snapshot is an immutable view of the configuration and its modules.
@@ -75,6 +87,9 @@ type snapshot struct {
 	// configErr is the last error reading policies.yaml, if the file now on
 	// disk could not be used (the policies are those of the last good one).
 	configErr error
+	// refs are the registry modules the configuration last read names,
+	// whether or not they loaded: what the puller fetches.
+	refs []ociRef
 }
 
 // loaded is one policy as it runs.
@@ -117,7 +132,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: start wasm engine: %w", err)
 	}
-	m := &Manager{opts: opts, logger: logger, engine: engine}
+	m := &Manager{opts: opts, logger: logger, engine: engine, pulls: newPuller(opts.Registry)}
 	m.current.Store(&snapshot{byName: map[string]*loaded{}})
 	if err := m.Reload(ctx); err != nil {
 		if m.current.Load().configErr != nil {
@@ -155,17 +170,24 @@ func (m *Manager) Reload(ctx context.Context) error {
 		return err
 	}
 
-	next := &snapshot{byName: map[string]*loaded{}}
+	next := &snapshot{byName: map[string]*loaded{}, refs: configRefs(cfg)}
 	var errs []error
 	for _, pc := range cfg.Policies {
 		l, err := m.reloadPolicy(ctx, pc, old.byName[pc.Name])
 		if err != nil {
 			errs = append(errs, err)
+			m.reportFailure(pc, old.byName[pc.Name], l, err)
 		}
 		next.policies = append(next.policies, l)
 		next.byName[pc.Name] = l
 	}
 	m.current.Store(next)
+	if !slices.Equal(old.refs, next.refs) {
+		m.pulls.wakeUp()
+	}
+	if len(errs) == 0 {
+		m.collectModules(next)
+	}
 
 	// Retire the modules no longer used; calls in flight finish on them.
 	inUse := map[*wasm.Module]bool{}
@@ -181,7 +203,7 @@ func (m *Manager) Reload(ctx context.Context) error {
 }
 
 func (m *Manager) modulePath(pc PolicyConfig) string {
-	if filepath.IsAbs(pc.Module) {
+	if filepath.IsAbs(pc.Module) || isOCI(pc.Module) {
 		return pc.Module
 	}
 	return filepath.Join(m.opts.Dir, pc.Module)
@@ -189,7 +211,7 @@ func (m *Manager) modulePath(pc PolicyConfig) string {
 
 func (m *Manager) reloadPolicy(ctx context.Context, pc PolicyConfig, old *loaded) (*loaded, error) {
 	path := m.modulePath(pc)
-	b, readErr := readModule(path)
+	b, readErr := m.moduleBytes(path)
 	digest := ""
 	if readErr == nil {
 		digest = wasm.Digest(b)
@@ -325,11 +347,20 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("policy: watch %s: %w", m.opts.Dir, err)
 	}
 	defer w.Close()
+	// The puller fetches the registry modules the configuration names; it
+	// stops with Run (cancel runs before Wait).
+	var pulling sync.WaitGroup
+	defer pulling.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pulling.Go(func() { m.pullLoop(ctx) })
 	watched := map[string]bool{}
 	watch := func() {
 		dirs := []string{m.opts.Dir}
 		for _, l := range m.current.Load().policies {
-			dirs = append(dirs, filepath.Dir(l.path))
+			if !isOCI(l.path) {
+				dirs = append(dirs, filepath.Dir(l.path))
+			}
 		}
 		for _, d := range dirs {
 			if watched[d] {

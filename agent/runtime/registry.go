@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/containerd/containerd/v2/core/remotes"
@@ -36,15 +37,12 @@ type Credentials func(host string) (username, secret string, ok bool)
 // registryConfigPath, with creds for the registries that ask for authentication, its requests
 // watched by progress (nil: not watched).
 func (r *Runtime) resolver(ctx context.Context, creds Credentials, progress *pullProgress) remotes.Resolver {
-	opts := config.HostOptions{}
+	opts := hostOptions(r.registryConfigPath)
 	if progress != nil {
 		opts.UpdateClient = func(c *http.Client) error {
 			c.Transport = progress.transport(c.Transport)
 			return nil
 		}
-	}
-	if r.registryConfigPath != "" {
-		opts.HostDir = config.HostDirFromRoot(r.registryConfigPath)
 	}
 	if creds != nil {
 		opts.Credentials = func(host string) (string, string, error) {
@@ -53,4 +51,46 @@ func (r *Runtime) resolver(ctx context.Context, creds Credentials, progress *pul
 		}
 	}
 	return docker.NewResolver(docker.ResolverOptions{Hosts: config.ConfigureHosts(ctx, opts)})
+}
+
+// hostOptions reads the host configuration of dir (WithRegistryConfigPath's; "": none).
+func hostOptions(dir string) config.HostOptions {
+	opts := config.HostOptions{}
+	if dir != "" {
+		opts.HostDir = config.HostDirFromRoot(dir)
+	}
+	return opts
+}
+
+// RegistryEndpoint is one endpoint serving a registry's API: a mirror or the registry itself.
+type RegistryEndpoint struct {
+	// Host is the host[:port] to reach.
+	Host string
+	// PlainHTTP: the endpoint speaks HTTP, not HTTPS.
+	PlainHTTP bool
+	// Client carries the endpoint's TLS configuration (CA, client certificate, skip_verify).
+	Client *http.Client
+}
+
+// PullEndpoints returns the endpoints a pull from registry ("host[:port]") tries, in the order
+// image pulls try them, by the host configuration of dir (laid out as WithRegistryConfigPath's;
+// "": none): for the clients other than containerd's (Wasm policies pulled from registries), so
+// that one configuration serves every pull. Endpoints without the pull capability, or whose API
+// is not under /v2 (which a plain registry client cannot reach), are left out.
+func PullEndpoints(ctx context.Context, dir, registry string) ([]RegistryEndpoint, error) {
+	hosts, err := config.ConfigureHosts(ctx, hostOptions(dir))(registry)
+	if err != nil {
+		return nil, fmt.Errorf("registry host configuration of %s: %w", registry, err)
+	}
+	var out []RegistryEndpoint
+	for _, h := range hosts {
+		if h.Capabilities&docker.HostCapabilityPull == 0 || (h.Path != "" && h.Path != "/v2") {
+			continue
+		}
+		out = append(out, RegistryEndpoint{Host: h.Host, PlainHTTP: h.Scheme == "http", Client: h.Client})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no endpoint of %s can pull (see its hosts.toml: capabilities, and a path other than /v2)", registry)
+	}
+	return out, nil
 }

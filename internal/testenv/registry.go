@@ -28,6 +28,10 @@ import (
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/registry"
+	"oras.land/oras-go/v2/registry/remote"
+	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/holdfast-dev/holdfast/internal/ociimage"
 	"github.com/holdfast-dev/holdfast/internal/testenv/testimages"
@@ -308,4 +312,35 @@ func (r *Registry) writeTLS() (certFile, keyFile string, err error) {
 	}
 	r.CAFile = ca.CertFile
 	return ca.IssueServing(r.dir, "registry", []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+}
+
+// PushArtifact pushes an OCI artifact of one layer, as `oras push REF FILE:MEDIATYPE` does
+// (an OCI 1.1 manifest with an empty config), to repoTag ("policies/deny:v1") and returns
+// its manifest digest: what a Wasm policy delivered from a registry is pinned by.
+func (r *Registry) PushArtifact(ctx context.Context, repoTag, layerMediaType string, layer []byte) digest.Digest {
+	r.t.Helper()
+	ref, err := registry.ParseReference(r.Ref(repoTag))
+	if err != nil {
+		r.t.Fatalf("push artifact %s: %v", repoTag, err)
+	}
+	repo := &remote.Repository{Reference: ref, PlainHTTP: !r.Options.TLS, Client: &auth.Client{
+		Client:     r.httpClient(),
+		Credential: auth.StaticCredential(r.Host, auth.Credential{Username: r.Options.Username, Password: r.Options.Password}),
+	}}
+	layerDesc, err := oras.PushBytes(ctx, repo, layerMediaType, layer)
+	if err != nil {
+		r.t.Fatalf("push artifact %s: layer: %v", repoTag, err)
+	}
+	manifest, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, "application/vnd.holdfast.test.artifact", oras.PackManifestOptions{
+		Layers: []ocispec.Descriptor{layerDesc},
+		// Reproducible: the same layer gives the same digest.
+		ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "2026-01-01T00:00:00Z"},
+	})
+	if err != nil {
+		r.t.Fatalf("push artifact %s: manifest: %v", repoTag, err)
+	}
+	if err := repo.Tag(ctx, manifest, ref.Reference); err != nil {
+		r.t.Fatalf("push artifact %s: tag: %v", repoTag, err)
+	}
+	return manifest.Digest
 }
