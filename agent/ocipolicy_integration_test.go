@@ -147,16 +147,9 @@ func TestOCIPolicies(t *testing.T) {
 	testenv.Reboot(e.cd, e.agent)
 	e.agent.Start()
 	manifest := strings.Replace(fmt.Sprintf(staticPod, "x"), "spec:\n", "spec:\n  hostNetwork: true\n", 1)
-	if err := os.WriteFile(filepath.Join(e.agent.Config.ManifestDir, "sensor.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 90*time.Second, "static host-network pod denied by B after the offline reboot", func() error {
-		p, err := e.localPod("sensor-" + node)
-		if err != nil {
-			return err
-		}
-		if p.Status.Phase != v1.PodFailed || p.Status.Reason != "HostNamespace" || !strings.Contains(p.Status.Message, wasm.Digest(moduleB)) {
-			return fmt.Errorf("status %s %s %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	e.judgeStaticPod(t, manifest, "static host-network pod denied by B after the offline reboot", 90*time.Second, func(st v1.PodStatus) error {
+		if st.Phase != v1.PodFailed || st.Reason != "HostNamespace" || !strings.Contains(st.Message, wasm.Digest(moduleB)) {
+			return fmt.Errorf("status %s %s %q", st.Phase, st.Reason, st.Message)
 		}
 		return nil
 	})

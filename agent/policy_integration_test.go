@@ -147,14 +147,21 @@ func testAdmissionPolicy(t *testing.T, install func(*config.Config), policy, kin
 	// Offline: the same policy judges a static pod with no apiserver.
 	e.cp.Stop()
 	manifest := strings.Replace(fmt.Sprintf(staticPod, "x"), "docker.io/holdfast/busybox:test", "docker.io/elsewhere/busybox:test", 1)
+	e.judgeStaticPod(t, manifest, "static pod denied offline", 60*time.Second, judged)
+}
+
+// judgeStaticPod writes manifest as the static pod "sensor" and waits until check accepts the
+// status the agent gives it, which it reads from the agent's own socket (no apiserver needed).
+func (e *env) judgeStaticPod(t *testing.T, manifest, what string, timeout time.Duration, check func(v1.PodStatus) error) {
+	t.Helper()
 	if err := os.WriteFile(filepath.Join(e.agent.Config.ManifestDir, "sensor.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "static pod denied offline", func() error {
+	testenv.Eventually(t, timeout, what, func() error {
 		p, err := e.localPod("sensor-" + node)
 		if err != nil {
 			return err
 		}
-		return judged(p.Status)
+		return check(p.Status)
 	})
 }
