@@ -254,3 +254,41 @@ func waitStored(t *testing.T, store ModuleStore, want ...string) {
 func plainHTTP(_ context.Context, registry string) ([]RegistryHost, error) {
 	return []RegistryHost{{Host: registry, PlainHTTP: true}}, nil
 }
+
+// TestOCIDeliveredOPAPolicy: a Rego policy's module (the policy.wasm of opa build -t wasm) is
+// delivered from a registry like any other, and judges pods as kind opa, with the data its
+// settings give.
+func TestOCIDeliveredOPAPolicy(t *testing.T) {
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
+	ctx := context.Background()
+	f := newFixture(t)
+	module := testenv.OPAModule(t, testenv.OPABundle(t, registriesRego, `{"allowed_prefix": "x"}`, "holdfast/admission/deny"))
+	d := reg.PushArtifact(ctx, "policies/rego:v1", MediaTypeWasmLayer, module)
+	f.config(fmt.Sprintf("- {name: rego, kind: opa, module: %q, entrypoint: holdfast/admission/deny, settings: {allowed_prefix: \"registry.local/\"}}\n",
+		"oci://"+reg.Host+"/policies/rego@"+d.String()))
+	m, err := Open(ctx, Options{Dir: f.dir, CacheDir: wasmtest.CacheDir(t, "wazero"), Modules: offline.NewMemStore(nil),
+		Registry: RegistryOptions{Hosts: plainHTTP, PullTimeout: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(runCtx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		dec := m.Admit(ctx, pod(), node)
+		if !dec.Allowed && strings.Contains(dec.Message, `image "nginx:1.27" of edge/web is not from registry.local/`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			st, _ := m.Status()
+			t.Fatalf("decision %+v, status %+v", dec, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
