@@ -126,45 +126,49 @@ func ReadOPABundle(b []byte) (*OPABundle, error) {
 }
 
 // setDataPath puts doc at dir ("/" or "/a/b") in data, as OPA does with a
-// bundle's data files: objects at one path are merged, anything else at a
-// taken path is a conflict.
+// bundle's data files: objects meeting at one path are merged, and any other
+// value meeting another at one path is a conflict, whatever the order the
+// files come in.
 func setDataPath(data map[string]any, dir string, doc any) error {
 	conflict := fmt.Errorf("data at %s conflicts with another data file", dir)
-	node := data
-	if dir != "/" {
-		parts := strings.Split(strings.TrimPrefix(dir, "/"), "/")
-		for _, p := range parts[:len(parts)-1] {
-			next, ok := node[p].(map[string]any)
-			if !ok {
-				if _, taken := node[p]; taken {
-					return conflict
-				}
-				next = map[string]any{}
-				node[p] = next
-			}
-			node = next
-		}
-		last := parts[len(parts)-1]
-		existing, isObj := node[last].(map[string]any)
-		if _, taken := node[last]; !taken {
-			node[last] = doc
-			return nil
-		} else if !isObj {
-			return conflict
-		}
-		node = existing
-	}
-	obj, ok := doc.(map[string]any)
-	if !ok {
-		if dir == "/" {
+	if dir == "/" {
+		obj, ok := doc.(map[string]any)
+		if !ok {
 			return errors.New("the root data.json is not an object")
 		}
+		if !mergeData(data, obj) {
+			return conflict
+		}
+		return nil
+	}
+	// Wrap doc in objects down from the root, then merge it in.
+	parts := strings.Split(strings.TrimPrefix(dir, "/"), "/")
+	wrapped := doc
+	for i := len(parts) - 1; i >= 0; i-- {
+		wrapped = map[string]any{parts[i]: wrapped}
+	}
+	if !mergeData(data, wrapped.(map[string]any)) {
 		return conflict
 	}
-	for k, v := range obj {
-		node[k] = v
-	}
 	return nil
+}
+
+// mergeData merges src into dst: keys of both whose values are objects are
+// merged in turn; any other key present in both is a conflict (false).
+func mergeData(dst, src map[string]any) bool {
+	for k, v := range src {
+		old, taken := dst[k]
+		if !taken {
+			dst[k] = v
+			continue
+		}
+		a, aObj := old.(map[string]any)
+		b, bObj := v.(map[string]any)
+		if !aObj || !bObj || !mergeData(a, b) {
+			return false
+		}
+	}
+	return true
 }
 
 // opaSpec is what the engine loads for an OPA policy: the bundle's module
