@@ -360,6 +360,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return podMgr.Run(ctx) })
 	g.Go(func() error { return netMgr.Run(ctx) })
+	if be.run != nil {
+		g.Go(func() error { return be.run(ctx) })
+	}
 	g.Go(func() error { return collector.Run(ctx) })
 	g.Go(func() error { return evictionMgr.Run(ctx) })
 	g.Go(func() error { return volMgr.Run(ctx) })
@@ -545,27 +548,38 @@ func (a *Agent) openPolicies(ctx context.Context, store offline.Store, recorder 
 	return pm, nil
 }
 
-// connectRuntime waits for containerd: at boot it may come up after the agent.
-func (a *Agent) connectRuntime(ctx context.Context) (*runtime.Runtime, error) {
-	delay := 500 * time.Millisecond
-	for {
-		rt, err := runtime.Connect(ctx, a.cfg.Containerd.Address, a.cfg.Containerd.Namespace, a.log.With("component", "runtime"),
+// connectRuntime waits for containerd at address, in namespace: at boot it may come up after
+// the agent.
+func (a *Agent) connectRuntime(ctx context.Context, address, namespace string) (*runtime.Runtime, error) {
+	return waitFor(ctx, a, "containerd", address, func() (*runtime.Runtime, error) {
+		return runtime.Connect(ctx, address, namespace, a.log.With("component", "runtime"),
 			runtime.WithRegistryConfigPath(a.cfg.Containerd.RegistryConfigPath),
 			runtime.WithRequestTimeout(a.cfg.Containerd.RequestTimeout.Duration),
 			runtime.WithPullProgressTimeout(a.cfg.Containerd.ImagePullProgressTimeout.Duration),
 			// The stdin FIFOs of containers with stdin: true (kubectl attach -i).
 			runtime.WithIODir(filepath.Join(a.cfg.StateDir, "io")))
+	})
+}
+
+// waitFor connects to the container runtime what names at address, retrying with back-off
+// until ctx ends: at boot it may come up after the agent.
+func waitFor[R interface {
+	Version(context.Context) (string, error)
+}](ctx context.Context, a *Agent, what, address string, connect func() (R, error)) (R, error) {
+	delay := 500 * time.Millisecond
+	for {
+		rt, err := connect()
 		if err == nil {
 			v, _ := rt.Version(ctx)
-			a.log.Info("connected to container runtime", "address", a.cfg.Containerd.Address, "version", v)
+			a.log.Info("connected to container runtime", "address", address, "version", v)
 			return rt, nil
 		}
-		a.log.Warn("container runtime not reachable; retrying", "address", a.cfg.Containerd.Address, "err", err, "retryIn", delay)
-		// Waiting for containerd is progress, not a hang: systemd's start timeout waits too.
-		systemd.ExtendStartTimeout(a.log, 2*delay+30*time.Second, "waiting for containerd at "+a.cfg.Containerd.Address)
+		a.log.Warn("container runtime not reachable; retrying", "address", address, "err", err, "retryIn", delay)
+		// Waiting for the runtime is progress, not a hang: systemd's start timeout waits too.
+		systemd.ExtendStartTimeout(a.log, 2*delay+30*time.Second, "waiting for "+what+" at "+address)
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return rt, ctx.Err()
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 10*time.Second)

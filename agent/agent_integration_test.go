@@ -18,6 +18,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/cri"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -31,16 +32,28 @@ type env struct {
 	agent *testenv.Agent
 }
 
+// startEnv starts the environment on the runtime backend under test (testenv.RuntimeUnderTest).
 func startEnv(t *testing.T, withAPI bool, tune func(*config.Config)) *env {
+	return startEnvOn(t, testenv.RuntimeUnderTest(), withAPI, tune)
+}
+
+// startEnvOn starts the environment on the runtime backend given.
+func startEnvOn(t *testing.T, backend string, withAPI bool, tune func(*config.Config)) *env {
 	testenv.RequireIntegration(t)
+	t.Logf("runtime backend: %s", backend)
 	e := &env{}
 	if withAPI {
 		e.cp = testenv.StartControlPlane(t, testenv.ControlPlaneOptions{Nodes: []string{node}})
 	}
-	e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{})
+	// The backend under test (testenv.RuntimeUnderTest): holdfast's CNI, or the CRI plugin's.
 	e.cni = testenv.CNI(t)
+	if backend == config.RuntimeCRI {
+		e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{EnableCRI: true, CNI: e.cni})
+	} else {
+		e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{})
+	}
 	ctx := context.Background()
-	e.cd.ImportTestImages(ctx, "holdfast")
+	e.cd.ImportTestImages(ctx, e.namespace())
 	dir := t.TempDir()
 	cfg := testenv.NewAgentConfig(t, dir, e.cd, e.cni)
 	cfg.NodeName = node
@@ -57,19 +70,34 @@ func startEnv(t *testing.T, withAPI bool, tune func(*config.Config)) *env {
 	return e
 }
 
-// containers lists holdfast's containers in containerd, by ID.
+// containers lists holdfast's containers in containerd, by ID: in its namespace, or those
+// the CRI plugin made for it (not the sandboxes' pause containers).
 func (e *env) containers(t *testing.T) map[string]runtime.Container {
 	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), "holdfast")
-	recs, err := e.cd.Client.ContainerService().List(ctx)
+	recs, err := e.cd.Client.ContainerService().List(namespaces.WithNamespace(context.Background(), e.namespace()))
 	if err != nil {
 		t.Fatalf("list containers: %v", err)
 	}
 	out := map[string]runtime.Container{}
 	for _, r := range recs {
+		if e.cd.CRI {
+			if r.Labels["io.holdfast.managed"] == "true" && r.Labels["io.cri-containerd.kind"] == "container" {
+				out[r.ID] = runtime.Container{ID: r.ID, PodUID: r.Labels[cri.LabelPodUID], Name: r.Labels[cri.LabelContainerName]}
+			}
+			continue
+		}
 		out[r.ID] = runtime.Container{ID: r.ID, PodUID: r.Labels[runtime.LabelPodUID], Name: r.Labels[runtime.LabelContainerName]}
 	}
 	return out
+}
+
+// namespace is the containerd namespace of the agent's images and containers: its own, or the
+// CRI plugin's.
+func (e *env) namespace() string {
+	if e.cd.CRI {
+		return "k8s.io"
+	}
+	return "holdfast"
 }
 
 func int64p(v int64) *int64 { return &v }

@@ -2,8 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 
+	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/hollow"
 	"github.com/holdfast-dev/holdfast/agent/logs"
@@ -12,11 +16,13 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/nodeapi"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/prober"
+	"github.com/holdfast-dev/holdfast/agent/runtime/cri"
 )
 
 // backend is what the agent runs pods on: a container runtime with its image store, and the
-// pods' networks. A gateway's is containerd and CNI (containerdBackend); a hollow node's,
-// for fleet simulations, keeps everything in memory (hollowBackend, agent/hollow).
+// pods' networks. A gateway's is containerd and CNI (containerdBackend), or a CRI runtime that
+// owns the pods' sandboxes and networks (criBackend, agent/runtime/cri); a hollow node's, for
+// fleet simulations, keeps everything in memory (hollowBackend, agent/hollow).
 type backend struct {
 	runtime containerRuntime
 	network podNetworks
@@ -25,7 +31,9 @@ type backend struct {
 	// preloaded are the image names imported from the firmware's tarballs, which image
 	// collection pins.
 	preloaded []string
-	close     func() error
+	// run does, until ctx ends, what the backend does in the background; nil: nothing.
+	run   func(ctx context.Context) error
+	close func() error
 }
 
 // containerRuntime is what the agent's parts ask of the container runtime, each through
@@ -50,10 +58,14 @@ type podNetworks interface {
 	Run(ctx context.Context) error
 }
 
-// openBackend opens the agent's backend: hollow for `holdfast hollow`, containerd otherwise.
+// openBackend opens the agent's backend: hollow for `holdfast hollow`, else the configured
+// runtime's.
 func (a *Agent) openBackend(ctx context.Context, boot *metrics.Boot) (*backend, error) {
-	if a.hollow {
+	switch {
+	case a.hollow:
 		return a.hollowBackend(), nil
+	case a.cfg.Runtime == config.RuntimeCRI:
+		return a.criBackend(ctx, boot)
 	}
 	return a.containerdBackend(ctx, boot)
 }
@@ -74,7 +86,7 @@ func (a *Agent) containerdBackend(ctx context.Context, boot *metrics.Boot) (*bac
 	a.log.Info("container logger installed", "path", loggerPath, "maxSize", cfg.ContainerLogMaxSize, "maxFiles", cfg.ContainerLogMaxFiles)
 	boot.Done("install_logger")
 
-	rt, err := a.connectRuntime(ctx)
+	rt, err := a.connectRuntime(ctx, cfg.Containerd.Address, cfg.Containerd.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -102,4 +114,57 @@ func (a *Agent) hollowBackend() *backend {
 		imageFS: hollow.Filesystem{Dir: filepath.Clean(a.cfg.StateDir)},
 		close:   func() error { return nil },
 	}
+}
+
+// criNamespace is the containerd namespace of containerd's CRI plugin.
+const criNamespace = "k8s.io"
+
+// criBackend connects to the CRI runtime (waiting for it). The runtime makes the pods'
+// sandboxes, networks and logs. With containerd's CRI plugin, which serves containerd's own
+// API on the same socket, the preloaded images are imported into the plugin's namespace and
+// image collection reads it; another CRI runtime has no API for either, and is refused until
+// holdfast collects images through the CRI.
+func (a *Agent) criBackend(ctx context.Context, boot *metrics.Boot) (*backend, error) {
+	cfg := a.cfg
+	rt, err := waitFor(ctx, a, "the CRI runtime", cfg.CRIEndpoint, func() (*cri.Runtime, error) {
+		return cri.Connect(ctx, cri.Config{
+			Endpoint:           cfg.CRIEndpoint,
+			RequestTimeout:     cfg.Containerd.RequestTimeout.Duration,
+			PodLogDir:          cfg.PodLogDir,
+			ClusterDomain:      cfg.ClusterDomain,
+			SeccompProfileRoot: cfg.SeccompProfileRoot,
+			LogMaxSize:         cfg.ContainerLogMaxSizeBytes(),
+			LogMaxFiles:        cfg.ContainerLogMaxFiles,
+		}, a.log.With("component", "cri"))
+	})
+	if err != nil {
+		return nil, err
+	}
+	boot.Done("connect_runtime")
+	name, err := rt.RuntimeName(ctx)
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	if name != "containerd" {
+		rt.Close()
+		return nil, fmt.Errorf("runtime: cri at %s is %s: holdfast's CRI backend needs containerd's CRI plugin for now (preloaded images and image collection go through containerd's own API on the same socket)", cfg.CRIEndpoint, name)
+	}
+	cd, err := a.connectRuntime(ctx, strings.TrimPrefix(cfg.CRIEndpoint, "unix://"), criNamespace)
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	preloaded := a.preloadImages(ctx, cd)
+	boot.Done("preload_images")
+	return &backend{
+		runtime:   rt,
+		network:   rt.Network(),
+		images:    gc.NewContainerdImages(cd.Client(), criNamespace),
+		imageFS:   gc.NewImageFilesystem(cd.Client(), cfg.GC.ImageFSPath),
+		preloaded: preloaded,
+		// The runtime writes the containers' logs; holdfast rotates them.
+		run:   rt.RotateLogs,
+		close: func() error { return errors.Join(rt.Close(), cd.Close()) },
+	}, nil
 }

@@ -122,7 +122,7 @@ func TestGarbageCollection(t *testing.T) {
 			}
 		}
 	})
-	ctx := namespaces.WithNamespace(context.Background(), "holdfast")
+	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
 	for _, name := range []string{gcUnusedA, gcUnusedB, gcPinned} {
 		if _, err := e.cd.Client.Import(ctx, bytes.NewReader(gcImageTar(t, name))); err != nil {
 			t.Fatalf("import %s: %v", name, err)

@@ -82,7 +82,7 @@ func (e *env) requireEachCreatedOnce(t *testing.T, names []string) {
 	t.Helper()
 	ctx := context.Background()
 	running := e.waitAPIRunning(t, names...)
-	tasks, err := e.cd.RunningTasks(ctx, "holdfast")
+	tasks, err := e.cd.RunningTasks(ctx, e.namespace())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/cri"
 
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
@@ -330,7 +331,16 @@ func intstrFrom(port int) intstr.IntOrString { return intstr.FromInt32(int32(por
 // exec runs a command in a running container through holdfast's own runtime package.
 func (e *env) exec(containerID string, cmd ...string) (string, error) {
 	ctx := context.Background()
-	rt, err := runtime.Connect(ctx, e.cd.Address, "holdfast", slog.New(slog.DiscardHandler))
+	var rt interface {
+		Exec(context.Context, string, []string, runtime.ExecOptions) (runtime.ExecResult, error)
+		Close() error
+	}
+	var err error
+	if e.cd.CRI {
+		rt, err = cri.Connect(ctx, cri.Config{Endpoint: e.cd.Address}, slog.New(slog.DiscardHandler))
+	} else {
+		rt, err = runtime.Connect(ctx, e.cd.Address, "holdfast", slog.New(slog.DiscardHandler))
+	}
 	if err != nil {
 		return "", err
 	}
@@ -348,7 +358,7 @@ func (e *env) exec(containerID string, cmd ...string) (string, error) {
 // taskRunning reports whether the container's task runs in containerd.
 func (e *env) taskRunning(t *testing.T, containerID string) bool {
 	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), "holdfast")
+	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
 	c, err := e.cd.Client.LoadContainer(ctx, containerID)
 	if err != nil {
 		return false

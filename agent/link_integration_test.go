@@ -175,7 +175,7 @@ func (e *env) checkUntouched(t *testing.T, name string, before *v1.Pod) {
 		t.Errorf("%s was touched: phase %s, %+v", name, pod.Status.Phase, cs)
 	}
 	// No container twice: at most one running task per pod and container name.
-	tasks, err := e.cd.RunningTasks(ctx, "holdfast")
+	tasks, err := e.cd.RunningTasks(ctx, e.namespace())
 	if err != nil {
 		t.Fatal(err)
 	}

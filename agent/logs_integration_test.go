@@ -179,10 +179,14 @@ func TestContainerLogsSurviveAgentKill(t *testing.T) {
 	}
 
 	// The writer is the dedicated logger binary installed beside holdfast, not holdfast itself
-	// (six times the memory, one per container).
+	// (six times the memory, one per container). On the CRI backend the runtime writes it.
 	link := filepath.Join(e.agent.Config.StateDir, "bin", "holdfast-logger")
 	target, lerr := os.Readlink(link)
-	if lerr != nil || filepath.Base(target) != "holdfast-logger" {
+	if e.cd.CRI {
+		if lerr == nil {
+			t.Errorf("logger link %s -> %q on the CRI backend, whose runtime writes the logs", link, target)
+		}
+	} else if lerr != nil || filepath.Base(target) != "holdfast-logger" {
 		t.Errorf("logger link %s -> %q (%v), want the holdfast-logger binary", link, target, lerr)
 	} else if pids := logsProcessesOf(t, target); len(pids) != 1 {
 		t.Errorf("%d processes run %s, want one logger for the one container", len(pids), target)
@@ -249,6 +253,13 @@ func TestContainerLogsSurviveAgentKill(t *testing.T) {
 	})
 	logsAssertNoGap(t, lines)
 	rotated := regexp.MustCompile(`^0\.log\.\d{8}-\d{6}(-\d{3})?$`)
+	// The logger rotates as it writes. A CRI runtime writes the file itself, and holdfast
+	// rotates it every 10 s, as the kubelet does: the file may grow by 10 s of output (about
+	// 2 KiB a second here, twice that allowed) past the limit first.
+	maxRotated := 8 << 10
+	if e.cd.CRI {
+		maxRotated += 10 * 4 << 10
+	}
 	if len(files) != 3 {
 		t.Errorf("files %v, want 3 (containerLogMaxFiles)", files)
 	}
@@ -260,7 +271,7 @@ func TestContainerLogsSurviveAgentKill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(b) > 8<<10 && strings.Count(string(b), "\n") > 1 {
+		if len(b) > maxRotated && strings.Count(string(b), "\n") > 1 {
 			t.Errorf("%s is %d bytes, over containerLogMaxSize", f, len(b))
 		}
 	}

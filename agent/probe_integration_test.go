@@ -93,7 +93,7 @@ func (e *probeEnv) running(name string) v1.ContainerStatus {
 // process inside the container writing its own files would do.
 func (e *probeEnv) rootfs(containerID string) string {
 	e.t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), "holdfast")
+	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
 	c, err := e.cd.Client.LoadContainer(ctx, strings.TrimPrefix(containerID, "containerd://"))
 	if err != nil {
 		e.t.Fatalf("load container %s: %v", containerID, err)

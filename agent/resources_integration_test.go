@@ -32,7 +32,7 @@ func (e *env) podLog(t *testing.T, p *v1.Pod, container string) string {
 // taskPid returns the host PID of a running container's process.
 func (e *env) taskPid(t *testing.T, containerID string) int {
 	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), "holdfast")
+	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
 	c, err := e.cd.Client.LoadContainer(ctx, containerID)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,7 @@
 # build-tools.sh builds the control plane binaries the integration tests run, kube-apiserver,
 # kube-controller-manager, kube-scheduler and etcd, the distribution registry the image pull
 # tests pull from, the konnectivity server the tunnel test runs and OPA's CLI the Rego policy
-# tests compile with, from the modules in hack/tools, into the cache outside the repository
+# tests compile with and crictl, from the modules in hack/tools, into the cache outside the repository
 # (hack/build-lib.sh says where and how):
 #
 #   BIN/kube-apiserver-vX.Y.Z, BIN/kube-controller-manager-vX.Y.Z, BIN/kube-scheduler-vX.Y.Z
@@ -11,6 +11,7 @@
 #   BIN/kubectl-vX.Y.Z
 #   BIN/konnectivity-server-vX.Y.Z
 #   BIN/opa-vX.Y.Z
+#   BIN/crictl-vX.Y.Z
 #
 # A binary already in the cache is not rebuilt: the first kube-apiserver build takes 10-15
 # minutes on 2 cores, later runs take no time. Quiet when there is nothing to build.
@@ -56,3 +57,9 @@ cached_build konnectivity-server "$(module_version "$konnectivity_dir" sigs.k8s.
 opa_dir="$repo/hack/tools/opa"
 cached_build opa "$(module_version "$opa_dir" github.com/open-policy-agent/opa)" "$opa_dir" \
 	go build -trimpath -ldflags "-s -w" .
+
+# crictl, from sigs.k8s.io/cri-tools (the module's tool directive): the CRI backend's tests
+# check that an operator's crictl sees and reaches holdfast's pods (about two minutes).
+crictl_dir="$repo/hack/tools/crictl"
+cached_build crictl "$(module_version "$crictl_dir" sigs.k8s.io/cri-tools)" "$crictl_dir" \
+	go build -trimpath -ldflags "-s -w" sigs.k8s.io/cri-tools/cmd/crictl

@@ -119,6 +119,16 @@ type Config struct {
 	SystemReserved map[string]string `json:"systemReserved,omitempty"`
 	KubeReserved   map[string]string `json:"kubeReserved,omitempty"`
 
+	// Runtime chooses the backend pods run on: "containerd" (the default) drives containerd
+	// through its Go client, in its own namespace, with holdfast's CNI and logger and no pause
+	// container; "cri" drives any CRI runtime at CRIEndpoint (containerd's CRI plugin, CRI-O)
+	// the way the kubelet does: the runtime makes each pod's sandbox, its pause container and
+	// its network, and crictl sees holdfast's pods. See the README's "Runtime backends".
+	Runtime string `json:"runtime,omitempty"`
+	// CRIEndpoint is the CRI runtime's socket with runtime: cri. Defaults to
+	// unix:///run/containerd/containerd.sock.
+	CRIEndpoint string `json:"criEndpoint,omitempty"`
+
 	Containerd ContainerdConfig `json:"containerd,omitempty"`
 	CNI        CNIConfig        `json:"cni,omitempty"`
 	// UplinkProfile chooses the defaults of the heartbeats, what the agent sends the
@@ -216,6 +226,12 @@ type X509AuthenticationConfig struct {
 	// only bearer tokens (TokenReview) authenticate.
 	ClientCAFile string `json:"clientCAFile,omitempty"`
 }
+
+// The runtime backends (Config.Runtime).
+const (
+	RuntimeContainerd = "containerd"
+	RuntimeCRI        = "cri"
+)
 
 // ContainerdConfig says which containerd to use.
 type ContainerdConfig struct {
@@ -387,6 +403,8 @@ func (c *Config) applyDefaults() {
 		c.MaxPods = 110
 	}
 	setDefault(&c.ClusterDomain, "cluster.local")
+	setDefault(&c.Runtime, RuntimeContainerd)
+	setDefault(&c.CRIEndpoint, "unix:///run/containerd/containerd.sock")
 	setDefault(&c.Containerd.Address, "/run/containerd/containerd.sock")
 	setDefault(&c.Containerd.Namespace, "holdfast")
 	setDefault(&c.Containerd.RegistryConfigPath, "/etc/holdfast/certs.d")
@@ -530,6 +548,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPods < 0 {
 		errs = append(errs, fmt.Errorf("maxPods %d is negative", c.MaxPods))
+	}
+	if c.Runtime != RuntimeContainerd && c.Runtime != RuntimeCRI {
+		errs = append(errs, fmt.Errorf("runtime %q is neither %q nor %q", c.Runtime, RuntimeContainerd, RuntimeCRI))
 	}
 	for _, ip := range c.ClusterDNS {
 		if net.ParseIP(ip) == nil {

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"sync"
 
-	gocni "github.com/containerd/go-cni"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/network"
 )
@@ -42,8 +42,13 @@ func (n *Network) Run(ctx context.Context) error {
 	return nil
 }
 
-// Setup gives the pod the next free address; a pod set up already keeps its own.
-func (n *Network) Setup(_ context.Context, podUID, _, _ string, ports []gocni.PortMapping) (*network.PodNetwork, error) {
+// Setup gives a pod with its own network the next free address; a pod set up already keeps
+// its own. A host-network pod gets nothing.
+func (n *Network) Setup(_ context.Context, pod *v1.Pod) (*network.PodNetwork, error) {
+	if pod.Spec.HostNetwork {
+		return &network.PodNetwork{}, nil
+	}
+	podUID, ports := string(pod.UID), network.PortMappings(pod)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if pn, ok := n.pods[podUID]; ok {

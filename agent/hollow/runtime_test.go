@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -139,15 +140,15 @@ func TestLifecycle(t *testing.T) {
 func TestNetwork(t *testing.T) {
 	ctx := context.Background()
 	n := NewNetwork("node-a")
-	a, err := n.Setup(ctx, "uid-a", "default", "a", nil)
+	a, err := n.Setup(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-a", Namespace: "default", Name: "a"}})
 	if err != nil || len(a.IPs) != 1 || !a.Complete {
 		t.Fatalf("setup: %+v, %v", a, err)
 	}
-	b, _ := n.Setup(ctx, "uid-b", "default", "b", nil)
+	b, _ := n.Setup(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-b", Namespace: "default", Name: "b"}})
 	if a.IPs[0] == b.IPs[0] {
 		t.Errorf("two pods of one node share %s", a.IPs[0])
 	}
-	if again, _ := n.Setup(ctx, "uid-a", "default", "a", nil); again.IPs[0] != a.IPs[0] {
+	if again, _ := n.Setup(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-a", Namespace: "default", Name: "a"}}); again.IPs[0] != a.IPs[0] {
 		t.Errorf("setup again changed the address: %s, was %s", again.IPs[0], a.IPs[0])
 	}
 	if got := n.Known(); len(got) != 2 {

@@ -135,36 +135,75 @@ func (lf *File) rotateLocked() error {
 
 // rotatedName is NAME.YYYYMMDD-HHMMSS, or with -001, -002 ... when that name is taken.
 func (lf *File) rotatedName() (string, error) {
-	base := lf.loc.name + "." + lf.opts.Now().UTC().Format(rotationFormat)
+	return rotatedName(lf.dir, lf.loc.name, lf.opts.Now())
+}
+
+// rotatedName is a free name in dir for the rotation of name at now.
+func rotatedName(dir *os.File, name string, now time.Time) (string, error) {
+	base := name + "." + now.UTC().Format(rotationFormat)
 	for i := 0; i < 1000; i++ {
-		name := base
+		rotated := base
 		if i > 0 {
-			name = fmt.Sprintf("%s-%03d", base, i)
+			rotated = fmt.Sprintf("%s-%03d", base, i)
 		}
 		var st unix.Stat_t
-		err := unix.Fstatat(int(lf.dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		err := unix.Fstatat(int(dir.Fd()), rotated, &st, unix.AT_SYMLINK_NOFOLLOW)
 		if errors.Is(err, unix.ENOENT) {
-			return name, nil
+			return rotated, nil
 		} else if err != nil {
-			return "", fmt.Errorf("rotate %s: %w", lf.Path(), &os.PathError{Op: "stat", Path: filepath.Join(lf.dir.Name(), name), Err: err})
+			return "", fmt.Errorf("rotate %s: %w", filepath.Join(dir.Name(), name), &os.PathError{Op: "stat", Path: filepath.Join(dir.Name(), rotated), Err: err})
 		}
 	}
-	return "", fmt.Errorf("rotate %s: more than 1000 rotations in one second", lf.Path())
+	return "", fmt.Errorf("rotate %s: more than 1000 rotations in one second", filepath.Join(dir.Name(), name))
 }
 
 // prune removes the oldest rotated files beyond MaxFiles-1.
-func (lf *File) prune() error {
-	names, err := rotatedNames(lf.dir, lf.loc.name)
+func (lf *File) prune() error { return pruneRotated(lf.dir, lf.loc.name, lf.opts.MaxFiles) }
+
+// pruneRotated removes the oldest rotated files of name in dir beyond maxFiles-1.
+func pruneRotated(dir *os.File, name string, maxFiles int) error {
+	names, err := rotatedNames(dir, name)
 	if err != nil {
-		return fmt.Errorf("prune rotated logs of %s: %w", lf.Path(), err)
+		return fmt.Errorf("prune rotated logs of %s: %w", filepath.Join(dir.Name(), name), err)
 	}
 	var errs []error
-	for _, n := range names[:max(0, len(names)-(lf.opts.MaxFiles-1))] {
-		if err := unix.Unlinkat(int(lf.dir.Fd()), n, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, &os.PathError{Op: "remove", Path: filepath.Join(lf.dir.Name(), n), Err: err})
+	for _, n := range names[:max(0, len(names)-(maxFiles-1))] {
+		if err := unix.Unlinkat(int(dir.Fd()), n, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, &os.PathError{Op: "remove", Path: filepath.Join(dir.Name(), n), Err: err})
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// RotateAside rotates a log file another process writes (a CRI runtime writes its containers'
+// logs itself), as the kubelet's container log manager does: the live file at path is renamed
+// to its rotated name and the rotated files beyond maxFiles-1 are removed; the writer is then
+// asked to reopen path, which makes a new file. If it cannot, undo renames the file back, so
+// that no output goes to a file the readers no longer see. Following no symlink.
+func RotateAside(path string, maxFiles int, now time.Time) (undo func() error, err error) {
+	loc, err := locate("", path)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := openDir(loc, false)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	rotated, err := rotatedName(dir, loc.name, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Renameat(int(dir.Fd()), loc.name, int(dir.Fd()), rotated); err != nil {
+		return nil, fmt.Errorf("rotate %s: rename to %s: %w", path, rotated, err)
+	}
+	undo = func() error {
+		if err := os.Rename(filepath.Join(filepath.Dir(path), rotated), path); err != nil {
+			return fmt.Errorf("undo the rotation of %s: %w", path, err)
+		}
+		return nil
+	}
+	return undo, pruneRotated(dir, loc.name, maxFiles)
 }
 
 // Close syncs and closes the file: what was written survives a power cut.

@@ -329,3 +329,50 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestRotateAside rotates a log another process writes: the live file renamed to its rotated
+// name, the oldest rotated files beyond maxFiles-1 removed, and undo putting it back.
+func TestRotateAside(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "0.log")
+	at := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	for i := range 3 {
+		if err := os.WriteFile(live, []byte(fmt.Sprintf("file %d\n", i)), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := RotateAside(live, 3, at.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func() []string {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	// Two rotated files kept: with the live one the writer reopens, three.
+	if got, want := names(), []string{"0.log.20261204-100001", "0.log.20261204-100002"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("files %v, want %v", got, want)
+	}
+	if err := os.WriteFile(live, []byte("file 3\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	undo, err := RotateAside(live, 3, at.Add(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := undo(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(live); err != nil || string(b) != "file 3\n" {
+		t.Errorf("after undo: %q, %v", b, err)
+	}
+	if _, err := RotateAside(filepath.Join(dir, "absent.log"), 3, at); err == nil {
+		t.Error("rotating a missing file succeeded")
+	}
+}

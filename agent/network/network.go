@@ -191,11 +191,19 @@ func (m *Manager) record(podUID string) *PodNetwork {
 	return &pn
 }
 
-// Setup gives the pod a network namespace with CNI networking and returns it. It is
-// idempotent: a pod already set up gets its recorded network back. A half-done setup (a
-// namespace without a complete record, after a crash) is torn down and redone; so is a setup
-// whose namespace is gone (a reboot).
-func (m *Manager) Setup(ctx context.Context, podUID, namespace, name string, ports []gocni.PortMapping) (*PodNetwork, error) {
+// Setup gives a pod with its own network a network namespace with CNI networking, its
+// hostPorts mapped, and returns it; a host-network pod needs nothing here (an empty
+// PodNetwork). It is idempotent: a pod already set up gets its recorded network back. A
+// half-done setup (a namespace without a complete record, after a crash) is torn down and
+// redone; so is a setup whose namespace is gone (a reboot).
+func (m *Manager) Setup(ctx context.Context, pod *v1.Pod) (*PodNetwork, error) {
+	if pod.Spec.HostNetwork {
+		return &PodNetwork{}, nil
+	}
+	return m.setup(ctx, string(pod.UID), pod.Namespace, pod.Name, PortMappings(pod))
+}
+
+func (m *Manager) setup(ctx context.Context, podUID, namespace, name string, ports []gocni.PortMapping) (*PodNetwork, error) {
 	if pn := m.Get(podUID); pn != nil {
 		return pn, nil
 	}

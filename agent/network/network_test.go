@@ -85,13 +85,13 @@ func TestSetupAfterRebootDefersTheOldDel(t *testing.T) {
 	n := newRecorderNet(t)
 	ctx := context.Background()
 	const uid = "0b5c-uid"
-	pn, err := n.m.Setup(ctx, uid, "default", "web", nil)
+	pn, err := n.m.setup(ctx, uid, "default", "web", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns := pn.NetNSPath
 	n.reboot(t, uid)
-	if pn, err = n.m.Setup(ctx, uid, "default", "web", nil); err != nil {
+	if pn, err = n.m.setup(ctx, uid, "default", "web", nil); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"ADD_" + uid + "_" + ns, "ADD_" + uid + "-g1_" + ns}
@@ -104,7 +104,7 @@ func TestSetupAfterRebootDefersTheOldDel(t *testing.T) {
 
 	// A second reboot: the next generation; the first set-aside attachment is still there.
 	n.reboot(t, uid)
-	if _, err := n.m.Setup(ctx, uid, "default", "web", nil); err != nil {
+	if _, err := n.m.setup(ctx, uid, "default", "web", nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -140,11 +140,11 @@ func TestTeardownReleasesSetAside(t *testing.T) {
 	n := newRecorderNet(t)
 	ctx := context.Background()
 	const uid = "77aa-uid"
-	if _, err := n.m.Setup(ctx, uid, "default", "web", nil); err != nil {
+	if _, err := n.m.setup(ctx, uid, "default", "web", nil); err != nil {
 		t.Fatal(err)
 	}
 	n.reboot(t, uid)
-	if _, err := n.m.Setup(ctx, uid, "default", "web", nil); err != nil {
+	if _, err := n.m.setup(ctx, uid, "default", "web", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.m.Teardown(ctx, uid, "default", "web"); err != nil {
@@ -171,12 +171,12 @@ func TestSetupAfterRebootWithHostPortsDelsFirst(t *testing.T) {
 	ctx := context.Background()
 	const uid = "c3d4-uid"
 	ports := []gocni.PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}}
-	pn, err := n.m.Setup(ctx, uid, "default", "web", ports)
+	pn, err := n.m.setup(ctx, uid, "default", "web", ports)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.reboot(t, uid)
-	if _, err := n.m.Setup(ctx, uid, "default", "web", ports); err != nil {
+	if _, err := n.m.setup(ctx, uid, "default", "web", ports); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"ADD_" + uid + "_" + pn.NetNSPath, "DEL_" + uid + "_none", "ADD_" + uid + "_" + pn.NetNSPath}

@@ -3,9 +3,6 @@ package pods
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -25,30 +22,38 @@ const (
 	minQuota      = 1000
 )
 
-// resourceSpecOpts turns requests and limits into cgroup settings and sets the process's OOM
-// score from the pod's QoS class, as kubelet does.
-func resourceSpecOpts(pod *v1.Pod, c *v1.Container, memoryCapacity int64, noSwap bool) []runtime.SpecOpt {
-	var opts []runtime.SpecOpt
+// containerResources turns requests and limits into cgroup settings and the process's OOM
+// score from the pod's QoS class, as kubelet does. Every backend applies the same numbers.
+func containerResources(pod *v1.Pod, c *v1.Container, memoryCapacity int64, noSwap bool) runtime.Resources {
 	req, lim := c.Resources.Requests, c.Resources.Limits
-	shares := uint64(minShares)
+	res := runtime.Resources{CPUShares: minShares, NoSwap: noSwap, OOMScoreAdj: oomScoreAdj(pod, c, memoryCapacity)}
 	if q, ok := req[v1.ResourceCPU]; ok {
-		shares = max(uint64(q.MilliValue())*sharesPerCPU/milliCPUToCPU, minShares)
+		res.CPUShares = max(uint64(q.MilliValue())*sharesPerCPU/milliCPUToCPU, minShares)
 	} else if q, ok := lim[v1.ResourceCPU]; ok {
-		shares = max(uint64(q.MilliValue())*sharesPerCPU/milliCPUToCPU, minShares) // request defaults to limit
+		res.CPUShares = max(uint64(q.MilliValue())*sharesPerCPU/milliCPUToCPU, minShares) // request defaults to limit
 	}
-	opts = append(opts, oci.WithCPUShares(shares))
 	if q, ok := lim[v1.ResourceCPU]; ok {
-		quota := max(q.MilliValue()*quotaPeriod/milliCPUToCPU, minQuota)
-		opts = append(opts, oci.WithCPUCFS(quota, quotaPeriod))
+		res.CPUQuota, res.CPUPeriod = max(q.MilliValue()*quotaPeriod/milliCPUToCPU, minQuota), quotaPeriod
 	}
 	if q, ok := lim[v1.ResourceMemory]; ok && q.Value() > 0 {
-		opts = append(opts, oci.WithMemoryLimit(uint64(q.Value())))
+		res.MemoryLimit = q.Value()
 	}
-	if noSwap {
+	return res
+}
+
+// resourceSpecOpts applies res to a containerd container's spec.
+func resourceSpecOpts(res runtime.Resources) []runtime.SpecOpt {
+	opts := []runtime.SpecOpt{oci.WithCPUShares(res.CPUShares)}
+	if res.CPUQuota > 0 {
+		opts = append(opts, oci.WithCPUCFS(res.CPUQuota, uint64(res.CPUPeriod)))
+	}
+	if res.MemoryLimit > 0 {
+		opts = append(opts, oci.WithMemoryLimit(uint64(res.MemoryLimit)))
+	}
+	if res.NoSwap {
 		opts = append(opts, withNoSwap)
 	}
-	opts = append(opts, withOOMScoreAdj(oomScoreAdj(pod, c, memoryCapacity)))
-	return opts
+	return append(opts, withOOMScoreAdj(res.OOMScoreAdj))
 }
 
 // withNoSwap is kubelet's swap behavior NoSwap on cgroup v2: memory.swap.max is 0, so the
@@ -90,20 +95,13 @@ func oomScoreAdj(pod *v1.Pod, c *v1.Container, memoryCapacity int64) int {
 // then fails the start with an unhelpful error.
 func withOOMScoreAdj(adj int) runtime.SpecOpt {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if own, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil {
-			if v, err := strconv.Atoi(strings.TrimSpace(string(own))); err == nil {
-				adj = clampOOMScoreAdj(adj, v)
-			}
+		if own, ok := runtime.AgentOOMScoreAdj(); ok {
+			adj = runtime.ClampOOMScoreAdj(adj, own)
 		}
 		s.Process.OOMScoreAdj = &adj
 		return nil
 	}
 }
-
-// clampOOMScoreAdj keeps a container's score at the agent's own or above. Under the
-// firmware's unit the agent runs at -999 (OOMScoreAdjust), below every QoS score, so the
-// clamp leaves kubelet's scores as they are; an agent left at 0 clamps Guaranteed pods to 0.
-func clampOOMScoreAdj(adj, own int) int { return max(adj, own) }
 
 // verifyNonRoot refuses a container that would run as root, after the image's user and the
 // securityContext were applied, with kubelet's message.

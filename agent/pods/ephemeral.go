@@ -51,7 +51,7 @@ func (p *plan) planEphemeral(pod *v1.Pod, byName map[string][]runtime.Container)
 			if len(t) == 0 || t[len(t)-1].State != runtime.StateRunning || t[len(t)-1].Pid == 0 {
 				continue // waits in ContainerCreating; the target's start syncs the pod again
 			}
-			s.pidNamespaceOf = t[len(t)-1].Pid
+			s.pidNamespaceOf, s.pidNamespaceOfID = t[len(t)-1].Pid, t[len(t)-1].ID
 		}
 		p.start = append(p.start, s)
 	}

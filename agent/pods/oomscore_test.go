@@ -9,6 +9,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
 // Pods' OOM scores follow their QoS class as kubelet's do when the agent runs at -999 (the
@@ -38,10 +40,10 @@ func TestOOMScoreAdjFollowsQoSWithAgentAtMinus999(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			adj := oomScoreAdj(tc.pod, &tc.pod.Spec.Containers[0], memCapacity)
-			if got := clampOOMScoreAdj(adj, -999); got != tc.atMinus999 {
+			if got := runtime.ClampOOMScoreAdj(adj, -999); got != tc.atMinus999 {
 				t.Errorf("agent at -999: %d, want %d", got, tc.atMinus999)
 			}
-			if got := clampOOMScoreAdj(adj, 0); got != tc.atZero {
+			if got := runtime.ClampOOMScoreAdj(adj, 0); got != tc.atZero {
 				t.Errorf("agent at 0: %d, want %d", got, tc.atZero)
 			}
 		})
@@ -54,7 +56,7 @@ func TestNoSwap(t *testing.T) {
 	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a"}}}}
 	for _, noSwap := range []bool{true, false} {
 		s := &oci.Spec{Process: &specs.Process{}}
-		for _, opt := range resourceSpecOpts(pod, &pod.Spec.Containers[0], 1<<30, noSwap) {
+		for _, opt := range resourceSpecOpts(containerResources(pod, &pod.Spec.Containers[0], 1<<30, noSwap)) {
 			if err := opt(context.Background(), nil, &containers.Container{}, s); err != nil {
 				t.Fatal(err)
 			}

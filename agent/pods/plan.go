@@ -32,6 +32,8 @@ type startAction struct {
 	// pidNamespaceOf, when set, is the process whose PID namespace the container joins (an
 	// ephemeral container's target).
 	pidNamespaceOf uint32
+	// pidNamespaceOfID is the runtime's ID of that container.
+	pidNamespaceOfID string
 }
 
 type killAction struct {

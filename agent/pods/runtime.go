@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	gocni "github.com/containerd/go-cni"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/network"
@@ -13,8 +12,8 @@ import (
 
 // Runtime is the container runtime the pods run on: the boundary between the pod workers
 // and what makes containers. *runtime.Runtime (containerd) is the one a gateway runs; the
-// hollow runtime (agent/hollow) keeps containers as state for fleet simulations; a CRI
-// backend is to come. Each method's contract is the one *runtime.Runtime documents.
+// hollow runtime (agent/hollow) keeps containers as state for fleet simulations; the CRI
+// backend (agent/runtime/cri) runs them on any CRI runtime. Each method's contract is the one *runtime.Runtime documents.
 type Runtime interface {
 	// EnsureImage makes the image available per the pull policy, with creds for a registry
 	// that asks; errors wrap runtime.ErrImageNeverPull or runtime.ErrImagePull.
@@ -49,8 +48,11 @@ type Runtime interface {
 // Network sets up and tears down pods' own networks (not the host network's pods);
 // *network.Manager (CNI) is the one a gateway runs. Contracts as *network.Manager documents.
 type Network interface {
-	// Setup gives the pod a network namespace attached to the configured networks.
-	Setup(ctx context.Context, podUID, namespace, name string, ports []gocni.PortMapping) (*network.PodNetwork, error)
+	// Setup gives the pod its network before its containers are made: for a pod with its own
+	// network, a namespace attached to the configured networks, its IPs returned; for a
+	// host-network pod, whatever the backend needs (nothing with CNI, the pod sandbox with
+	// CRI) and no IPs. Called at every sync of the pod: idempotent.
+	Setup(ctx context.Context, pod *v1.Pod) (*network.PodNetwork, error)
 	// Teardown releases what Setup made; a pod with nothing set up is not an error.
 	Teardown(ctx context.Context, podUID, namespace, name string) error
 	// Get returns the pod's network as Setup recorded it, nil when it has none.

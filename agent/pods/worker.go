@@ -535,23 +535,25 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 func (w *worker) prepare(ctx context.Context, log *slog.Logger, pod *v1.Pod) (podIPs, hostIPs []string, vols *volumes.PodVolumes, ok bool, next time.Duration) {
 	next = resyncPeriod
 	hostIPs = w.m.hostIPs()
+	began := w.m.now()
+	pn, err := w.m.net.Setup(ctx, pod)
 	if !pod.Spec.HostNetwork {
-		began := w.m.now()
-		pn, err := w.m.net.Setup(ctx, string(pod.UID), pod.Namespace, pod.Name, network.PortMappings(pod))
 		w.timePhase(metrics.PhaseNetwork, began)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.m.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
-				for _, c := range allContainers(pod) {
-					w.waiting[c.Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + err.Error()}
-				}
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			w.m.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			for _, c := range allContainers(pod) {
+				w.waiting[c.Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + err.Error()}
 			}
-			return nil, hostIPs, nil, false, 5 * time.Second
 		}
+		return nil, hostIPs, nil, false, 5 * time.Second
+	}
+	if !pod.Spec.HostNetwork {
 		podIPs = pn.IPs
 	}
-	began := w.m.now()
-	vols, err := w.m.cfg.Volumes.Setup(ctx, pod)
+	began = w.m.now()
+	vols, err = w.m.cfg.Volumes.Setup(ctx, pod)
 	w.timePhase(metrics.PhaseVolumes, began)
 	if err != nil {
 		log.Warn("set up pod volumes", "err", err)
@@ -731,13 +733,17 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 	}
 	if s.pidNamespaceOf != 0 {
 		cfg.SpecOpts = append(cfg.SpecOpts, withPIDNamespaceOf(s.pidNamespaceOf))
+		cfg.PIDNamespaceOf = s.pidNamespaceOfID
 	}
 	failpoint.Inject(failpoint.PodBeforeCreate)
 	id, err := w.m.rt.CreateContainer(ctx, cfg)
 	w.timePhase(metrics.PhaseCreate, began)
 	var cfgErr *errConfig
+	var rtCfgErr *runtime.ConfigError
 	if errors.As(err, &cfgErr) {
 		return fail(ReasonCreateContainerConfig, cfgErr)
+	} else if errors.As(err, &rtCfgErr) {
+		return fail(ReasonCreateContainerConfig, rtCfgErr)
 	} else if err != nil {
 		return fail(ReasonCreateContainerError, err)
 	}
@@ -896,6 +902,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	if err != nil {
 		return runtime.ContainerConfig{}, err
 	}
+	res := containerResources(pod, c, w.m.cfg.MemoryCapacity, w.m.cfg.NoSwap)
 	cfg := runtime.ContainerConfig{
 		PodUID:       string(pod.UID),
 		PodName:      pod.Name,
@@ -914,7 +921,10 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Stdin:        c.Stdin,
 		StdinOnce:    c.StdinOnce,
 		TTY:          c.TTY,
-		SpecOpts:     append(resourceSpecOpts(pod, c, w.m.cfg.MemoryCapacity, w.m.cfg.NoSwap), securitySpecOpts(pod, c, w.m.cfg.Security)...),
+		Pod:          pod,
+		Container:    c,
+		Resources:    res,
+		SpecOpts:     append(resourceSpecOpts(res), securitySpecOpts(pod, c, w.m.cfg.Security)...),
 	}
 	// The termination log, unless a volume is mounted at its path.
 	if !slices.ContainsFunc(volumeMounts, func(v specs.Mount) bool { return v.Destination == c.TerminationMessagePath }) {

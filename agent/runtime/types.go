@@ -5,6 +5,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	v1 "k8s.io/api/core/v1"
 )
 
 // State is where a container is in its life, as the runtime sees it.
@@ -86,8 +87,33 @@ type ContainerConfig struct {
 	// StdinOnce closes after the first attach ends. TTY gives the process a terminal. The
 	// runtime supports stdin only with a terminal: see Runtime.StartContainer.
 	Stdin, StdinOnce, TTY bool
-	// SpecOpts are applied last, for what the pod layer decides (security, resources).
+	// PIDNamespaceOf is the ID of the container whose PID namespace this one joins (an
+	// ephemeral container's target), for a backend that joins it by container (CRI); the
+	// containerd backend's SpecOpts join it by process.
+	PIDNamespaceOf string
+	// Resources are the container's cgroup settings and OOM score, as SpecOpts apply them.
+	Resources Resources
+	// SpecOpts are applied last, for what the pod layer decides (security, resources): the
+	// containerd backend's container spec.
 	SpecOpts []SpecOpt
+	// Pod and Container are the specs the configuration was made from, for a backend that
+	// builds the runtime's request from them as the kubelet does (CRI: the securityContext
+	// goes to the runtime, which applies it itself). Read only.
+	Pod       *v1.Pod
+	Container *v1.Container
+}
+
+// Resources are a container's cgroup settings, from its requests and limits as the kubelet
+// computes them, and its OOM score adjustment from its pod's QoS class.
+type Resources struct {
+	CPUShares uint64
+	// CPUQuota and CPUPeriod (microseconds) are the CFS quota of a CPU limit; 0: none.
+	CPUQuota, CPUPeriod int64
+	// MemoryLimit in bytes; 0: none.
+	MemoryLimit int64
+	// NoSwap: memory.swap.max is 0 (cgroup v2 with the swap controller).
+	NoSwap      bool
+	OOMScoreAdj int
 }
 
 // Errors a caller classifies with errors.Is to name a waiting reason, as kubelet does.
@@ -101,3 +127,10 @@ var (
 	// ErrStartContainer: the container's process could not be started.
 	ErrStartContainer = errors.New("start container failed")
 )
+
+// ConfigError is a container's configuration that cannot run as given (runAsNonRoot with an
+// image that runs as root): the pod's fault, reported as CreateContainerConfigError, where
+// any other failure of CreateContainer is the runtime's (CreateContainerError).
+type ConfigError struct{ Message string }
+
+func (e *ConfigError) Error() string { return e.Message }

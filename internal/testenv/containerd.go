@@ -51,6 +51,8 @@ type Containerd struct {
 	Client *client.Client
 	// Root and State are the daemon's --root and --state directories.
 	Root, State string
+	// CRI: started with its CRI plugin (ContainerdOptions.EnableCRI).
+	CRI bool
 
 	t         testing.TB
 	dir       string // holds Root, State and Address; short, since socket paths are limited to 108 bytes
@@ -134,6 +136,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 		Address:   filepath.Join(dir, "containerd.sock"),
 		Root:      filepath.Join(dir, "root"),
 		State:     filepath.Join(dir, "state"),
+		CRI:       opts.EnableCRI,
 		t:         t,
 		dir:       dir,
 		ownerLock: ownerLock,

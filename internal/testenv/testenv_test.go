@@ -37,6 +37,8 @@ func TestVersionsMatchToolModules(t *testing.T) {
 		{"../../hack/tools/kube-apiserver/go.mod", "k8s.io/kubernetes", KubeAPIServerVersion},
 		{"../../hack/tools/etcd/go.mod", "go.etcd.io/etcd/server/v3", EtcdVersion},
 		{"../../hack/tools/registry/go.mod", "github.com/distribution/distribution/v3", RegistryVersion},
+		{"../../hack/tools/opa/go.mod", "github.com/open-policy-agent/opa", OPAVersion},
+		{"../../hack/tools/crictl/go.mod", "sigs.k8s.io/cri-tools", CrictlVersion},
 		// The library is at v0.X.Y for release v1.X.Y.
 		{"../../hack/tools/kubectl/go.mod", "k8s.io/kubectl", "v0." + strings.TrimPrefix(KubeAPIServerVersion, "v1.")},
 	} {

@@ -1,0 +1,176 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Labels put on every sandbox and container, as the kubelet puts them, so that crictl and
+// any tool written for kubelet nodes finds holdfast's pods where it looks.
+const (
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
+	// labelManaged marks what holdfast made: the runtime may run sandboxes of other clients.
+	labelManaged = "io.holdfast.managed"
+)
+
+// Annotations holdfast keeps on its containers: what the runtime's own status does not say.
+const (
+	annotationSpecHash     = "io.holdfast.container.spec-hash"
+	annotationImage        = "io.holdfast.container.image"
+	annotationRestartCount = "io.kubernetes.container.restartCount"
+	annotationTermination  = "io.kubernetes.container.terminationMessagePath"
+)
+
+// maxMsgSize bounds a message from the runtime (an exec's output, a long list), as the
+// kubelet's CRI client does.
+const maxMsgSize = 16 << 20
+
+// Config is what the CRI backend needs beside its endpoint.
+type Config struct {
+	// Endpoint is the runtime's CRI socket: unix:///run/containerd/containerd.sock, or a path.
+	Endpoint string
+	// RequestTimeout bounds each call but pulls and streams (kubelet's runtimeRequestTimeout).
+	RequestTimeout time.Duration
+	// PodLogDir is where pod log directories are (/var/log/pods): each sandbox's log
+	// directory, which the runtime writes container logs below.
+	PodLogDir string
+	// ClusterDomain names pods' hostnames' domain (for a pod's subdomain).
+	ClusterDomain string
+	// EventPoll is how often containers are listed for exits when the runtime does not stream
+	// container events (containerd before 1.7). Defaults to 1s.
+	EventPoll time.Duration
+	// LogMaxSize is the size in bytes past which a container's log is rotated (0: never), and
+	// LogMaxFiles how many files of it are kept, the live one included.
+	LogMaxSize  int64
+	LogMaxFiles int
+	// SeccompProfileRoot holds the profiles of seccompProfile type Localhost (kubelet's
+	// <root-dir>/seccomp): the runtime is given the full path.
+	SeccompProfileRoot string
+}
+
+// Runtime runs holdfast's pods on a CRI runtime: a sandbox per pod, made by the runtime with
+// its own pause container and networking, and the pod's containers in it. The runtime is the
+// source of truth: sandboxes and containers carry the kubelet's labels, and after an agent
+// restart every answer comes from listing them.
+type Runtime struct {
+	cfg  Config
+	log  *slog.Logger
+	conn *grpc.ClientConn
+	rs   criapi.RuntimeServiceClient
+	is   criapi.ImageServiceClient
+
+	mu sync.Mutex
+	// sandboxes are the current sandbox of each pod by UID, as the last Setup or list found.
+	sandboxes map[string]*sandbox
+	// statuses are the last container statuses read, kept while the state they were read in
+	// lasts: an exited container's status never changes, a running one's only by exiting.
+	statuses map[string]*containerStatus
+}
+
+// Connect dials the runtime's CRI endpoint and checks that it answers the v1 API.
+func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error) {
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 2 * time.Minute
+	}
+	if cfg.EventPoll <= 0 {
+		cfg.EventPoll = time.Second
+	}
+	target := cfg.Endpoint
+	if !strings.Contains(target, "://") {
+		target = "unix://" + target
+	}
+	conn, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)))
+	if err != nil {
+		return nil, fmt.Errorf("CRI endpoint %s: %w", cfg.Endpoint, err)
+	}
+	r := &Runtime{
+		cfg: cfg, log: log, conn: conn,
+		rs:        criapi.NewRuntimeServiceClient(conn),
+		is:        criapi.NewImageServiceClient(conn),
+		sandboxes: map[string]*sandbox{},
+		statuses:  map[string]*containerStatus{},
+	}
+	if _, err := r.Version(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if err := r.loadSandboxes(ctx, ""); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Close closes the connection.
+func (r *Runtime) Close() error { return r.conn.Close() }
+
+// call bounds one request by the configured timeout.
+func (r *Runtime) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.cfg.RequestTimeout)
+}
+
+// Version is the runtime's name and version as the kubelet reports it: "containerd://1.6.20".
+func (r *Runtime) Version(ctx context.Context) (string, error) {
+	ctx, cancel := r.call(ctx)
+	defer cancel()
+	v, err := r.rs.Version(ctx, &criapi.VersionRequest{})
+	if err != nil {
+		return "", fmt.Errorf("CRI version at %s: %w", r.cfg.Endpoint, err)
+	}
+	return v.RuntimeName + "://" + strings.TrimPrefix(v.RuntimeVersion, "v"), nil
+}
+
+// RuntimeName is the runtime's own name ("containerd", "cri-o").
+func (r *Runtime) RuntimeName(ctx context.Context) (string, error) {
+	ctx, cancel := r.call(ctx)
+	defer cancel()
+	v, err := r.rs.Version(ctx, &criapi.VersionRequest{})
+	if err != nil {
+		return "", fmt.Errorf("CRI version at %s: %w", r.cfg.Endpoint, err)
+	}
+	return v.RuntimeName, nil
+}
+
+// condition returns the runtime status condition of that type.
+func (r *Runtime) condition(ctx context.Context, typ string) (*criapi.RuntimeCondition, error) {
+	ctx, cancel := r.call(ctx)
+	defer cancel()
+	resp, err := r.rs.Status(ctx, &criapi.StatusRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("CRI status: %w", err)
+	}
+	for _, c := range resp.GetStatus().GetConditions() {
+		if c.Type == typ {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("CRI status has no %s condition", typ)
+}
+
+func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
+
+// notFoundMessage: runtimes say "not found" in other codes too (containerd 1.6 answers
+// Unknown for a container it no longer has in some calls).
+func notFoundMessage(err error) bool {
+	return isNotFound(err) || err != nil && strings.Contains(err.Error(), "not found")
+}
+
+var errNoSandbox = errors.New("the pod has no sandbox")
+
+func isUnimplemented(err error) bool { return status.Code(err) == codes.Unimplemented }

@@ -1,0 +1,366 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/agent/network"
+)
+
+// sandbox is a pod's sandbox as the runtime made it.
+type sandbox struct {
+	id      string
+	config  *criapi.PodSandboxConfig
+	ips     []string
+	netns   string // the sandbox's network namespace where the runtime tells it; may be empty
+	ready   bool
+	attempt uint32
+}
+
+// Network is the CRI backend's view of pod networks: the runtime owns them, as part of the
+// pod sandbox it makes (its pause container and its CNI). Setup makes the pod's sandbox, for
+// host-network pods too (their containers live in it as well), and returns its addresses.
+type Network struct{ r *Runtime }
+
+// Network returns the runtime's pod networks.
+func (r *Runtime) Network() *Network { return &Network{r: r} }
+
+// loadSandboxes learns the sandboxes holdfast made (of the pod podUID only, if not empty):
+// after an agent restart, each pod's newest one is its sandbox.
+func (r *Runtime) loadSandboxes(ctx context.Context, podUID string) error {
+	ctx, cancel := r.call(ctx)
+	defer cancel()
+	selector := map[string]string{labelManaged: "true"}
+	if podUID != "" {
+		selector[LabelPodUID] = podUID
+	}
+	resp, err := r.rs.ListPodSandbox(ctx, &criapi.ListPodSandboxRequest{Filter: &criapi.PodSandboxFilter{LabelSelector: selector}})
+	if err != nil {
+		return fmt.Errorf("list pod sandboxes: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range resp.Items {
+		uid := s.Labels[LabelPodUID]
+		cur := r.sandboxes[uid]
+		// The newest sandbox is the pod's: an older one is a boot's before.
+		if cur != nil && cur.attempt > s.GetMetadata().GetAttempt() {
+			continue
+		}
+		r.sandboxes[uid] = &sandbox{id: s.Id, attempt: s.GetMetadata().GetAttempt(), ready: s.State == criapi.PodSandboxState_SANDBOX_READY}
+	}
+	return nil
+}
+
+// Setup makes the pod's sandbox, or finds the one it has: a sandbox the runtime no longer has
+// ready (its pause container died, the node rebooted) is replaced by a new attempt, as the
+// kubelet does, and the old one stopped. Its containers are left for the pod worker, which
+// sees them exited and restarts them per the pod's restartPolicy in the new sandbox.
+func (n *Network) Setup(ctx context.Context, pod *v1.Pod) (*network.PodNetwork, error) {
+	r := n.r
+	uid := string(pod.UID)
+	r.mu.Lock()
+	cur := r.sandboxes[uid]
+	r.mu.Unlock()
+	if cur == nil {
+		// Made by another instance since this one listed them, or never.
+		if err := r.loadSandboxes(ctx, uid); err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		cur = r.sandboxes[uid]
+		r.mu.Unlock()
+	}
+	if cur != nil {
+		sb, err := r.sandboxStatus(ctx, cur.id)
+		switch {
+		case err == nil && sb.ready:
+			sb.attempt = cur.attempt
+			if sb.config == nil {
+				sb.config = cur.config
+			}
+			r.setSandbox(uid, sb)
+			return sb.podNetwork(), nil
+		case err == nil || isNotFound(err):
+			r.log.Info("pod sandbox not ready; making a new one", "pod", pod.Namespace+"/"+pod.Name, "sandbox", cur.id)
+			if err == nil {
+				r.stopSandbox(ctx, cur.id)
+			}
+		default:
+			return nil, fmt.Errorf("status of pod sandbox %s: %w", cur.id, err)
+		}
+	}
+	var attempt uint32
+	if cur != nil {
+		attempt = cur.attempt + 1
+	}
+	config, err := r.sandboxConfig(pod, attempt)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := r.call(ctx)
+	resp, err := r.rs.RunPodSandbox(rctx, &criapi.RunPodSandboxRequest{Config: config})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("run pod sandbox: %w", err)
+	}
+	sb, err := r.sandboxStatus(ctx, resp.PodSandboxId)
+	if err != nil {
+		return nil, fmt.Errorf("status of new pod sandbox %s: %w", resp.PodSandboxId, err)
+	}
+	sb.config, sb.attempt = config, attempt
+	r.setSandbox(uid, sb)
+	return sb.podNetwork(), nil
+}
+
+func (r *Runtime) setSandbox(uid string, sb *sandbox) {
+	r.mu.Lock()
+	r.sandboxes[uid] = sb
+	r.mu.Unlock()
+}
+
+func (sb *sandbox) podNetwork() *network.PodNetwork {
+	return &network.PodNetwork{NetNSPath: sb.netns, IPs: slices.Clone(sb.ips), Complete: true, ContainerID: sb.id}
+}
+
+// sandboxStatus reads a sandbox's state and addresses, and its network namespace from the
+// runtime's verbose information (containerd's "runtimeSpec", CRI-O's too) where it has one.
+func (r *Runtime) sandboxStatus(ctx context.Context, id string) (*sandbox, error) {
+	ctx, cancel := r.call(ctx)
+	defer cancel()
+	resp, err := r.rs.PodSandboxStatus(ctx, &criapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		return nil, err
+	}
+	st := resp.GetStatus()
+	sb := &sandbox{id: id, ready: st.GetState() == criapi.PodSandboxState_SANDBOX_READY, attempt: st.GetMetadata().GetAttempt()}
+	if ip := st.GetNetwork().GetIp(); ip != "" {
+		sb.ips = append(sb.ips, ip)
+		for _, more := range st.GetNetwork().GetAdditionalIps() {
+			sb.ips = append(sb.ips, more.Ip)
+		}
+	}
+	sb.netns = netnsFromInfo(resp.Info)
+	return sb, nil
+}
+
+// Teardown stops and removes every sandbox of the pod, with their containers.
+func (n *Network) Teardown(ctx context.Context, podUID, namespace, name string) error {
+	r := n.r
+	ids, err := r.podSandboxes(ctx, podUID)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		rctx, cancel := r.call(ctx)
+		_, err := r.rs.StopPodSandbox(rctx, &criapi.StopPodSandboxRequest{PodSandboxId: id})
+		cancel()
+		if err != nil && !isNotFound(err) {
+			return fmt.Errorf("stop pod sandbox %s of %s/%s: %w", id, namespace, name, err)
+		}
+		rctx, cancel = r.call(ctx)
+		_, err = r.rs.RemovePodSandbox(rctx, &criapi.RemovePodSandboxRequest{PodSandboxId: id})
+		cancel()
+		if err != nil && !isNotFound(err) {
+			return fmt.Errorf("remove pod sandbox %s of %s/%s: %w", id, namespace, name, err)
+		}
+	}
+	r.mu.Lock()
+	delete(r.sandboxes, podUID)
+	r.mu.Unlock()
+	return nil
+}
+
+// podSandboxes lists the IDs of the pod's sandboxes, ready or not.
+func (r *Runtime) podSandboxes(ctx context.Context, podUID string) ([]string, error) {
+	ctx, cancel := r.call(ctx)
+	defer cancel()
+	resp, err := r.rs.ListPodSandbox(ctx, &criapi.ListPodSandboxRequest{Filter: &criapi.PodSandboxFilter{
+		LabelSelector: map[string]string{labelManaged: "true", LabelPodUID: podUID},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes of pod %s: %w", podUID, err)
+	}
+	ids := make([]string, 0, len(resp.Items))
+	for _, s := range resp.Items {
+		ids = append(ids, s.Id)
+	}
+	return ids, nil
+}
+
+func (r *Runtime) stopSandbox(ctx context.Context, id string) {
+	ctx, cancel := r.call(ctx)
+	defer cancel()
+	if _, err := r.rs.StopPodSandbox(ctx, &criapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil && !isNotFound(err) {
+		r.log.Warn("stop pod sandbox", "sandbox", id, "err", err)
+	}
+}
+
+// Get returns the pod's network as its sandbox has it, nil when it has no ready sandbox.
+func (n *Network) Get(podUID string) *network.PodNetwork {
+	n.r.mu.Lock()
+	defer n.r.mu.Unlock()
+	if sb := n.r.sandboxes[podUID]; sb != nil && sb.ready {
+		return sb.podNetwork()
+	}
+	return nil
+}
+
+// Known returns the UIDs of the pods with a sandbox, so that the agent tears down those of
+// pods it no longer runs.
+func (n *Network) Known() []string {
+	ctx, cancel := n.r.call(context.Background())
+	defer cancel()
+	resp, err := n.r.rs.ListPodSandbox(ctx, &criapi.ListPodSandboxRequest{Filter: &criapi.PodSandboxFilter{
+		LabelSelector: map[string]string{labelManaged: "true"},
+	}})
+	if err != nil {
+		n.r.log.Warn("list pod sandboxes", "err", err)
+		return nil
+	}
+	var uids []string
+	for _, s := range resp.Items {
+		if uid := s.Labels[LabelPodUID]; uid != "" && !slices.Contains(uids, uid) {
+			uids = append(uids, uid)
+		}
+	}
+	sort.Strings(uids)
+	return uids
+}
+
+// Ready fails while the runtime says its network is not ready (NetworkReady false: no CNI
+// configuration yet).
+func (n *Network) Ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := n.r.condition(ctx, criapi.NetworkReady)
+	if err != nil {
+		return err
+	}
+	if !c.Status {
+		return fmt.Errorf("container runtime network not ready: %s: %s", c.Reason, c.Message)
+	}
+	return nil
+}
+
+// NetNSPath is the pod's network namespace, for port forwarding.
+func (n *Network) NetNSPath(podUID string) string {
+	if pn := n.Get(podUID); pn != nil {
+		return pn.NetNSPath
+	}
+	return ""
+}
+
+// Run has nothing to release later: the runtime releases its sandboxes' networks itself.
+func (n *Network) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+// sandboxConfig is the kubelet's PodSandboxConfig for the pod (generatePodSandboxConfig).
+func (r *Runtime) sandboxConfig(pod *v1.Pod, attempt uint32) (*criapi.PodSandboxConfig, error) {
+	short, domain, err := network.PodHostnameAndDomain(pod, r.cfg.ClusterDomain)
+	if err != nil {
+		return nil, err
+	}
+	hostname, err := network.KernelHostname(pod, short, domain)
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{labelManaged: "true"}
+	for k, v := range pod.Labels {
+		labels[k] = v
+	}
+	labels[LabelPodName], labels[LabelPodNamespace], labels[LabelPodUID] = pod.Name, pod.Namespace, string(pod.UID)
+	annotations := map[string]string{}
+	for k, v := range pod.Annotations {
+		annotations[k] = v
+	}
+	c := &criapi.PodSandboxConfig{
+		Metadata:     &criapi.PodSandboxMetadata{Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt},
+		Hostname:     hostname,
+		LogDirectory: filepath.Join(r.cfg.PodLogDir, logs.PodDirName(pod.Namespace, pod.Name, string(pod.UID))),
+		Labels:       labels,
+		Annotations:  annotations,
+		Linux:        &criapi.LinuxPodSandboxConfig{SecurityContext: sandboxSecurity(pod), Sysctls: sysctls(pod)},
+	}
+	if pod.Spec.HostNetwork {
+		c.Hostname = "" // the host's
+	} else {
+		for _, p := range network.PortMappings(pod) {
+			c.PortMappings = append(c.PortMappings, &criapi.PortMapping{
+				Protocol:      protocol(p.Protocol),
+				ContainerPort: p.ContainerPort,
+				HostPort:      p.HostPort,
+				HostIp:        p.HostIP,
+			})
+		}
+	}
+	return c, nil
+}
+
+func protocol(p string) criapi.Protocol {
+	switch strings.ToLower(p) {
+	case "udp":
+		return criapi.Protocol_UDP
+	case "sctp":
+		return criapi.Protocol_SCTP
+	}
+	return criapi.Protocol_TCP
+}
+
+// namespaces are the pod's namespace modes (the kubelet's namespacesForPod).
+func namespaces(pod *v1.Pod) *criapi.NamespaceOption {
+	ns := &criapi.NamespaceOption{Network: criapi.NamespaceMode_POD, Pid: criapi.NamespaceMode_CONTAINER, Ipc: criapi.NamespaceMode_POD}
+	if pod.Spec.HostNetwork {
+		ns.Network = criapi.NamespaceMode_NODE
+	}
+	if pod.Spec.HostIPC {
+		ns.Ipc = criapi.NamespaceMode_NODE
+	}
+	switch {
+	case pod.Spec.HostPID:
+		ns.Pid = criapi.NamespaceMode_NODE
+	case pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace:
+		ns.Pid = criapi.NamespaceMode_POD
+	}
+	return ns
+}
+
+func sandboxSecurity(pod *v1.Pod) *criapi.LinuxSandboxSecurityContext {
+	sc := &criapi.LinuxSandboxSecurityContext{NamespaceOptions: namespaces(pod)}
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		if psc.RunAsUser != nil {
+			sc.RunAsUser = &criapi.Int64Value{Value: *psc.RunAsUser}
+		}
+		if psc.RunAsGroup != nil {
+			sc.RunAsGroup = &criapi.Int64Value{Value: *psc.RunAsGroup}
+		}
+		if psc.FSGroup != nil {
+			sc.SupplementalGroups = append(sc.SupplementalGroups, *psc.FSGroup)
+		}
+		sc.SupplementalGroups = append(sc.SupplementalGroups, psc.SupplementalGroups...)
+	}
+	return sc
+}
+
+func sysctls(pod *v1.Pod) map[string]string {
+	psc := pod.Spec.SecurityContext
+	if psc == nil || len(psc.Sysctls) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(psc.Sysctls))
+	for _, s := range psc.Sysctls {
+		out[strings.ReplaceAll(s.Name, "/", ".")] = s.Value
+	}
+	return out
+}
