@@ -57,6 +57,10 @@ func startEnvOn(t *testing.T, backend string, withAPI bool, tune func(*config.Co
 	dir := t.TempDir()
 	cfg := testenv.NewAgentConfig(t, dir, e.cd, e.cni)
 	cfg.NodeName = node
+	if backend == config.RuntimeCRI {
+		// The CRI plugin's network is the one given to containerd above.
+		cfg.Runtime, cfg.CRIEndpoint = config.RuntimeCRI, "unix://"+e.cd.Address
+	}
 	if withAPI {
 		cfg.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
 	}

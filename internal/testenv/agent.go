@@ -89,8 +89,7 @@ type Agent struct {
 }
 
 // NewAgentConfig returns a configuration whose every path lies under dir, talking to the given
-// containerd (its own namespace) and CNI network, with a free local healthz port; to a
-// containerd started with its CRI plugin, through the CRI backend.
+// containerd (its own namespace) and CNI network, with a free local healthz port.
 func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) config.Config {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -132,10 +131,6 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 	}
 	cfg.Containerd.Address = cd.Address
 	cfg.Containerd.Namespace = "holdfast"
-	if cd.CRI {
-		// The CRI plugin's network is the one given to StartContainerd.
-		cfg.Runtime, cfg.CRIEndpoint = config.RuntimeCRI, "unix://"+cd.Address
-	}
 	if cni != nil {
 		cfg.CNI.ConfDir = cni.ConfDir
 		cfg.CNI.BinDirs = []string{cni.BinDir}
