@@ -67,7 +67,7 @@ policies:
 
 ## Test
 
-.PHONY: deps test test-short
+.PHONY: deps test test-short test-cri
 
 # deps installs Debian packages (only if missing), builds the control plane, the registry and
 # the conformance slice's tools (e2e.test, ginkgo, agnhost, nnp; only if not cached) and writes
@@ -82,12 +82,23 @@ deps:
 # after the tests so that every CI log shows the floors and the ratios to them.
 BENCH_SMOKE_TABLE ?= $(CURDIR)/_output/bench-smoke.txt
 
+# CRI_SLICE is the part of the agent's integration suite `make test` runs a second time on the
+# CRI backend (HOLDFAST_TEST_RUNTIME=cri: the same tests, holdfast driving containerd's CRI
+# plugin); `make test-cri` runs the whole suite there. The runtime contract (agent/runtime) and
+# crictl's view (TestCrictl) run on the CRI backend in every `go test`.
+CRI_SLICE ?= ^(TestPodEndToEnd|TestOfflineRebootBootsFromCache|TestStaticPodMirror|TestStandaloneStaticPods|TestLocalCLIWithoutApiserver|TestContainerLogsSurviveAgentKill|TestVolumesEndToEnd|TestKubectl|TestSecurityContextAndNamespaces|TestLivenessProbeExecRestartsOncePerFailureStreak)$$
+
 test: deps
 	mkdir -p $(dir $(BENCH_SMOKE_TABLE)) && rm -f $(BENCH_SMOKE_TABLE)
 	HOLDFAST_BENCH_SMOKE_TABLE=$(BENCH_SMOKE_TABLE) $(GO) test $(TEST_FLAGS) $(PKGS)
+	HOLDFAST_TEST_RUNTIME=cri $(GO) test $(TEST_FLAGS) -run '$(CRI_SLICE)' ./agent/
 	@if [ -s $(BENCH_SMOKE_TABLE) ]; then echo "== bench harness smoke run (TestHarnessSmoke; small and noisy, no timing asserted) =="; cat $(BENCH_SMOKE_TABLE); fi
 	if hack/vm/can-boot.sh; then $(MAKE) gateway-test GATEWAY_RUN='Scenario1|Scenario2'; \
 	else echo "gateway VM scenarios not run: no usable /dev/kvm (HOLDFAST_GATEWAY_VM=1 runs them under software emulation)"; fi
+
+# test-cri runs the agent's whole integration suite on the CRI backend.
+test-cri: deps
+	HOLDFAST_TEST_RUNTIME=cri $(GO) test $(TEST_FLAGS) ./agent/
 
 # test-short runs the unit tests only: integration tests skip themselves under -short.
 test-short:

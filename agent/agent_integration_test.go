@@ -40,27 +40,12 @@ func startEnv(t *testing.T, withAPI bool, tune func(*config.Config)) *env {
 // startEnvOn starts the environment on the runtime backend given.
 func startEnvOn(t *testing.T, backend string, withAPI bool, tune func(*config.Config)) *env {
 	testenv.RequireIntegration(t)
-	t.Logf("runtime backend: %s", backend)
 	e := &env{}
 	if withAPI {
 		e.cp = testenv.StartControlPlane(t, testenv.ControlPlaneOptions{Nodes: []string{node}})
 	}
-	// The backend under test (testenv.RuntimeUnderTest): holdfast's CNI, or the CRI plugin's.
-	e.cni = testenv.CNI(t)
-	if backend == config.RuntimeCRI {
-		e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{EnableCRI: true, CNI: e.cni})
-	} else {
-		e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{})
-	}
-	ctx := context.Background()
-	e.cd.ImportTestImages(ctx, e.namespace())
 	dir := t.TempDir()
-	cfg := testenv.NewAgentConfig(t, dir, e.cd, e.cni)
-	cfg.NodeName = node
-	if backend == config.RuntimeCRI {
-		// The CRI plugin's network is the one given to containerd above.
-		cfg.Runtime, cfg.CRIEndpoint = config.RuntimeCRI, "unix://"+e.cd.Address
-	}
+	cfg := e.startBackend(t, backend, dir)
 	if withAPI {
 		cfg.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
 	}
@@ -72,6 +57,26 @@ func startEnvOn(t *testing.T, backend string, withAPI bool, tune func(*config.Co
 	}
 	e.agent = testenv.StartAgent(t, dir, cfg)
 	return e
+}
+
+// startBackend starts a containerd and a CNI network for the runtime backend, with the test
+// images, and returns the agent's configuration for them, its paths under dir: holdfast's CNI
+// in its own namespace, or the CRI plugin's network and namespace.
+func (e *env) startBackend(t *testing.T, backend, dir string) config.Config {
+	t.Logf("runtime backend: %s", backend)
+	e.cni = testenv.CNI(t)
+	if backend == config.RuntimeCRI {
+		e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{EnableCRI: true, CNI: e.cni})
+	} else {
+		e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{})
+	}
+	e.cd.ImportTestImages(context.Background(), e.namespace())
+	cfg := testenv.NewAgentConfig(t, dir, e.cd, e.cni)
+	cfg.NodeName = node
+	if backend == config.RuntimeCRI {
+		cfg.Runtime, cfg.CRIEndpoint = config.RuntimeCRI, "unix://"+e.cd.Address
+	}
+	return cfg
 }
 
 // containers lists holdfast's containers in containerd, by ID: in its namespace, or those

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,12 +20,8 @@ func startEnvFor(t *testing.T, cpOpts *testenv.ControlPlaneOptions, setup func(*
 	if cpOpts != nil {
 		e.cp = testenv.StartControlPlane(t, *cpOpts)
 	}
-	e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{})
-	e.cni = testenv.CNI(t)
-	e.cd.ImportTestImages(context.Background(), "holdfast")
 	dir := t.TempDir()
-	cfg := testenv.NewAgentConfig(t, dir, e.cd, e.cni)
-	cfg.NodeName = node
+	cfg := e.startBackend(t, testenv.RuntimeUnderTest(), dir)
 	if setup != nil {
 		setup(e, &cfg)
 	}

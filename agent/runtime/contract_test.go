@@ -44,6 +44,8 @@ type openedBackend struct {
 	connect func(t *testing.T) (backendRuntime, pods.Network)
 	// podLogDir is where the pods' log directories are.
 	podLogDir string
+	// reboot does to containerd what a reboot does: every task gone, the records kept.
+	reboot func()
 }
 
 // backends are the runtime backends every contract is asserted of: containerd through its
@@ -61,6 +63,7 @@ func backends() []backendUnderTest {
 					return connected(t, rt, err), network.NewManager(cni.ConfDir, []string{cni.BinDir}, filepath.Join(dir, "netns"), dir)
 				},
 				podLogDir: filepath.Join(dir, "pods"),
+				reboot:    func() { cd.Stop(); cd.Start() },
 			}
 		}},
 		{name: "cri", open: func(t *testing.T) openedBackend {
@@ -76,6 +79,7 @@ func backends() []backendUnderTest {
 					return rt, rt.Network()
 				},
 				podLogDir: logDir,
+				reboot:    func() { cd.Stop(); cd.Start() },
 			}
 		}},
 	}
@@ -258,6 +262,50 @@ func TestRuntimeContract(t *testing.T) {
 			}
 			if pn2, err := net2.Setup(ctx, pod); err != nil || len(pn2.IPs) == 0 || pn2.IPs[0] != pn.IPs[0] {
 				t.Errorf("Setup by a new instance: %+v, %v; want the pod's network %v as it is", pn2, err, pn.IPs)
+			}
+
+			// A reboot: the pod's network is made again, the container that ran is reported
+			// exited and failed (lost: the kubelet's exit code 255, reason Unknown; or killed,
+			// where the runtime saw its process die before it stopped: the test's reboot kills
+			// the processes first), nothing runs by itself, and a new attempt starts beside the
+			// old ones.
+			next, err := rt.CreateContainer(ctx, config("app", 1, "sleep", "3600"))
+			if err == nil {
+				err = rt.StartContainer(ctx, next)
+			}
+			if err != nil {
+				t.Fatalf("attempt 1 before the reboot: %v", err)
+			}
+			be.reboot()
+			// The runtime answers once it has recovered its state (the CRI plugin: "server is
+			// not initialized yet" until then).
+			testenv.Eventually(t, 30*time.Second, "the runtime answering after the reboot", func() error {
+				_, err := rt2.ListPod(ctx, string(pod.UID))
+				return err
+			})
+			lost := exited(t, ctx, rt2, pod, next)
+			if lost.ExitCode == 0 || lost.Reason == runtime.ReasonCompleted {
+				t.Errorf("a container lost in a reboot: %+v, want a failure", lost)
+			}
+			pn3, err := net2.Setup(ctx, pod)
+			if err != nil || len(pn3.IPs) == 0 {
+				t.Fatalf("network setup after the reboot: %+v, %v", pn3, err)
+			}
+			after2, err := rt2.CreateContainer(ctx, config("app", 2, "sleep", "3600"))
+			if err == nil {
+				err = rt2.StartContainer(ctx, after2)
+			}
+			if err != nil {
+				t.Fatalf("attempt 2 after the reboot: %v", err)
+			}
+			if c := find(t, rt2, pod, after2); c.State != runtime.StateRunning {
+				t.Errorf("attempt 2 after the reboot: %+v", c)
+			}
+			rt, net = rt2, net2
+			for _, cid := range []string{next, after2} {
+				if err := rt.RemoveContainer(ctx, cid); err != nil {
+					t.Errorf("remove: %v", err)
+				}
 			}
 
 			for _, cid := range []string{id, done} {

@@ -375,8 +375,11 @@ func (r *Runtime) SubscribeTaskEvents(ctx context.Context, subscribed func(), fn
 
 func managed(labels map[string]string) bool { return labels[labelManaged] == "true" }
 
+// pollExits lists the containers every EventPoll and reports each found exited that was not
+// at the list before: it was running, or made and gone through its whole life in between (a
+// command that exits at once). Those exited at the first list are the relist's to learn.
 func (r *Runtime) pollExits(ctx context.Context, subscribed func(), fn func(runtime.TaskEvent)) error {
-	running := map[string]bool{}
+	var exited map[string]bool
 	list := func() error {
 		lctx, cancel := r.call(ctx)
 		defer cancel()
@@ -384,15 +387,17 @@ func (r *Runtime) pollExits(ctx context.Context, subscribed func(), fn func(runt
 		if err != nil {
 			return fmt.Errorf("list containers for exits: %w", err)
 		}
-		now := map[string]bool{}
+		now := make(map[string]bool, len(resp.Containers))
 		for _, c := range resp.Containers {
-			if c.State == criapi.ContainerState_CONTAINER_RUNNING {
-				now[c.Id] = true
-			} else if running[c.Id] && c.State == criapi.ContainerState_CONTAINER_EXITED {
+			if c.State != criapi.ContainerState_CONTAINER_EXITED {
+				continue
+			}
+			now[c.Id] = true
+			if exited != nil && !exited[c.Id] {
 				fn(runtime.TaskEvent{ContainerID: c.Id})
 			}
 		}
-		running = now
+		exited = now
 		return nil
 	}
 	if err := list(); err != nil {

@@ -76,6 +76,8 @@ type Runtime struct {
 	mu sync.Mutex
 	// sandboxes are the current sandbox of each pod by UID, as the last Setup or list found.
 	sandboxes map[string]*sandbox
+	// stale are the IDs of each pod's earlier sandboxes (of boots before), removed once empty.
+	stale map[string][]string
 	// statuses are the last container statuses read, kept while the state they were read in
 	// lasts: an exited container's status never changes, a running one's only by exiting.
 	statuses map[string]*containerStatus
@@ -104,6 +106,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error
 		rs:        criapi.NewRuntimeServiceClient(conn),
 		is:        criapi.NewImageServiceClient(conn),
 		sandboxes: map[string]*sandbox{},
+		stale:     map[string][]string{},
 		statuses:  map[string]*containerStatus{},
 	}
 	if _, err := r.Version(ctx); err != nil {

@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -49,16 +50,56 @@ func (r *Runtime) loadSandboxes(ctx context.Context, podUID string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// The newest sandbox is the pod's; older ones are of boots before, kept while they hold
+	// the pod's earlier containers.
+	slices.SortFunc(resp.Items, func(a, b *criapi.PodSandbox) int {
+		return cmp.Compare(b.GetMetadata().GetAttempt(), a.GetMetadata().GetAttempt())
+	})
+	seen := map[string]bool{}
 	for _, s := range resp.Items {
 		uid := s.Labels[LabelPodUID]
-		cur := r.sandboxes[uid]
-		// The newest sandbox is the pod's: an older one is a boot's before.
-		if cur != nil && cur.attempt > s.GetMetadata().GetAttempt() {
+		if seen[uid] {
+			if !slices.Contains(r.stale[uid], s.Id) {
+				r.stale[uid] = append(r.stale[uid], s.Id)
+			}
 			continue
 		}
-		r.sandboxes[uid] = &sandbox{id: s.Id, attempt: s.GetMetadata().GetAttempt(), ready: s.State == criapi.PodSandboxState_SANDBOX_READY}
+		seen[uid] = true
+		if cur := r.sandboxes[uid]; cur == nil || cur.id != s.Id {
+			r.sandboxes[uid] = &sandbox{id: s.Id, attempt: s.GetMetadata().GetAttempt(), ready: s.State == criapi.PodSandboxState_SANDBOX_READY}
+		}
 	}
 	return nil
+}
+
+// removeStale removes the pod's earlier sandboxes once they hold no container: the pod
+// worker's garbage collection removes the containers of earlier attempts (keeping the last
+// one for the pod's lastState), and a sandbox would otherwise outlive them.
+func (r *Runtime) removeStale(ctx context.Context, podUID string) {
+	r.mu.Lock()
+	stale := slices.Clone(r.stale[podUID])
+	r.mu.Unlock()
+	for _, id := range stale {
+		lctx, cancel := r.call(ctx)
+		resp, err := r.rs.ListContainers(lctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{PodSandboxId: id}})
+		cancel()
+		if err != nil || len(resp.Containers) > 0 {
+			continue
+		}
+		rctx, cancel := r.call(ctx)
+		_, err = r.rs.RemovePodSandbox(rctx, &criapi.RemovePodSandboxRequest{PodSandboxId: id})
+		cancel()
+		if err != nil && !isNotFound(err) {
+			r.log.Warn("remove an earlier pod sandbox", "sandbox", id, "err", err)
+			continue
+		}
+		r.mu.Lock()
+		r.stale[podUID] = slices.DeleteFunc(r.stale[podUID], func(s string) bool { return s == id })
+		if len(r.stale[podUID]) == 0 {
+			delete(r.stale, podUID)
+		}
+		r.mu.Unlock()
+	}
 }
 
 // Setup makes the pod's sandbox, or finds the one it has: a sandbox the runtime no longer has
@@ -89,11 +130,15 @@ func (n *Network) Setup(ctx context.Context, pod *v1.Pod) (*network.PodNetwork, 
 				sb.config = cur.config
 			}
 			r.setSandbox(uid, sb)
+			r.removeStale(ctx, uid)
 			return sb.podNetwork(), nil
 		case err == nil || isNotFound(err):
 			r.log.Info("pod sandbox not ready; making a new one", "pod", pod.Namespace+"/"+pod.Name, "sandbox", cur.id)
 			if err == nil {
 				r.stopSandbox(ctx, cur.id)
+				r.mu.Lock()
+				r.stale[uid] = append(r.stale[uid], cur.id)
+				r.mu.Unlock()
 			}
 		default:
 			return nil, fmt.Errorf("status of pod sandbox %s: %w", cur.id, err)
@@ -176,6 +221,7 @@ func (n *Network) Teardown(ctx context.Context, podUID, namespace, name string) 
 	}
 	r.mu.Lock()
 	delete(r.sandboxes, podUID)
+	delete(r.stale, podUID)
 	r.mu.Unlock()
 	return nil
 }
