@@ -219,8 +219,9 @@ BENCH_OUT ?=
 bench-kubelet:
 	hack/build-kubelet.sh >/dev/null
 
-# bench measures holdfast and the upstream kubelet side by side on this machine (as root):
-# same apiserver, same containerd and CNI configuration, same pod specs; prints one table.
+# bench measures holdfast (on its containerd and its CRI backend; -bench.cri=false leaves the
+# latter out) and the upstream kubelet side by side on this machine (as root): same apiserver,
+# same containerd and CNI configuration, same pod specs; prints one table.
 bench: deps bench-kubelet
 	$(GO) test -count=1 -timeout 60m -run '^TestSideBySide$$' -v ./bench/ -args -bench.side-by-side \
 		$(if $(BENCH_OUT),-bench.out=$(abspath $(BENCH_OUT))) $(BENCH_FLAGS)

@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
@@ -21,21 +22,32 @@ import (
 
 // The agents measured.
 const (
+	// Holdfast is holdfast on its default backend (runtime: containerd): containerd through
+	// its client, holdfast's own CNI and container logger.
 	Holdfast = "holdfast"
-	Kubelet  = "kubelet"
+	// HoldfastCRI is the same holdfast binary on its CRI backend (runtime: cri): containerd's
+	// CRI plugin makes a pause sandbox per pod with its own CNI, and writes the logs.
+	HoldfastCRI = "holdfast-cri"
+	Kubelet     = "kubelet"
 )
 
-// NodeName is the node an agent registers: one per agent, so that the two never see each
-// other's pods or Node on the shared apiserver.
+// isHoldfast reports whether kind is holdfast, on either backend: what the agent binary does
+// whatever its backend (its start trace and /metrics on the local socket, its /pods endpoint,
+// its pod cache for an offline boot) applies to both.
+func isHoldfast(kind string) bool { return kind == Holdfast || kind == HoldfastCRI }
+
+// NodeName is the node an agent registers: one per agent, so that no two see each other's
+// pods or Node on the shared apiserver.
 func NodeName(agent string) string { return "bench-" + agent }
 
-// containerdNamespace is where an agent's containers live: holdfast's own namespace, and
-// k8s.io for the kubelet, which reaches containerd through its CRI plugin.
+// containerdNamespace is where an agent's containers live: holdfast's own namespace on its
+// containerd backend, and k8s.io for the kubelet and holdfast's CRI backend, which reach
+// containerd through its CRI plugin (pause sandboxes included).
 func containerdNamespace(agent string) string {
-	if agent == Kubelet {
-		return "k8s.io"
+	if agent == Holdfast {
+		return "holdfast"
 	}
-	return "holdfast"
+	return "k8s.io"
 }
 
 // pauseArgv is the command line of the CRI plugin's sandbox containers: the test pause image
@@ -57,7 +69,8 @@ type agentProc struct {
 
 // isHelper reports whether a child of a containerd shim is a process the node runs on the
 // agent's behalf rather than a workload: holdfast's container loggers (its own binary, run
-// by the shim under the holdfast-logger name) and the CRI plugin's pause sandboxes.
+// by the shim under the holdfast-logger name) and the CRI plugin's pause sandboxes (the
+// kubelet's and holdfast-cri's alike).
 func isHelper(argv []string) bool {
 	if len(argv) == 0 {
 		return false
@@ -81,19 +94,30 @@ func buildHoldfast(t testing.TB) string {
 	return filepath.Join(dir, "holdfast")
 }
 
-// newHoldfast prepares holdfast for node NodeName(Holdfast): the test environment's agent
-// configuration (every path under dir, its containerd and CNI network), the node's
-// kubeconfig (kubeconfig: through the harness's relay), no static manifest directory, kubelet's default heartbeat and back-off
-// settings (or the uplink profile's), logging at info.
-func newHoldfast(t testing.TB, dir, bin, kubeconfig, profile string, cd *testenv.Containerd, cni *testenv.CNINetwork) *agentProc {
+// newHoldfast prepares holdfast of kind Holdfast or HoldfastCRI for node NodeName(kind): the
+// test environment's agent configuration (every path under dir, its containerd and CNI
+// network), on the CRI backend for HoldfastCRI (cd's CRI plugin, whose network is the same CNI
+// configuration), the node's kubeconfig (kubeconfig: through the harness's relay), no static
+// manifest directory, kubelet's default heartbeat and back-off settings (or the uplink
+// profile's), logging at info.
+func newHoldfast(t testing.TB, kind, dir, bin, kubeconfig, profile string, cd *testenv.Containerd, cni *testenv.CNINetwork) *agentProc {
 	t.Helper()
-	node := NodeName(Holdfast)
+	node := NodeName(kind)
 	cfg := testenv.NewAgentConfig(t, dir, cd, cni)
 	cfg.NodeName = node
 	cfg.Kubeconfig = kubeconfig
 	cfg.UplinkProfile = profile
 	cfg.ManifestDir = "-"
-	cfg.Containerd.Namespace = containerdNamespace(Holdfast)
+	switch kind {
+	case Holdfast:
+		cfg.Containerd.Namespace = containerdNamespace(kind)
+	case HoldfastCRI:
+		// As the agent's integration tests configure it (startEnvOn); the CRI backend uses
+		// the CRI plugin's namespace, not containerd.namespace.
+		cfg.Runtime, cfg.CRIEndpoint = config.RuntimeCRI, "unix://"+cd.Address
+	default:
+		t.Fatalf("newHoldfast: %q is not holdfast", kind)
+	}
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -103,13 +127,13 @@ func newHoldfast(t testing.TB, dir, bin, kubeconfig, profile string, cd *testenv
 		t.Fatal(err)
 	}
 	return &agentProc{
-		kind:    Holdfast,
+		kind:    kind,
 		bin:     bin,
 		node:    node,
 		dir:     dir,
 		healthz: cfg.HealthzAddress,
 		socket:  cfg.LocalAPISocket,
-		proc:    testenv.NewProcess(Holdfast, filepath.Join(dir, "holdfast.log"), bin, "run", "--config", cfgPath, "--log-level", "info"),
+		proc:    testenv.NewProcess(kind, filepath.Join(dir, "holdfast.log"), bin, "run", "--config", cfgPath, "--log-level", "info"),
 	}
 }
 

@@ -24,7 +24,8 @@ var (
 	uplink      = flag.Duration("bench.uplink", 0, "uplink window, opened with the steady-state window (default: as long as it)")
 	settle      = flag.Duration("bench.settle", -1, "wait before the steady-state window (preset: 15s, quick 5s)")
 	wasmTime    = flag.String("bench.wasm-benchtime", "", `-benchtime for ./wasm/'s benchmarks, "none" to skip (preset: 1s, quick 200ms)`)
-	profile     = flag.String("bench.holdfast-profile", "", "holdfast's uplinkProfile (agent/config): metered; default: the kubelet's heartbeats")
+	profile     = flag.String("bench.holdfast-profile", "", "holdfast's uplinkProfile (agent/config), on both backends: metered; default: the kubelet's heartbeats")
+	cri         = flag.Bool("bench.cri", true, "measure holdfast on its CRI backend too (holdfast-cri: runtime: cri, containerd's CRI plugin); false leaves it out")
 	kubelet     = flag.String("bench.kubelet", "", "kubelet binary (default: kubelet-"+testenv.KubeAPIServerVersion+" in the test binary cache); \"none\" for holdfast alone")
 	out         = flag.String("bench.out", "", "results directory (default: _output/bench/DATE at the module root)")
 )
@@ -39,9 +40,10 @@ func kubeletPath() string {
 	return ""
 }
 
-// TestSideBySide is the benchmark `make bench` runs: holdfast and the kubelet, one after the
-// other, printed as one table and written to the results directory. Not part of `go test
-// ./...`: it runs only with -bench.side-by-side.
+// TestSideBySide is the benchmark `make bench` runs: holdfast on its containerd backend,
+// holdfast on its CRI backend (unless -bench.cri=false) and the kubelet, one after the other,
+// printed as one table and written to the results directory. Not part of `go test ./...`: it
+// runs only with -bench.side-by-side.
 func TestSideBySide(t *testing.T) {
 	if !*sideBySide {
 		t.Skip("the full benchmark runs with -bench.side-by-side (make bench)")
@@ -69,6 +71,7 @@ func TestSideBySide(t *testing.T) {
 		opts.Settle = *settle
 	}
 	opts.HoldfastProfile = *profile
+	opts.HoldfastCRI = *cri
 	switch *wasmTime {
 	case "":
 	case "none":

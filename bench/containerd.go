@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +17,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
@@ -139,6 +144,76 @@ func runningTasks(ctx context.Context, cd *testenv.Containerd, namespace string)
 	return cd.RunningTasks(ctx, namespace)
 }
 
+// criKindLabel tells, on the CRI plugin's containers, a sandbox's pause container ("sandbox")
+// from a pod's container ("container").
+const criKindLabel = "io.cri-containerd.kind"
+
+// runningContainerTasks counts the running tasks in namespace that are not the CRI plugin's
+// sandboxes: one per pod's container.
+func runningContainerTasks(ctx context.Context, cd *testenv.Containerd, namespace string) (int, error) {
+	tasks, err := runningTasks(ctx, cd, namespace)
+	if err != nil {
+		return 0, err
+	}
+	recs, err := cd.Client.ContainerService().List(namespaces.WithNamespace(ctx, namespace))
+	if err != nil {
+		return 0, fmt.Errorf("list containers in %s: %w", namespace, err)
+	}
+	n := len(tasks)
+	for _, r := range recs {
+		if _, ok := tasks[r.ID]; ok && r.Labels[criKindLabel] == "sandbox" {
+			n--
+		}
+	}
+	return n, nil
+}
+
+// sandboxNetNS lists the network namespaces of the CRI plugin's sandboxes in namespace (none
+// in a namespace without them), from their pause containers' stored specs.
+func sandboxNetNS(ctx context.Context, cd *testenv.Containerd, namespace string) ([]string, error) {
+	ctx = namespaces.WithNamespace(ctx, namespace)
+	recs, err := cd.Client.ContainerService().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list containers in %s: %w", namespace, err)
+	}
+	var out []string
+	for _, r := range recs {
+		if r.Labels[criKindLabel] != "sandbox" || r.Spec == nil {
+			continue
+		}
+		var spec specs.Spec
+		if err := json.Unmarshal(r.Spec.GetValue(), &spec); err != nil {
+			return nil, fmt.Errorf("spec of sandbox %s: %w", r.ID, err)
+		}
+		if spec.Linux == nil {
+			continue
+		}
+		for _, n := range spec.Linux.Namespaces {
+			// A bind mount the plugin made (not a /proc path, not the host's network).
+			if n.Type == specs.NetworkNamespace && n.Path != "" && !strings.HasPrefix(n.Path, "/proc/") {
+				out = append(out, n.Path)
+			}
+		}
+	}
+	return out, nil
+}
+
+// removeNetNS does to network namespace bind mounts what a reboot does: unmounted, and the
+// files gone. One already gone is not an error.
+func removeNetNS(paths []string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // waitDrained waits until namespace holds no container at all.
 func waitDrained(t testing.TB, cd *testenv.Containerd, namespace string, timeout time.Duration) {
 	t.Helper()
@@ -197,7 +272,7 @@ func killLeftovers(ctx context.Context, cd *testenv.Containerd, namespace string
 	for _, sandboxes := range []bool{false, true} {
 		for _, c := range containers {
 			labels, err := c.Labels(ctx)
-			if err != nil || (labels["io.cri-containerd.kind"] == "sandbox") != sandboxes {
+			if err != nil || (labels[criKindLabel] == "sandbox") != sandboxes {
 				continue
 			}
 			task, err := c.Task(ctx, nil)

@@ -3,6 +3,14 @@
 // each starts from a clean state), same CNI bridge configuration, same pod specs. `make bench`
 // runs it (see docs/benchmarks.md for what each figure means and a dated run).
 //
+// Three agents, each on a node of its own: holdfast on its containerd backend (Holdfast:
+// containerd's client in namespace holdfast, its own CNI and container logger), the same
+// holdfast binary on its CRI backend (HoldfastCRI, "holdfast-cri": containerd's CRI plugin in
+// namespace k8s.io, a pause sandbox per pod with the plugin's CNI, logs written by the
+// runtime; Options.HoldfastCRI, -bench.cri=false leaves it out), and the kubelet (through
+// the same CRI plugin). The report has a column for each and the ratios holdfast/kubelet and
+// holdfast-cri/kubelet.
+//
 // For each agent, one after the other:
 //
 //  1. floor: a busybox container created and started directly with the containerd client, no
@@ -13,22 +21,30 @@
 //  3. burst: N pods created at once, wall time until all are seen Running and Ready;
 //  4. steady state with those N pods: the agent's RSS, CPU and bytes written to disk (from
 //     /proc), and the same for everything the node runs on the agent's behalf (containerd,
-//     shims, holdfast's container loggers, kubelet's pause sandboxes); and the uplink: bytes
-//     each way between the agent and the apiserver, counted by a TCP relay the agent's
-//     kubeconfig points at (TLS included), and the agent's requests by verb and resource,
-//     from the apiserver's audit log (uplink.go);
+//     shims, holdfast's container loggers, the CRI plugin's pause sandboxes of the kubelet and
+//     holdfast-cri); and the uplink: bytes each way between the agent and the apiserver,
+//     counted by a TCP relay the agent's kubeconfig points at (TLS included), and the agent's
+//     requests by verb and resource, from the apiserver's audit log (uplink.go);
 //  5. agent restart: kill -9 with the N pods running; while it is down the harness does what
 //     the node lifecycle controller does to a silent node (Node conditions Unknown, pods'
 //     Ready False); the agent is started again and timed until the Node is Ready and every pod
 //     Ready again in the API; containers restarted are counted in containerd (expected 0);
-//  6. holdfast only: offline boot. apiserver stopped, agent killed, containerd "rebooted"
-//     (every task gone), agent started: time until it reports all N cached pods running.
+//  6. holdfast only (both backends): offline boot. apiserver stopped, agent killed, containerd
+//     "rebooted" (every task gone), agent started: time until it reports all N cached pods
+//     running; the boot floor (the stored containers restarted by a minimal loop through the
+//     containerd client) for the containerd backend only.
+//
+// The floors (1, the network floor, the burst floor of 3) are measured again for each agent;
+// the burst floor with holdfast's container logger only for holdfast's containerd backend (on
+// the CRI backend the runtime writes the logs). Where holdfast's pod starts went, its start
+// trace (its /metrics), is read on both backends.
 //
 // Then the Wasm figures of `go test -bench . ./wasm/`, when that package exists.
 //
 // The harness is a Go test (Run takes a *testing.T) because it stands on internal/testenv.
 // bench_test.go holds TestSideBySide, the full run, which runs only with -bench.side-by-side,
 // and TestHarnessSmoke, a small run in the normal test suite that keeps the harness from
-// rotting: it asserts no timing, and measures holdfast alone when the kubelet binary has not
-// been built (hack/build-kubelet.sh).
+// rotting: it asserts no timing, measures holdfast on its containerd backend only (holdfast-cri
+// too with HOLDFAST_BENCH_SMOKE_CRI=1), and leaves the kubelet out when its binary has not been
+// built (hack/build-kubelet.sh).
 package bench

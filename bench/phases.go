@@ -58,11 +58,11 @@ func (after phaseTotals) perPodMS(before phaseTotals) map[string]float64 {
 }
 
 // tracePhases runs what and returns where holdfast's pod starts during it went (mean ms per
-// pod and phase); restarted: the agent is started again during run, so its trace starts from
-// zero. nil for the kubelet, which has no such trace, or when the trace could not be read
-// (said in the log: the figures are a breakdown, not a result the run depends on).
+// pod and phase), on either backend; restarted: the agent is started again during run, so its
+// trace starts from zero. nil for the kubelet, which has no such trace, or when the trace could
+// not be read (said in the log: the figures are a breakdown, not a result the run depends on).
 func (e *env) tracePhases(what string, restarted bool, run func()) map[string]float64 {
-	if e.agent.kind != Holdfast {
+	if !isHoldfast(e.agent.kind) {
 		run()
 		return nil
 	}
@@ -84,10 +84,11 @@ func (e *env) tracePhases(what string, restarted bool, run func()) map[string]fl
 	return after.perPodMS(before)
 }
 
-// phasesTable tabulates where holdfast's pod starts went in each scenario, in the rows of
-// metrics.PodStartPhases; "" when nothing was traced.
-func (r *Report) phasesTable(markdown bool) string {
-	h := r.Agent(Holdfast)
+// phasesTable tabulates where the pod starts of agent (holdfast on one backend) went in each
+// scenario, in the rows of metrics.PodStartPhases; "" when it was not measured or nothing was
+// traced.
+func (r *Report) phasesTable(agent string, markdown bool) string {
+	h := r.Agent(agent)
 	if h == nil {
 		return ""
 	}

@@ -41,8 +41,9 @@ type AgentResult struct {
 	// BurstFloorS is the burst floor: as many containers as the burst has pods, created and
 	// started at once through the containerd client, one per repetition of the burst.
 	BurstFloorS []float64 `json:"burstFloorSeconds"`
-	// LoggedBurstFloorS (holdfast only) is the burst floor with each container's output going
-	// through holdfast's container logger, a process per container as holdfast runs them.
+	// LoggedBurstFloorS (holdfast on its containerd backend only) is the burst floor with each
+	// container's output going through holdfast's container logger, a process per container as
+	// holdfast runs them. On the CRI backend the runtime writes the logs.
 	LoggedBurstFloorS []float64 `json:"loggedBurstFloorSeconds,omitempty"`
 	BurstS            []float64 `json:"burstSeconds"`
 	// DrainS is, for every batch of pods deleted, the time from the delete calls until the
@@ -52,11 +53,13 @@ type AgentResult struct {
 	Restarts     []Restart `json:"restarts"`
 	OfflineBootS []float64 `json:"offlineBootSeconds,omitempty"`
 	// BootFloorS is the boot floor of each offline boot: the same reboot, the containers
-	// started again from their stored specs by a minimal loop (networks included).
+	// started again from their stored specs by a minimal loop (networks included). holdfast
+	// on its containerd backend only (see the note finish adds for holdfast-cri).
 	BootFloorS []float64 `json:"bootFloorSeconds,omitempty"`
-	// StartPhasesMS, BurstPhasesMS and BootPhasesMS are where holdfast's pod starts went in
-	// the startup, burst and offline boot scenarios: mean milliseconds per pod in each phase
-	// of its start trace (holdfast_pod_start_phase_duration_seconds).
+	// StartPhasesMS, BurstPhasesMS and BootPhasesMS (holdfast, either backend) are where
+	// holdfast's pod starts went in the startup, burst and offline boot scenarios: mean
+	// milliseconds per pod in each phase of its start trace
+	// (holdfast_pod_start_phase_duration_seconds).
 	StartPhasesMS map[string]float64 `json:"startPhasesMs,omitempty"`
 	BurstPhasesMS map[string]float64 `json:"burstPhasesMs,omitempty"`
 	BootPhasesMS  map[string]float64 `json:"bootPhasesMs,omitempty"`
@@ -109,14 +112,18 @@ type Restart struct {
 	TasksBefore         int     `json:"tasksBefore"`
 }
 
-// Row is one line of the table. Ratio is holdfast / kubelet: below 1, holdfast needs less.
+// Row is one line of the table. Ratio is holdfast / kubelet: below 1, holdfast needs less;
+// RatioCRI is holdfast-cri / kubelet, holdfast on its CRI backend.
 type Row struct {
 	Section  string   `json:"section"`
 	Metric   string   `json:"metric"`
 	Unit     string   `json:"unit"`
 	Holdfast *float64 `json:"holdfast,omitempty"`
-	Kubelet  *float64 `json:"kubelet,omitempty"`
-	Ratio    *float64 `json:"ratio,omitempty"`
+	// HoldfastCRI is agent HoldfastCRI's figure: holdfast on its CRI backend.
+	HoldfastCRI *float64 `json:"holdfastCri,omitempty"`
+	Kubelet     *float64 `json:"kubelet,omitempty"`
+	Ratio       *float64 `json:"ratio,omitempty"`
+	RatioCRI    *float64 `json:"ratioCri,omitempty"`
 	// KubeletText replaces a missing kubelet value ("cannot").
 	KubeletText string `json:"kubeletText,omitempty"`
 }
@@ -177,24 +184,27 @@ func (r *Report) Agent(name string) *AgentResult {
 func (r *Report) finish() {
 	r.Took = time.Since(r.Date).Round(time.Second).String()
 	r.Machine.LoadAfter = loadavg()
-	h, k := r.Agent(Holdfast), r.Agent(Kubelet)
+	h, c, k := r.Agent(Holdfast), r.Agent(HoldfastCRI), r.Agent(Kubelet)
 	lat, pods, reps := r.Options["latencyPods"], r.Options["pods"], r.Options["reps"]
+	value := func(a *AgentResult, get func(*AgentResult) (float64, bool)) *float64 {
+		if a == nil {
+			return nil
+		}
+		if v, ok := get(a); ok {
+			return &v
+		}
+		return nil
+	}
+	ratio := func(x, y *float64) *float64 {
+		if x == nil || y == nil || *y == 0 {
+			return nil
+		}
+		return ptr(*x / *y)
+	}
 	row := func(section, metric, unit string, get func(*AgentResult) (float64, bool)) {
-		rw := Row{Section: section, Metric: metric, Unit: unit}
-		if h != nil {
-			if v, ok := get(h); ok {
-				rw.Holdfast = &v
-			}
-		}
-		if k != nil {
-			if v, ok := get(k); ok {
-				rw.Kubelet = &v
-			}
-		}
-		if rw.Holdfast != nil && rw.Kubelet != nil && *rw.Kubelet != 0 {
-			ratio := *rw.Holdfast / *rw.Kubelet
-			rw.Ratio = &ratio
-		}
+		rw := Row{Section: section, Metric: metric, Unit: unit,
+			Holdfast: value(h, get), HoldfastCRI: value(c, get), Kubelet: value(k, get)}
+		rw.Ratio, rw.RatioCRI = ratio(rw.Holdfast, rw.Kubelet), ratio(rw.HoldfastCRI, rw.Kubelet)
 		r.Rows = append(r.Rows, rw)
 	}
 	pct := func(f func(*AgentResult) []float64, q float64) func(*AgentResult) (float64, bool) {
@@ -326,7 +336,7 @@ func (r *Report) finish() {
 		}
 		return float64(n), len(a.Restarts) > 0
 	})
-	if h != nil && len(h.OfflineBootS) > 0 {
+	if (h != nil && len(h.OfflineBootS) > 0) || (c != nil && len(c.OfflineBootS) > 0) {
 		sec = "offline boot (holdfast only)"
 		bootFloor, boot := pct(func(a *AgentResult) []float64 { return a.BootFloorS }, 50), pct(func(a *AgentResult) []float64 { return a.OfflineBootS }, 50)
 		row(sec, "boot floor: minimal loop, netns + CNI ADD + task start per cached pod", "s", bootFloor)
@@ -335,6 +345,12 @@ func (r *Report) finish() {
 			r.Rows[len(r.Rows)-1].KubeletText = "cannot"
 		}
 		row(sec, "offline boot / boot floor", "x", ratioOf(boot, bootFloor))
+		if c != nil && len(c.OfflineBootS) > 0 && len(c.BootFloorS) == 0 {
+			r.Notes = append(r.Notes, "holdfast-cri's offline boot has no boot floor: the floor's loop restarts the containers "+
+				"from their stored specs through the containerd client, and the CRI plugin's containers need what the reboot took "+
+				"(each sandbox's /dev/shm in containerd's state directory, its network namespace); on the CRI backend the runtime "+
+				"makes a new sandbox per pod, which that loop does not do")
+		}
 	}
 	if r.Wasm != nil {
 		for _, b := range r.Wasm.Benchmarks {
@@ -403,17 +419,49 @@ func formatRatio(r *float64) string {
 	return fmt.Sprintf("%.2f", *r)
 }
 
-// Table renders the rows as aligned text: metric | holdfast | kubelet | ratio.
+// column is one of the table's value columns.
+type column struct {
+	header string
+	cell   func(Row) string
+}
+
+// columns are the table's value columns: holdfast, holdfast-cri (when it was measured),
+// kubelet, then the ratios to the kubelet: holdfast/kubelet, holdfast-cri/kubelet.
+func (r *Report) columns() []column {
+	cri := r.Agent(HoldfastCRI) != nil
+	cols := []column{{Holdfast, func(rw Row) string { return formatValue(rw.Holdfast, rw.Unit, "") }}}
+	if cri {
+		cols = append(cols, column{HoldfastCRI, func(rw Row) string { return formatValue(rw.HoldfastCRI, rw.Unit, "") }})
+	}
+	cols = append(cols,
+		column{Kubelet, func(rw Row) string { return formatValue(rw.Kubelet, rw.Unit, rw.KubeletText) }},
+		column{Holdfast + "/" + Kubelet, func(rw Row) string { return formatRatio(rw.Ratio) }})
+	if cri {
+		cols = append(cols, column{HoldfastCRI + "/" + Kubelet, func(rw Row) string { return formatRatio(rw.RatioCRI) }})
+	}
+	return cols
+}
+
+// Table renders the rows as aligned text: metric | holdfast | holdfast-cri | kubelet |
+// holdfast/kubelet | holdfast-cri/kubelet, the holdfast-cri columns only if it was measured.
 func (r *Report) Table() string {
-	header := []string{"metric", "holdfast", "kubelet", "ratio"}
+	cols := r.columns()
+	header := []string{"metric"}
+	for _, c := range cols {
+		header = append(header, c.header)
+	}
 	var lines [][]string
 	section := ""
 	for _, rw := range r.Rows {
 		if rw.Section != section {
 			section = rw.Section
-			lines = append(lines, []string{"[" + section + "]", "", "", ""})
+			lines = append(lines, append([]string{"[" + section + "]"}, make([]string, len(cols))...))
 		}
-		lines = append(lines, []string{"  " + rw.Metric, formatValue(rw.Holdfast, rw.Unit, ""), formatValue(rw.Kubelet, rw.Unit, rw.KubeletText), formatRatio(rw.Ratio)})
+		l := []string{"  " + rw.Metric}
+		for _, c := range cols {
+			l = append(l, c.cell(rw))
+		}
+		lines = append(lines, l)
 	}
 	width := make([]int, len(header))
 	for _, l := range append([][]string{header}, lines...) {
@@ -448,8 +496,11 @@ func (r *Report) Table() string {
 		}
 		write(l)
 	}
-	if pt := r.phasesTable(false); pt != "" {
+	if pt := r.phasesTable(Holdfast, false); pt != "" {
 		b.WriteString("\nWhere holdfast's pod starts went, mean per pod (its start trace):\n" + pt)
+	}
+	if pt := r.phasesTable(HoldfastCRI, false); pt != "" {
+		b.WriteString("\nWhere holdfast-cri's pod starts went (CRI backend), mean per pod (its start trace):\n" + pt)
 	}
 	return b.String()
 }
@@ -466,14 +517,23 @@ func (r *Report) Markdown() string {
 		versions = append(versions, fmt.Sprintf("%s %s", a.Agent, a.Version))
 	}
 	fmt.Fprintf(&b, "Agents: %s. Options: %s.\n\n", strings.Join(versions, ", "), formatOptions(r.Options))
-	b.WriteString("| metric | holdfast | kubelet | holdfast/kubelet |\n|---|---:|---:|---:|\n")
+	cols := r.columns()
+	b.WriteString("| metric |")
+	for _, c := range cols {
+		b.WriteString(" " + c.header + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(cols)) + "\n")
 	section := ""
 	for _, rw := range r.Rows {
 		if rw.Section != section {
 			section = rw.Section
-			fmt.Fprintf(&b, "| **%s** | | | |\n", section)
+			fmt.Fprintf(&b, "| **%s** |%s\n", section, strings.Repeat(" |", len(cols)))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimSpace(rw.Metric), formatValue(rw.Holdfast, rw.Unit, ""), formatValue(rw.Kubelet, rw.Unit, rw.KubeletText), formatRatio(rw.Ratio))
+		fmt.Fprintf(&b, "| %s |", strings.TrimSpace(rw.Metric))
+		for _, c := range cols {
+			fmt.Fprintf(&b, " %s |", c.cell(rw))
+		}
+		b.WriteString("\n")
 	}
 	steadyUplink := func(a *AgentResult) *Uplink {
 		if a.Steady == nil {
@@ -493,8 +553,12 @@ func (r *Report) Markdown() string {
 		b.WriteString("\nNode overhead in the steady state, by process: CPU millicores / PSS MiB / disk writes KiB per minute.\n\n")
 		b.WriteString(bd)
 	}
-	if pt := r.phasesTable(true); pt != "" {
+	if pt := r.phasesTable(Holdfast, true); pt != "" {
 		b.WriteString("\nWhere holdfast's pod starts went, mean per pod, from its start trace (`holdfast_pod_start_phase_duration_seconds`):\n\n")
+		b.WriteString(pt)
+	}
+	if pt := r.phasesTable(HoldfastCRI, true); pt != "" {
+		b.WriteString("\nWhere holdfast-cri's pod starts went (CRI backend), mean per pod, from its start trace:\n\n")
 		b.WriteString(pt)
 	}
 	for _, n := range r.Notes {

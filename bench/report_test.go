@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -73,5 +74,70 @@ func TestReportRendering(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
+	}
+	// holdfast-cri was not measured: no column for it.
+	if strings.Contains(table, HoldfastCRI) || strings.Contains(md, HoldfastCRI) {
+		t.Errorf("holdfast-cri not measured, yet in the table or the markdown:\n%s\n%s", table, md)
+	}
+}
+
+// TestReportRenderingCRI: holdfast on its CRI backend gets its own column between holdfast and
+// the kubelet, and its own ratio to the kubelet after holdfast's, which stays as it was.
+func TestReportRenderingCRI(t *testing.T) {
+	r := newReport(Full())
+	r.Agents = []*AgentResult{
+		{Agent: Holdfast, Version: "dev", FloorMS: []float64{100, 200}, NetworkAddMS: []float64{50, 60}, StartupMS: []float64{300, 400},
+			BurstFloorS: []float64{1}, LoggedBurstFloorS: []float64{1.5}, BurstS: []float64{2}, BootFloorS: []float64{0.5},
+			Steady:   &Steady{WindowS: 60, AgentRSSMiB: 20, Breakdown: map[string]*Share{"agent": {Processes: 1, CPUMillicores: 12.5, PSSMiB: 30, WriteKiBPerMin: 4}}},
+			Restarts: []Restart{{NodeReadyS: 1, PodsReadyS: 2}}, OfflineBootS: []float64{3},
+			StartPhasesMS: map[string]float64{"create": 10, "start": 20}},
+		// The CRI backend: no logged burst floor, no boot floor.
+		{Agent: HoldfastCRI, Version: "dev", FloorMS: []float64{150, 200}, NetworkAddMS: []float64{50, 60}, StartupMS: []float64{450, 600},
+			BurstFloorS: []float64{1}, BurstS: []float64{3},
+			Steady:   &Steady{WindowS: 60, AgentRSSMiB: 25, Breakdown: map[string]*Share{"helpers": {Processes: 30, CPUMillicores: 1, PSSMiB: 9, WriteKiBPerMin: 0}}},
+			Restarts: []Restart{{NodeReadyS: 1.5, PodsReadyS: 3}}, OfflineBootS: []float64{4},
+			StartPhasesMS: map[string]float64{"create": 30, "start": 40}},
+		{Agent: Kubelet, Version: "v1.37.2", FloorMS: []float64{100, 200}, StartupMS: []float64{600, 800}, BurstS: []float64{4},
+			Steady: &Steady{WindowS: 60, AgentRSSMiB: 80}, Restarts: []Restart{{NodeReadyS: 2, PodsReadyS: 4}}},
+	}
+	r.finish()
+	table, md := r.Table(), r.Markdown()
+	for _, want := range []string{
+		"| metric | holdfast | holdfast-cri | kubelet | holdfast/kubelet | holdfast-cri/kubelet |\n|---|---:|---:|---:|---:|---:|\n",
+		"| **startup, 20 pods one after the other** | | | | | |",
+		// p99: 400 and 600 ms against 800: 0.50 as without holdfast-cri, and 0.75.
+		"| pod startup p99 | 400 ms | 600 ms | 800 ms | 0.50 | 0.75 |",
+		"| pod startup p50 / floor p50 | 3.0x | 3.0x | 6.0x | 0.50 | 0.50 |",
+		"| agent RSS (avg) | 20.0 MiB | 25.0 MiB | 80.0 MiB | 0.25 | 0.31 |",
+		// Only holdfast's containerd backend has its logger and the boot floor.
+		"| burst floor with holdfast's logger (a process per container), median | 1.50 s | - | - |  |  |",
+		"| burst / burst floor | 2.0x | 3.0x | - |  |  |",
+		"| reboot, apiserver down -> 30 cached pods running | 3.00 s | 4.00 s | cannot |  |  |",
+		"| offline boot / boot floor | 6.0x | - | - |  |  |",
+		"| holdfast-cri | - | - | - | 1.0 / 9.0 / 0 (30) |",
+		"Where holdfast-cri's pod starts went (CRI backend)",
+		"Agents: holdfast dev, holdfast-cri dev, kubelet v1.37.2.",
+		"holdfast-cri's offline boot has no boot floor",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	header, _, _ := strings.Cut(table, "\n")
+	if f := strings.Fields(strings.ReplaceAll(header, "|", " ")); strings.Join(f, " ") != "metric holdfast holdfast-cri kubelet holdfast/kubelet holdfast-cri/kubelet" {
+		t.Errorf("table header %q", header)
+	}
+	for _, want := range []string{"Where holdfast's pod starts went",
+		"Where holdfast-cri's pod starts went (CRI backend)", "70 ms"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	js, err := json.Marshal(r.Rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"holdfast":400,"holdfastCri":600,"kubelet":800,"ratio":0.5,"ratioCri":0.75`) {
+		t.Errorf("results.json rows lack holdfast-cri's figure and ratio: %s", js)
 	}
 }

@@ -30,7 +30,7 @@ var podCommand = []string{"sleep", "86400"}
 // benchConfigMap is the ConfigMap every bench pod mounts.
 const benchConfigMap = "holdfast-bench"
 
-// benchPod is the pod spec both agents get, as users write pods: one busybox container, image
+// benchPod is the pod spec every agent gets, as users write pods: one busybox container, image
 // already present, pod network through the CNI bridge, the default service account's token
 // (the API's ServiceAccount admission adds the projected volume: token, kube-root-ca.crt,
 // namespace), a ConfigMap volume, the node's DNS, 1s grace.
@@ -72,9 +72,10 @@ func createConfigMaps(ctx context.Context, cp *testenv.ControlPlane) error {
 // a loaded machine, so a stuck agent fails the run instead of hanging it.
 const podTimeout = 3 * time.Minute
 
-// Run measures holdfast, then the kubelet if opts.KubeletPath is set, each in a subtest of t
-// on a fresh containerd and CNI network, against one control plane; then the Wasm
-// benchmarks. It returns the report, also written to opts.OutDir.
+// Run measures holdfast, then holdfast on its CRI backend if opts.HoldfastCRI is set, then the
+// kubelet if opts.KubeletPath is set, each in a subtest of t on a fresh containerd and CNI
+// network, against one control plane; then the Wasm benchmarks. It returns the report, also
+// written to opts.OutDir.
 func Run(t *testing.T, opts Options) *Report {
 	t.Helper()
 	testenv.RequireIntegration(t)
@@ -91,13 +92,18 @@ func Run(t *testing.T, opts Options) *Report {
 		}
 	}
 	agents := []string{Holdfast}
+	if opts.HoldfastCRI {
+		agents = append(agents, HoldfastCRI)
+	} else {
+		rep.Notes = append(rep.Notes, "holdfast-cri (holdfast on its CRI backend) not measured (-bench.cri=false)")
+	}
 	if opts.KubeletPath != "" {
 		agents = append(agents, Kubelet)
 	} else {
 		rep.Notes = append(rep.Notes, "kubelet not measured: no kubelet binary (hack/build-kubelet.sh builds it; `make bench` does)")
 	}
 	if opts.HoldfastProfile != "" {
-		rep.Notes = append(rep.Notes, "holdfast ran with uplinkProfile: "+opts.HoldfastProfile)
+		rep.Notes = append(rep.Notes, "holdfast (every backend measured) ran with uplinkProfile: "+opts.HoldfastProfile)
 	}
 	var nodes []string
 	for _, a := range agents {
@@ -179,6 +185,7 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 		took := measureBurstFloor(t, cd, opts.Pods, "")
 		opts.Logf("%s: burst floor %d/%d: %d containers started at once in %.2fs", kind, rep+1, opts.Reps, opts.Pods, took.Seconds())
 		res.BurstFloorS = append(res.BurstFloorS, took.Seconds())
+		// holdfast's containerd backend only: on its CRI backend the runtime writes the logs.
 		if kind == Holdfast {
 			took := measureBurstFloor(t, cd, opts.Pods, installFloorLogger(t, bin))
 			opts.Logf("%s: burst floor with holdfast's logger %d/%d: %d containers started at once in %.2fs", kind, rep+1, opts.Reps, opts.Pods, took.Seconds())
@@ -193,7 +200,7 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 	if kind == Kubelet {
 		a = newKubelet(t, dir, bin, kubeconfig, cd)
 	} else {
-		a = newHoldfast(t, dir, bin, kubeconfig, opts.HoldfastProfile, cd, cni)
+		a = newHoldfast(t, kind, dir, bin, kubeconfig, opts.HoldfastProfile, cd, cni)
 	}
 	if fi, err := os.Stat(a.bin); err == nil {
 		res.BinaryMiB = float64(fi.Size()) / (1 << 20)
@@ -232,7 +239,7 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 		if opts.OutDir != "" {
 			// The agent's log and configuration, to check what ran.
 			copyFile(a.proc.LogPath(), filepath.Join(opts.OutDir, kind+".log"))
-			copyFile(filepath.Join(dir, "config.yaml"), filepath.Join(opts.OutDir, "holdfast-config.yaml"))
+			copyFile(filepath.Join(dir, "config.yaml"), filepath.Join(opts.OutDir, kind+"-config.yaml"))
 			copyFile(filepath.Join(dir, "kubelet-config.yaml"), filepath.Join(opts.OutDir, "kubelet-config.yaml"))
 			if log := containerdLog(cd.Address); log != "" {
 				copyFile(log, filepath.Join(opts.OutDir, "containerd-"+kind+".log"))
@@ -289,11 +296,16 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 	for rep := range opts.Reps {
 		res.Restarts = append(res.Restarts, e.restart(rep, steadyPods))
 	}
-	if kind == Holdfast && !opts.SkipOffline {
+	if isHoldfast(kind) && !opts.SkipOffline {
 		var boot, floor time.Duration
-		res.BootPhasesMS = e.tracePhases("offline boot", true, func() { boot, floor = e.offlineBoot(steadyPods) })
+		// The boot floor's loop restarts the containerd backend's containers, not the CRI
+		// plugin's (see the note Report.finish adds).
+		withFloor := kind == Holdfast
+		res.BootPhasesMS = e.tracePhases("offline boot", true, func() { boot, floor = e.offlineBoot(steadyPods, withFloor) })
 		res.OfflineBootS = append(res.OfflineBootS, boot.Seconds())
-		res.BootFloorS = append(res.BootFloorS, floor.Seconds())
+		if withFloor {
+			res.BootFloorS = append(res.BootFloorS, floor.Seconds())
+		}
 	}
 	e.deleteAndDrain(steadyPods)
 }
@@ -615,25 +627,28 @@ func markNodeLost(ctx context.Context, c kubernetes.Interface, node string, pods
 // killed, containerd stopped as a reboot stops it (every task gone), the pods' network
 // namespaces and volume tmpfs with it (they live on tmpfs on a real machine), then started
 // again; the agent is timed from its start until it reports every pod Running and ready from
-// its cache. Before the agent starts, the boot floor is measured on the same reboot
-// (measureBootFloor), then the node is rebooted again, so the agent boots as if the floor had
-// not run. It returns the agent's boot and the floor.
-func (e *env) offlineBoot(names []string) (boot, floor time.Duration) {
+// its cache. With withFloor, before the agent starts, the boot floor is measured on the same
+// reboot (measureBootFloor), then the node is rebooted again, so the agent boots as if the
+// floor had not run. It returns the agent's boot and the floor (0 without it).
+func (e *env) offlineBoot(names []string, withFloor bool) (boot, floor time.Duration) {
 	t := e.t
 	ctx := context.Background()
 	e.logf("offline boot: apiserver down, reboot, %d cached pods", len(names))
 	e.cp.Stop()
 	e.agent.kill(t)
 	e.reboot()
-	floor, bf := measureBootFloor(t, e.cd, e.cni, e.ns)
-	if bf.tasks != len(names) {
-		t.Errorf("boot floor: %d tasks started, want one per pod, %d", bf.tasks, len(names))
+	if withFloor {
+		var bf *bootFloor
+		floor, bf = measureBootFloor(t, e.cd, e.cni, e.ns)
+		if bf.tasks != len(names) {
+			t.Errorf("boot floor: %d tasks started, want one per pod, %d", bf.tasks, len(names))
+		}
+		e.logf("boot floor: %d tasks (%d pod networks) started %.2fs after containerd answered", bf.tasks, len(bf.networks), floor.Seconds())
+		if err := bf.teardown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.reboot()
 	}
-	e.logf("boot floor: %d tasks (%d pod networks) started %.2fs after containerd answered", bf.tasks, len(bf.networks), floor.Seconds())
-	if err := bf.teardown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e.reboot()
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
@@ -657,12 +672,13 @@ func (e *env) offlineBoot(names []string) (boot, floor time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	tasks, err := runningTasks(ctx, e.cd, e.ns)
+	// The pods' containers, not the CRI plugin's sandboxes (holdfast-cri's pause containers).
+	tasks, err := runningContainerTasks(ctx, e.cd, e.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tasks) != len(names) {
-		t.Errorf("offline boot: holdfast reports %d pods running, containerd runs %d tasks", len(names), len(tasks))
+	if tasks != len(names) {
+		t.Errorf("offline boot: holdfast reports %d pods running, containerd runs %d containers' tasks", len(names), tasks)
 	}
 	e.logf("offline boot: %d pods running %.2fs after the agent started", len(names), took.Seconds())
 	e.cp.Start()
@@ -671,11 +687,20 @@ func (e *env) offlineBoot(names []string) (boot, floor time.Duration) {
 
 // reboot does to the node what a reboot does, with the agent down: containerd loses every task
 // and its state, the agent's directory every mount (pod network namespaces, tmpfs volumes) and
-// what was on them, and containerd starts again.
+// what was on them, the CRI plugin's sandboxes their network namespaces (bind mounts under
+// /var/run/netns, a tmpfs on a real machine; found from the sandboxes' specs, since other
+// containerd daemons on this machine keep theirs there too), and containerd starts again.
 func (e *env) reboot() {
 	t := e.t
+	criNetNS, err := sandboxNetNS(context.Background(), e.cd, e.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.cd.Stop()
 	if err := testenv.LoseVolatileState(e.agent.dir, filepath.Join(e.agent.dir, "netns")); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeNetNS(criNetNS); err != nil {
 		t.Fatal(err)
 	}
 	e.cd.Start()

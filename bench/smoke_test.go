@@ -14,10 +14,12 @@ import (
 // repetition, so that it cannot rot between `make bench` runs, and logs its table: the floors
 // and the ratios to them. It asserts that every figure was produced, never what it is: the
 // machine running the test suite is busy. The kubelet takes part if hack/build-kubelet.sh has
-// built it; otherwise holdfast is measured alone.
+// built it; otherwise holdfast is measured alone. holdfast on its CRI backend (holdfast-cri)
+// takes part only with HOLDFAST_BENCH_SMOKE_CRI=1, to keep the test suite's run small.
 func TestHarnessSmoke(t *testing.T) {
 	testenv.RequireIntegration(t)
 	opts := bench.Smoke()
+	opts.HoldfastCRI = os.Getenv("HOLDFAST_BENCH_SMOKE_CRI") == "1"
 	opts.KubeletPath = kubeletPath()
 	if opts.KubeletPath == "" {
 		t.Logf("kubelet binary not built (hack/build-kubelet.sh): measuring holdfast only")
@@ -35,6 +37,9 @@ func TestHarnessSmoke(t *testing.T) {
 	}
 
 	agents := []string{bench.Holdfast}
+	if opts.HoldfastCRI {
+		agents = append(agents, bench.HoldfastCRI)
+	}
 	if opts.KubeletPath != "" {
 		agents = append(agents, bench.Kubelet)
 	}
@@ -87,15 +92,24 @@ func TestHarnessSmoke(t *testing.T) {
 	if len(h.OfflineBootS) != 1 || len(h.BootFloorS) != 1 {
 		t.Errorf("holdfast: %d offline boots and %d boot floors, want 1 each", len(h.OfflineBootS), len(h.BootFloorS))
 	}
-	// holdfast's start trace was read in each scenario: its containers were created and
-	// started in every one.
-	for name, phases := range map[string]map[string]float64{"startup": h.StartPhasesMS, "burst": h.BurstPhasesMS, "offline boot": h.BootPhasesMS} {
-		if phases["create"] <= 0 || phases["start"] <= 0 {
-			t.Errorf("holdfast's start trace in the %s: %v, want create and start phases", name, phases)
-		}
+	if c := rep.Agent(bench.HoldfastCRI); c != nil && (len(c.OfflineBootS) != 1 || len(c.BootFloorS) != 0) {
+		t.Errorf("holdfast-cri: %d offline boots and %d boot floors, want 1 and none", len(c.OfflineBootS), len(c.BootFloorS))
 	}
-	if !strings.Contains(rep.Table(), "Where holdfast's pod starts went") {
-		t.Error("the table lacks the start trace")
+	// holdfast's start trace was read in each scenario, on each backend: its containers were
+	// created and started in every one.
+	for _, name := range agents {
+		a := rep.Agent(name)
+		if name == bench.Kubelet || a == nil {
+			continue
+		}
+		for scenario, phases := range map[string]map[string]float64{"startup": a.StartPhasesMS, "burst": a.BurstPhasesMS, "offline boot": a.BootPhasesMS} {
+			if phases["create"] <= 0 || phases["start"] <= 0 {
+				t.Errorf("%s's start trace in the %s: %v, want create and start phases", name, scenario, phases)
+			}
+		}
+		if !strings.Contains(rep.Table(), "Where "+name+"'s pod starts went") {
+			t.Errorf("the table lacks %s's start trace", name)
+		}
 	}
 	if len(rep.Rows) == 0 {
 		t.Error("no rows in the report")
@@ -115,6 +129,11 @@ func TestHarnessSmoke(t *testing.T) {
 		}
 		if r.Holdfast == nil {
 			t.Errorf("holdfast: no figure for %q", r.Metric)
+		}
+		// holdfast-cri has neither holdfast's logger nor the boot floor (containerd backend
+		// only).
+		if opts.HoldfastCRI && r.HoldfastCRI == nil && !strings.Contains(r.Metric, "holdfast's logger") && !strings.Contains(r.Metric, "boot floor") {
+			t.Errorf("holdfast-cri: no figure for %q", r.Metric)
 		}
 		if opts.KubeletPath != "" && r.Kubelet == nil && !strings.Contains(r.Section, "holdfast only") && !strings.Contains(r.Metric, "holdfast's logger") {
 			t.Errorf("kubelet: no figure for %q", r.Metric)
