@@ -66,6 +66,22 @@ func TestUplinkProfile(t *testing.T) {
 
 // A relist threshold set alone below the period's default takes the period down with it (a
 // third of it): a configuration written when the period was 1s stays valid.
+// TestRuntimeBackend: the backend defaults to containerd; cri takes its endpoint.
+func TestRuntimeBackend(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte("runtime: cri\ncriEndpoint: unix:///run/k3s/containerd/containerd.sock\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil || c.Runtime != RuntimeCRI || c.CRIEndpoint != "unix:///run/k3s/containerd/containerd.sock" {
+		t.Errorf("Load: runtime %q at %q, %v", c.Runtime, c.CRIEndpoint, err)
+	}
+	d, err := Load("")
+	if err != nil || d.Runtime != RuntimeContainerd || d.CRIEndpoint != "unix:///run/containerd/containerd.sock" {
+		t.Errorf("defaults: runtime %q at %q, %v", d.Runtime, d.CRIEndpoint, err)
+	}
+}
+
 func TestShortRelistThresholdAlone(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(p, []byte("pods:\n  relistThreshold: 30s\n"), 0o600); err != nil {
@@ -89,6 +105,7 @@ func TestLoadFile(t *testing.T) {
 		{"bad duration", "pods:\n  relistPeriod: soon\n", "duration"},
 		{"renew longer than lease", "nodeStatus:\n  leaseRenewInterval: 50s\n", "must be shorter"},
 		{"negative pods", "maxPods: -1\n", "negative"},
+		{"unknown runtime", "runtime: docker\n", `runtime "docker" is neither "containerd" nor "cri"`},
 		{"relist threshold not above period", "pods:\n  relistPeriod: 2s\n  relistThreshold: 1s\n", "must be longer than pods.relistPeriod"},
 		{"unsafe sysctl not namespaced", "allowedUnsafeSysctls: [net.core.somaxconn, vm.swappiness]\n", `"vm.swappiness" is not a namespaced sysctl`},
 		{"unknown eviction signal", "evictionHard:\n  memory.free: 1Gi\n", `unknown signal "memory.free"`},

@@ -1,0 +1,121 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	v1 "k8s.io/api/core/v1"
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// TestContainerSecurity: the container's securityContext over the pod's, as the kubelet sends
+// it to the runtime.
+func TestContainerSecurity(t *testing.T) {
+	r := &Runtime{cfg: Config{SeccompProfileRoot: "/var/lib/holdfast/seccomp"}}
+	pod := &v1.Pod{Spec: v1.PodSpec{
+		HostIPC: true,
+		SecurityContext: &v1.PodSecurityContext{
+			RunAsUser: ptr(int64(1000)), RunAsGroup: ptr(int64(2000)), FSGroup: ptr(int64(3000)), SupplementalGroups: []int64{4000},
+			SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault},
+		},
+	}}
+	c := &v1.Container{Name: "app", SecurityContext: &v1.SecurityContext{
+		RunAsUser:                ptr(int64(1001)),
+		Capabilities:             &v1.Capabilities{Add: []v1.Capability{"NET_ADMIN"}, Drop: []v1.Capability{"ALL"}},
+		ReadOnlyRootFilesystem:   ptr(true),
+		AllowPrivilegeEscalation: ptr(false),
+		SeccompProfile:           &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr("audit.json")},
+	}}
+	got, err := r.containerSecurity(context.Background(), pod, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &criapi.LinuxContainerSecurityContext{
+		NamespaceOptions:   &criapi.NamespaceOption{Network: criapi.NamespaceMode_POD, Pid: criapi.NamespaceMode_CONTAINER, Ipc: criapi.NamespaceMode_NODE},
+		RunAsUser:          &criapi.Int64Value{Value: 1001},
+		RunAsGroup:         &criapi.Int64Value{Value: 2000},
+		SupplementalGroups: []int64{3000, 4000},
+		Capabilities:       &criapi.Capability{AddCapabilities: []string{"NET_ADMIN"}, DropCapabilities: []string{"ALL"}},
+		ReadonlyRootfs:     true,
+		NoNewPrivs:         true,
+		MaskedPaths:        defaultMaskedPaths,
+		ReadonlyPaths:      defaultReadonlyPaths,
+		Seccomp:            &criapi.SecurityProfile{ProfileType: criapi.SecurityProfile_Localhost, LocalhostRef: "/var/lib/holdfast/seccomp/audit.json"},
+	}
+	if !reflect.DeepEqual(got.String(), want.String()) {
+		t.Errorf("got  %v\nwant %v", got, want)
+	}
+	// runAsNonRoot with an explicit root user is refused before the runtime is asked.
+	c.SecurityContext.RunAsUser, c.SecurityContext.RunAsNonRoot = ptr(int64(0)), ptr(true)
+	var cfgErr *runtime.ConfigError
+	if _, err := r.containerSecurity(context.Background(), pod, c); !errors.As(err, &cfgErr) {
+		t.Errorf("runAsNonRoot with runAsUser 0: %v, want a ConfigError", err)
+	}
+}
+
+func TestCRIMounts(t *testing.T) {
+	got, err := criMounts([]specs.Mount{
+		{Destination: "/data", Type: "bind", Source: "/var/lib/holdfast/pods/x/volumes/data", Options: []string{"rbind", "rprivate", "ro"}},
+		{Destination: "/shared", Type: "bind", Source: "/mnt/shared", Options: []string{"rbind", "rslave", "rw"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !got[0].Readonly || got[0].Propagation != criapi.MountPropagation_PROPAGATION_PRIVATE ||
+		got[1].Readonly || got[1].Propagation != criapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER || got[1].HostPath != "/mnt/shared" {
+		t.Errorf("mounts %v", got)
+	}
+	if _, err := criMounts([]specs.Mount{{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs"}}); err == nil {
+		t.Error("a tmpfs mount was accepted")
+	}
+}
+
+// TestToContainer: the runtime's states as the pod workers read them.
+func TestToContainer(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		st     *criapi.ContainerStatus
+		state  runtime.State
+		reason string
+	}{
+		{"running", &criapi.ContainerStatus{State: criapi.ContainerState_CONTAINER_RUNNING, StartedAt: 1}, runtime.StateRunning, ""},
+		{"exited 0", &criapi.ContainerStatus{State: criapi.ContainerState_CONTAINER_EXITED, StartedAt: 1, FinishedAt: 2}, runtime.StateExited, runtime.ReasonCompleted},
+		{"exited 1", &criapi.ContainerStatus{State: criapi.ContainerState_CONTAINER_EXITED, ExitCode: 1}, runtime.StateExited, runtime.ReasonError},
+		{"oom", &criapi.ContainerStatus{State: criapi.ContainerState_CONTAINER_EXITED, ExitCode: 137, Reason: "OOMKilled"}, runtime.StateExited, runtime.ReasonOOMKilled},
+		{"unknown, started: taken as running, never as lost", &criapi.ContainerStatus{State: criapi.ContainerState_CONTAINER_UNKNOWN, StartedAt: 1}, runtime.StateRunning, ""},
+		{"created", &criapi.ContainerStatus{State: criapi.ContainerState_CONTAINER_CREATED}, runtime.StateCreated, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.st.Labels = map[string]string{LabelPodUID: "uid", LabelContainerName: "app"}
+			tc.st.Annotations = map[string]string{annotationRestartCount: "3", annotationSpecHash: "h"}
+			c := toContainer(&containerStatus{st: tc.st})
+			if c.State != tc.state || c.Reason != tc.reason || c.Attempt != 3 || c.SpecHash != "h" || c.PodUID != "uid" || c.Name != "app" || !c.Recorded {
+				t.Errorf("%+v", c)
+			}
+		})
+	}
+}
+
+func TestVerboseInfo(t *testing.T) {
+	info := map[string]string{"info": `{"pid": 4242, "runtimeSpec": {"linux": {"namespaces": [{"type": "pid"}, {"type": "network", "path": "/var/run/netns/cni-1"}]}}}`}
+	if got := pidFromInfo(info); got != 4242 {
+		t.Errorf("pid %d", got)
+	}
+	if got := netnsFromInfo(info); got != "/var/run/netns/cni-1" {
+		t.Errorf("netns %q", got)
+	}
+	host := map[string]string{"info": `{"pid": 7, "runtimeSpec": {"linux": {"namespaces": [{"type": "pid"}]}}}`}
+	if got := netnsFromInfo(host); got != "" {
+		t.Errorf("host network: netns %q", got)
+	}
+	if pidFromInfo(nil) != 0 || netnsFromInfo(map[string]string{"info": "{"}) != "" {
+		t.Error("no or bad info read as something")
+	}
+}
