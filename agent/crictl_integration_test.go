@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
-	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -20,24 +18,14 @@ import (
 // in it, with no apiserver at all.
 func TestCrictl(t *testing.T) {
 	e := startEnvOn(t, config.RuntimeCRI, false, nil)
-	ctx := context.Background()
 	if err := os.WriteFile(filepath.Join(e.agent.Config.ManifestDir, "sensor.yaml"), []byte(fmt.Sprintf(staticPod, "crictl")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var pod status.PodView
-	testenv.Eventually(t, 60*time.Second, "static pod running", func() error {
-		pods, err := e.agent.Pods(ctx)
-		if err != nil {
-			return err
-		}
-		for _, p := range pods {
-			if p.Name == "sensor-"+node && p.Status.Phase == "Running" {
-				pod = p
-				return nil
-			}
-		}
-		return fmt.Errorf("no running sensor pod in %+v", pods)
-	})
+	e.waitLocalRunning(t, "sensor-"+node)
+	pod, err := e.localPod("sensor-" + node)
+	if err != nil {
+		t.Fatal(err)
+	}
 	endpoint := "unix://" + e.cd.Address
 	crictl := func(args ...string) string { return testenv.Crictl(t, endpoint, args...) }
 

@@ -497,11 +497,7 @@ func (r *Runtime) containerSecurity(ctx context.Context, pod *v1.Pod, c *v1.Cont
 	if sc.ProcMount == nil || *sc.ProcMount != v1.UnmaskedProcMount {
 		out.MaskedPaths, out.ReadonlyPaths = slices.Clone(defaultMaskedPaths), slices.Clone(defaultReadonlyPaths)
 	}
-	profile := sc.SeccompProfile
-	if profile == nil {
-		profile = psc.SeccompProfile
-	}
-	if profile != nil {
+	if profile := first(sc.SeccompProfile, psc.SeccompProfile); profile != nil {
 		out.Seccomp = &criapi.SecurityProfile{ProfileType: criapi.SecurityProfile_Unconfined}
 		switch profile.Type {
 		case v1.SeccompProfileTypeRuntimeDefault:
@@ -511,11 +507,7 @@ func (r *Runtime) containerSecurity(ctx context.Context, pod *v1.Pod, c *v1.Cont
 			out.Seccomp.LocalhostRef = filepath.Join(r.cfg.SeccompProfileRoot, deref(profile.LocalhostProfile))
 		}
 	}
-	aa := sc.AppArmorProfile
-	if aa == nil {
-		aa = psc.AppArmorProfile
-	}
-	if aa != nil {
+	if aa := first(sc.AppArmorProfile, psc.AppArmorProfile); aa != nil {
 		out.Apparmor = &criapi.SecurityProfile{ProfileType: criapi.SecurityProfile_Unconfined}
 		switch aa.Type {
 		case v1.AppArmorProfileTypeRuntimeDefault:
