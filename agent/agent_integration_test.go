@@ -6,15 +6,18 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -188,7 +191,10 @@ func TestPodEndToEnd(t *testing.T) {
 		if c, ok := inRuntime[id]; !ok || c.Name != cs.Name || c.PodUID != string(created.UID) {
 			t.Errorf("containerID %q of %s is not that container in containerd (%+v)", cs.ContainerID, cs.Name, c)
 		}
-		if !strings.Contains(cs.ImageID, "@sha256:") || cs.Image != testenv.BusyboxImage || cs.Started == nil || !*cs.Started {
+		// The image's repository digest; from the CRI, the runtime's image reference, which is
+		// the image's ID for one imported without a repository digest (as the kubelet shows).
+		wantImageID := strings.Contains(cs.ImageID, "@sha256:") || e.cd.CRI && strings.HasPrefix(cs.ImageID, "sha256:")
+		if !wantImageID || cs.Image != testenv.BusyboxImage || cs.Started == nil || !*cs.Started {
 			t.Errorf("container %s: image %q imageID %q started %v", cs.Name, cs.Image, cs.ImageID, cs.Started)
 		}
 	}
@@ -205,7 +211,7 @@ func TestPodEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
-	netns := filepath.Join(e.agent.Config.CNI.NetNSDir, "holdfast-"+string(created.UID))
+	netns := e.podNetNS(t, created.UID)
 	if _, err := os.Stat(netns); err != nil {
 		t.Fatalf("pod network namespace: %v", err)
 	}
@@ -228,6 +234,31 @@ func TestPodEndToEnd(t *testing.T) {
 	if _, err := os.Stat(netns); !os.IsNotExist(err) {
 		t.Errorf("network namespace %s still exists (%v)", netns, err)
 	}
+}
+
+// podNetNS is the path of the pod's network namespace: holdfast's own, or the CRI plugin's,
+// read from the spec of the pod's sandbox container.
+func (e *env) podNetNS(t *testing.T, uid types.UID) string {
+	t.Helper()
+	if !e.cd.CRI {
+		return filepath.Join(e.agent.Config.CNI.NetNSDir, "holdfast-"+string(uid))
+	}
+	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
+	cs, err := e.cd.Client.Containers(ctx, `labels."io.cri-containerd.kind"==sandbox,labels."`+cri.LabelPodUID+`"==`+strconv.Quote(string(uid)))
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("the sandbox of pod %s: %d, %v", uid, len(cs), err)
+	}
+	spec, err := cs[0].Spec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace && ns.Path != "" {
+			return ns.Path
+		}
+	}
+	t.Fatalf("the sandbox of pod %s has no network namespace of its own", uid)
+	return ""
 }
 
 func hasCondition(st v1.PodStatus, t v1.PodConditionType, want v1.ConditionStatus) bool {

@@ -87,6 +87,12 @@ func (r *Runtime) containerConfig(ctx context.Context, sb *sandbox, cfg runtime.
 		annotationImage:        cfg.Image,
 		annotationRestartCount: strconv.Itoa(cfg.Attempt),
 	}
+	switch {
+	case cfg.Stdin && cfg.StdinOnce:
+		annotations[annotationStdin] = "once"
+	case cfg.Stdin:
+		annotations[annotationStdin] = "true"
+	}
 	if cfg.Container != nil && cfg.Container.TerminationMessagePath != "" {
 		annotations[annotationTermination] = cfg.Container.TerminationMessagePath
 	}
@@ -205,7 +211,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 	ctx, cancel := r.call(ctx)
 	defer cancel()
 	_, err := r.rs.RemoveContainer(ctx, &criapi.RemoveContainerRequest{ContainerId: id})
-	r.forget(id)
+	r.removed(id)
 	if err != nil && !notFoundMessage(err) {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
@@ -215,6 +221,14 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 func (r *Runtime) forget(id string) {
 	r.mu.Lock()
 	delete(r.statuses, id)
+	r.mu.Unlock()
+}
+
+// removed forgets all about a removed container.
+func (r *Runtime) removed(id string) {
+	r.mu.Lock()
+	delete(r.statuses, id)
+	delete(r.stdinUsed, id)
 	r.mu.Unlock()
 }
 
@@ -466,15 +480,26 @@ func (r *Runtime) containerSecurity(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		sc = &v1.SecurityContext{}
 	}
 	out := &criapi.LinuxContainerSecurityContext{NamespaceOptions: namespaces(pod)}
+	// The image's user unless the pod names one, as the kubelet sends it: the runtime needs a
+	// user with runAsGroup.
 	uid, gid := first(sc.RunAsUser, psc.RunAsUser), first(sc.RunAsGroup, psc.RunAsGroup)
+	var username string
+	if uid == nil {
+		var err error
+		if uid, username, err = r.imageUser(ctx, c.Image); err != nil {
+			return nil, err
+		}
+	}
 	if uid != nil {
 		out.RunAsUser = &criapi.Int64Value{Value: *uid}
+	} else {
+		out.RunAsUsername = username
 	}
 	if gid != nil {
 		out.RunAsGroup = &criapi.Int64Value{Value: *gid}
 	}
 	if nonRoot := first(sc.RunAsNonRoot, psc.RunAsNonRoot); nonRoot != nil && *nonRoot {
-		if err := r.verifyNonRoot(ctx, pod, c, uid); err != nil {
+		if err := verifyNonRoot(pod, c, uid, username); err != nil {
 			return nil, err
 		}
 	}
@@ -527,28 +552,33 @@ var (
 	defaultReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 )
 
-// verifyNonRoot refuses a container that would run as root, with the kubelet's message: the
-// user asked for, else the image's.
-func (r *Runtime) verifyNonRoot(ctx context.Context, pod *v1.Pod, c *v1.Container, uid *int64) error {
-	who := pod.Name + "_" + pod.Namespace + "(" + string(pod.UID) + ")"
-	if uid != nil {
-		if *uid == 0 {
-			return &runtime.ConfigError{Message: fmt.Sprintf("container's runAsUser breaks non-root policy (pod: %q, container: %s)", who, c.Name)}
-		}
-		return nil
-	}
-	ictx, cancel := r.call(ctx)
+// imageUser is the user the image runs as, as the kubelet reads it (getImageUser): its UID,
+// else its user name, else root.
+func (r *Runtime) imageUser(ctx context.Context, image string) (uid *int64, username string, err error) {
+	ctx, cancel := r.call(ctx)
 	defer cancel()
-	resp, err := r.is.ImageStatus(ictx, &criapi.ImageStatusRequest{Image: &criapi.ImageSpec{Image: runtime.NormalizeImageRef(c.Image)}})
+	resp, err := r.is.ImageStatus(ctx, &criapi.ImageStatusRequest{Image: &criapi.ImageSpec{Image: runtime.NormalizeImageRef(image)}})
 	if err != nil {
-		return fmt.Errorf("%w: image status of %s: %v", runtime.ErrCreateContainer, c.Image, err)
+		return nil, "", fmt.Errorf("%w: image status of %s: %v", runtime.ErrCreateContainer, image, err)
 	}
 	img := resp.GetImage()
 	switch {
-	case img.GetUid() != nil && img.GetUid().Value == 0, img.GetUid() == nil && img.GetUsername() == "":
+	case img.GetUid() != nil:
+		return &img.GetUid().Value, "", nil
+	case img.GetUsername() != "":
+		return nil, img.GetUsername(), nil
+	}
+	return new(int64), "", nil
+}
+
+// verifyNonRoot refuses a container that would run as root, with the kubelet's messages.
+func verifyNonRoot(pod *v1.Pod, c *v1.Container, uid *int64, username string) error {
+	who := pod.Name + "_" + pod.Namespace + "(" + string(pod.UID) + ")"
+	switch {
+	case uid != nil && *uid == 0:
 		return &runtime.ConfigError{Message: fmt.Sprintf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)", who, c.Name)}
-	case img.GetUid() == nil:
-		return &runtime.ConfigError{Message: fmt.Sprintf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root (pod: %q, container: %s)", img.GetUsername(), who, c.Name)}
+	case uid == nil:
+		return &runtime.ConfigError{Message: fmt.Sprintf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root (pod: %q, container: %s)", username, who, c.Name)}
 	}
 	return nil
 }

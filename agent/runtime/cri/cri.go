@@ -33,6 +33,8 @@ const (
 	annotationImage        = "io.holdfast.container.image"
 	annotationRestartCount = "io.kubernetes.container.restartCount"
 	annotationTermination  = "io.kubernetes.container.terminationMessagePath"
+	// annotationStdin is "true" for a container with stdin: true, "once" with stdinOnce too.
+	annotationStdin = "io.holdfast.container.stdin"
 )
 
 // maxMsgSize bounds a message from the runtime (an exec's output, a long list), as the
@@ -81,6 +83,9 @@ type Runtime struct {
 	// statuses are the last container statuses read, kept while the state they were read in
 	// lasts: an exited container's status never changes, a running one's only by exiting.
 	statuses map[string]*containerStatus
+	// stdinUsed are the stdinOnce containers whose stdin a first attach used, and closed: the
+	// runtime would take a second attach's stdin and give it to no one.
+	stdinUsed map[string]bool
 }
 
 // Connect dials the runtime's CRI endpoint and checks that it answers the v1 API.
@@ -108,6 +113,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error
 		sandboxes: map[string]*sandbox{},
 		stale:     map[string][]string{},
 		statuses:  map[string]*containerStatus{},
+		stdinUsed: map[string]bool{},
 	}
 	if _, err := r.Version(ctx); err != nil {
 		conn.Close()

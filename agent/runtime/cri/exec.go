@@ -92,6 +92,25 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s run
 // Attach connects s to the main process of the running container id through the runtime's
 // streaming server.
 func (r *Runtime) Attach(ctx context.Context, id string, s runtime.ExecStreams) error {
+	if s.Stdin != nil {
+		cs, err := r.status(ctx, id, criapi.ContainerState_CONTAINER_UNKNOWN)
+		if err != nil {
+			return fmt.Errorf("attach to %s: %w: %v", id, runtime.ErrContainerNotRunning, err)
+		}
+		stdin := cs.st.Annotations[annotationStdin]
+		r.mu.Lock()
+		used := r.stdinUsed[id]
+		if stdin == "once" {
+			r.stdinUsed[id] = true
+		}
+		r.mu.Unlock()
+		switch {
+		case stdin == "":
+			return fmt.Errorf("attach to %s: %w", id, runtime.ErrNoStdin)
+		case used:
+			return fmt.Errorf("attach to %s: %w", id, runtime.ErrStdinClosed)
+		}
+	}
 	rctx, cancel := r.call(ctx)
 	resp, err := r.rs.Attach(rctx, &criapi.AttachRequest{ContainerId: id, Tty: s.TTY,
 		Stdin: s.Stdin != nil, Stdout: s.Stdout != nil, Stderr: s.Stderr != nil && !s.TTY})
