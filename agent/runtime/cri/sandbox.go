@@ -25,6 +25,8 @@ type sandbox struct {
 	netns   string // the sandbox's network namespace where the runtime tells it; may be empty
 	ready   bool
 	attempt uint32
+	// hostNetwork: the sandbox has the host's network (and no namespace of its own to read).
+	hostNetwork bool
 }
 
 // Network is the CRI backend's view of pod networks: the runtime owns them, as part of the
@@ -122,13 +124,15 @@ func (n *Network) Setup(ctx context.Context, pod *v1.Pod) (*network.PodNetwork, 
 		r.mu.Unlock()
 	}
 	if cur != nil {
-		sb, err := r.sandboxStatus(ctx, cur.id)
+		// The network namespace is read once (verbose: the runtime's whole spec), then kept.
+		sb, err := r.sandboxStatus(ctx, cur.id, cur.netns == "" && !cur.hostNetwork)
 		switch {
 		case err == nil && sb.ready:
-			sb.attempt = cur.attempt
-			if sb.config == nil {
-				sb.config = cur.config
+			sb.attempt, sb.config = cur.attempt, cur.config
+			if sb.netns == "" {
+				sb.netns = cur.netns
 			}
+			sb.hostNetwork = pod.Spec.HostNetwork
 			r.setSandbox(uid, sb)
 			r.removeStale(ctx, uid)
 			return sb.podNetwork(), nil
@@ -158,11 +162,11 @@ func (n *Network) Setup(ctx context.Context, pod *v1.Pod) (*network.PodNetwork, 
 	if err != nil {
 		return nil, fmt.Errorf("run pod sandbox: %w", err)
 	}
-	sb, err := r.sandboxStatus(ctx, resp.PodSandboxId)
+	sb, err := r.sandboxStatus(ctx, resp.PodSandboxId, !pod.Spec.HostNetwork)
 	if err != nil {
 		return nil, fmt.Errorf("status of new pod sandbox %s: %w", resp.PodSandboxId, err)
 	}
-	sb.config, sb.attempt = config, attempt
+	sb.config, sb.attempt, sb.hostNetwork = config, attempt, pod.Spec.HostNetwork
 	r.setSandbox(uid, sb)
 	return sb.podNetwork(), nil
 }
@@ -177,12 +181,13 @@ func (sb *sandbox) podNetwork() *network.PodNetwork {
 	return &network.PodNetwork{NetNSPath: sb.netns, IPs: slices.Clone(sb.ips), Complete: true, ContainerID: sb.id}
 }
 
-// sandboxStatus reads a sandbox's state and addresses, and its network namespace from the
-// runtime's verbose information (containerd's "runtimeSpec", CRI-O's too) where it has one.
-func (r *Runtime) sandboxStatus(ctx context.Context, id string) (*sandbox, error) {
+// sandboxStatus reads a sandbox's state and addresses, and with verbose its network namespace
+// from the runtime's verbose information (containerd's "runtimeSpec", CRI-O's too) where it
+// has one.
+func (r *Runtime) sandboxStatus(ctx context.Context, id string, verbose bool) (*sandbox, error) {
 	ctx, cancel := r.call(ctx)
 	defer cancel()
-	resp, err := r.rs.PodSandboxStatus(ctx, &criapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	resp, err := r.rs.PodSandboxStatus(ctx, &criapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: verbose})
 	if err != nil {
 		return nil, err
 	}
