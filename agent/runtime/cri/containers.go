@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -364,11 +365,14 @@ func (r *Runtime) PodOf(ctx context.Context, containerID string) (string, error)
 // since the last list: the pod worker then relists the pod, as after any event. An OOM kill
 // is the exit's reason (OOMKilled), which the runtime reports itself.
 func (r *Runtime) SubscribeTaskEvents(ctx context.Context, subscribed func(), fn func(runtime.TaskEvent)) error {
+	// The stream is in place once opened; a runtime without it says so only at the first
+	// receive, and polling takes over (whose own start then calls subscribed no more).
+	subscribed = sync.OnceFunc(subscribed)
 	stream, err := r.rs.GetContainerEvents(ctx, &criapi.GetEventsRequest{})
 	if err == nil {
+		subscribed()
 		var ev *criapi.ContainerEventResponse
 		if ev, err = stream.Recv(); err == nil {
-			subscribed()
 			for err == nil {
 				if ev.ContainerEventType == criapi.ContainerEventType_CONTAINER_STOPPED_EVENT && managed(ev.GetPodSandboxStatus().GetLabels()) {
 					fn(runtime.TaskEvent{ContainerID: ev.ContainerId})
