@@ -119,6 +119,10 @@ func (r *Runtime) Attach(ctx context.Context, id string, s ExecStreams) error {
 	defer wg.Wait()
 	defer cancel()
 
+	// The output from now on: what the process writes once its stdin is connected, the answer
+	// to the client's first line included, even when the log is opened after that answer
+	// (it was lost when the read started at the end of the file as it was then).
+	since := time.Now()
 	if s.Stdin != nil {
 		if labels[LabelStdin] == "" {
 			return fmt.Errorf("attach to %s: %w", id, ErrNoStdin)
@@ -198,12 +202,17 @@ func (r *Runtime) Attach(ctx context.Context, id string, s ExecStreams) error {
 		st, err := task.Status(ctx)
 		return err == nil && st.Status != client.Stopped
 	}
-	err = logs.Read(ctx, logPath, logs.ReadOptions{Follow: true, Running: running, Stderr: stderr, PollInterval: attachPollInterval}, stdout)
+	err = logs.Read(ctx, logPath, logs.ReadOptions{Follow: true, Running: running, Stderr: stderr, PollInterval: attachPollInterval,
+		Since: since, TailLines: attachBacklogLines}, stdout)
 	if err != nil {
 		return fmt.Errorf("attach to %s: read output: %w", id, err)
 	}
 	return nil
 }
+
+// attachBacklogLines bounds how far back from the end of the log an attach looks for the lines
+// written since it began (Since drops the older ones).
+const attachBacklogLines = 1000
 
 // crlfWriter writes what it is given with every "\n" made "\r\n", as a terminal's line
 // discipline (ONLCR) had written it before the log took the "\r" away.
