@@ -53,9 +53,6 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConf
 		r.mu.Lock()
 		sb = r.sandboxes[cfg.PodUID]
 		r.mu.Unlock()
-		if sb.config == nil {
-			sb.config, _ = r.sandboxConfig(cfg.Pod, sb.attempt)
-		}
 	}
 	config, err := r.containerConfig(ctx, sb, cfg)
 	if err != nil {

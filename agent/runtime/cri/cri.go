@@ -136,24 +136,30 @@ func (r *Runtime) call(ctx context.Context) (context.Context, context.CancelFunc
 
 // Version is the runtime's name and version as the kubelet reports it: "containerd://1.6.20".
 func (r *Runtime) Version(ctx context.Context) (string, error) {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
-	v, err := r.rs.Version(ctx, &criapi.VersionRequest{})
+	v, err := r.version(ctx)
 	if err != nil {
-		return "", fmt.Errorf("CRI version at %s: %w", r.cfg.Endpoint, err)
+		return "", err
 	}
 	return v.RuntimeName + "://" + strings.TrimPrefix(v.RuntimeVersion, "v"), nil
 }
 
 // RuntimeName is the runtime's own name ("containerd", "cri-o").
 func (r *Runtime) RuntimeName(ctx context.Context) (string, error) {
+	v, err := r.version(ctx)
+	if err != nil {
+		return "", err
+	}
+	return v.RuntimeName, nil
+}
+
+func (r *Runtime) version(ctx context.Context) (*criapi.VersionResponse, error) {
 	ctx, cancel := r.call(ctx)
 	defer cancel()
 	v, err := r.rs.Version(ctx, &criapi.VersionRequest{})
 	if err != nil {
-		return "", fmt.Errorf("CRI version at %s: %w", r.cfg.Endpoint, err)
+		return nil, fmt.Errorf("CRI version at %s: %w", r.cfg.Endpoint, err)
 	}
-	return v.RuntimeName, nil
+	return v, nil
 }
 
 // condition returns the runtime status condition of that type.

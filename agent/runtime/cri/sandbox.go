@@ -129,6 +129,13 @@ func (n *Network) Setup(ctx context.Context, pod *v1.Pod) (*network.PodNetwork, 
 		switch {
 		case err == nil && sb.ready:
 			sb.attempt, sb.config = cur.attempt, cur.config
+			if sb.config == nil {
+				// Found by listing after an agent restart: its configuration, which each
+				// container create hands the runtime again, is the pod's.
+				if sb.config, err = r.sandboxConfig(pod, sb.attempt); err != nil {
+					return nil, err
+				}
+			}
 			if sb.netns == "" {
 				sb.netns = cur.netns
 			}
