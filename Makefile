@@ -93,8 +93,8 @@ test: deps
 	HOLDFAST_BENCH_SMOKE_TABLE=$(BENCH_SMOKE_TABLE) $(GO) test $(TEST_FLAGS) $(PKGS)
 	HOLDFAST_TEST_RUNTIME=cri $(GO) test $(TEST_FLAGS) -run '$(CRI_SLICE)' ./agent/
 	@if [ -s $(BENCH_SMOKE_TABLE) ]; then echo "== bench harness smoke run (TestHarnessSmoke; small and noisy, no timing asserted) =="; cat $(BENCH_SMOKE_TABLE); fi
-	if hack/vm/can-boot.sh; then $(MAKE) gateway-test GATEWAY_RUN='Scenario1|Scenario2'; \
-	else echo "gateway VM scenarios not run: no usable /dev/kvm (HOLDFAST_GATEWAY_VM=1 runs them under software emulation)"; fi
+	if reason=$$(hack/vm/can-boot.sh 2>&1); then $(MAKE) gateway-test GATEWAY_RUN='Scenario1|Scenario2'; \
+	else echo "gateway VM scenarios not run: $$reason (HOLDFAST_GATEWAY_VM=1 runs them under software emulation)"; fi
 
 # test-cri runs the agent's whole integration suite on the CRI backend.
 test-cri: deps

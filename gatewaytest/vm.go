@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -99,8 +100,10 @@ func StartVM(t testing.TB, image Image, opts VMOptions) *VM {
 		overlay: filepath.Join(dir, "disk.qcow2"),
 		key:     filepath.Join(dir, "id_ed25519"),
 		monitor: filepath.Join(dir, "monitor.sock"),
-		Accel:   accelerator(),
 	}
+	accel, why := accelerator()
+	vm.Accel = accel
+	t.Logf("qemu accelerator %s: %s", accel, why)
 	key, err := os.ReadFile(filepath.Join(image.Dir, "id_ed25519"))
 	if err != nil {
 		t.Fatalf("start VM: %v", err)
@@ -127,15 +130,16 @@ func StartVM(t testing.TB, image Image, opts VMOptions) *VM {
 	return vm
 }
 
-// accelerator is kvm when /dev/kvm can be opened, tcg (software emulation) otherwise.
-func accelerator() string {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+// accelerator is kvm when qemu can run a KVM guest here (hack/vm/kvm-works.sh: a /dev/kvm that
+// opens is not enough behind a nested hypervisor), tcg (software emulation) otherwise, with
+// the probe's reason.
+var accelerator = sync.OnceValues(func() (accel, why string) {
+	out, err := exec.Command("../hack/vm/kvm-works.sh").CombinedOutput()
 	if err != nil {
-		return "tcg"
+		return "tcg", strings.TrimSpace(string(out))
 	}
-	f.Close()
-	return "kvm"
-}
+	return "kvm", "KVM works here"
+})
 
 func (vm *VM) argv() []string {
 	cpu := "max"
@@ -177,6 +181,10 @@ func (vm *VM) powerOn() {
 	}
 	vm.PoweredOn = time.Now()
 	testenv.Eventually(vm.t, 30*time.Second, "qemu's monitor", func() error {
+		if !vm.qemu.Running() {
+			vm.t.Fatalf("qemu (%s) ended before its monitor answered: %v\n%s",
+				vm.Accel, vm.qemu.ExitError(), vm.qemu.LogTail(30))
+		}
 		_, err := vm.hmp("info status")
 		return err
 	})
