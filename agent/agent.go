@@ -243,8 +243,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	// What the node has and uses: eviction's signals, and the node API's stats.
 	host := eviction.HostObserver{NodeFS: cfg.StateDir, ImageFS: imageFS.Root}
 	activePods := func() []*v1.Pod { pods, _ := podMgr.ActivePods(); return pods }
-	usage := &stats.Provider{NodeName: cfg.NodeName, Cgroups: cgroups.Host(), Pods: activePods, Runtime: rt, Host: host}
-	evictionMgr, err := a.evictionManager(rt, host, podMgr, collector, recorder)
+	usage := &stats.Provider{NodeName: cfg.NodeName, Usage: be.usage, Pods: activePods, Runtime: rt, Host: host}
+	evictionMgr, err := a.evictionManager(rt, be.usage, host, podMgr, collector, recorder)
 	if err != nil {
 		return err
 	}
@@ -428,9 +428,9 @@ func (a *Agent) reservations() (func(capacity v1.ResourceList) v1.ResourceList, 
 }
 
 // evictionManager builds the node-pressure eviction manager: the host's signals against the
-// configured thresholds, pods measured from their cgroups and directories, and image and
+// configured thresholds, pods measured from their containers' usage and their directories, and image and
 // container collection as the node-level reclaim that comes before evicting for disk.
-func (a *Agent) evictionManager(rt eviction.ContainerLister, host eviction.HostObserver, podMgr *pods.Manager, collector *gc.GC, recorder record.EventRecorder) (*eviction.Manager, error) {
+func (a *Agent) evictionManager(rt eviction.ContainerLister, usage eviction.ContainerUsage, host eviction.HostObserver, podMgr *pods.Manager, collector *gc.GC, recorder record.EventRecorder) (*eviction.Manager, error) {
 	thresholds, err := a.cfg.EvictionThresholds()
 	if err != nil {
 		return nil, err
@@ -442,7 +442,7 @@ func (a *Agent) evictionManager(rt eviction.ContainerLister, host eviction.HostO
 		MonitoringInterval:       a.cfg.EvictionMonitoringPeriod.Duration,
 		MaxPodGracePeriod:        time.Duration(a.cfg.EvictionMaxPodGracePeriod) * time.Second,
 	}, host, podMgr,
-		eviction.HostStats{Runtime: rt, Cgroups: cgroups.Host(), PodsDir: filepath.Join(a.cfg.StateDir, "pods"), PodLogDir: a.cfg.PodLogDir},
+		eviction.HostStats{Runtime: rt, Usage: usage, PodsDir: filepath.Join(a.cfg.StateDir, "pods"), PodLogDir: a.cfg.PodLogDir},
 		collector, recorder, a.log.With("component", "eviction")), nil
 }
 

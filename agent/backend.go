@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/hollow"
 	"github.com/holdfast-dev/holdfast/agent/logs"
@@ -28,6 +30,8 @@ type backend struct {
 	network podNetworks
 	images  gc.Images
 	imageFS gc.ImageFilesystem
+	// usage measures running containers for the node API's stats and for eviction.
+	usage eviction.ContainerUsage
 	// preloaded are the image names imported from the firmware's tarballs, which image
 	// collection pins.
 	preloaded []string
@@ -98,6 +102,7 @@ func (a *Agent) containerdBackend(ctx context.Context, boot *metrics.Boot) (*bac
 		network:   network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir),
 		images:    gc.NewContainerdImages(rt.Client(), cfg.Containerd.Namespace),
 		imageFS:   gc.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath),
+		usage:     eviction.CgroupUsage{Cgroups: cgroups.Host()},
 		preloaded: preloaded,
 		close:     rt.Close,
 	}, nil
@@ -112,6 +117,7 @@ func (a *Agent) hollowBackend() *backend {
 		network: hollow.NewNetwork(a.cfg.NodeName),
 		images:  rt.Images(),
 		imageFS: hollow.Filesystem{Dir: filepath.Clean(a.cfg.StateDir)},
+		usage:   eviction.CgroupUsage{Cgroups: cgroups.Host()}, // no container has a pid: none measured
 		close:   func() error { return nil },
 	}
 }
@@ -162,6 +168,7 @@ func (a *Agent) criBackend(ctx context.Context, boot *metrics.Boot) (*backend, e
 		network:   rt.Network(),
 		images:    gc.NewContainerdImages(cd.Client(), criNamespace),
 		imageFS:   gc.NewImageFilesystem(cd.Client(), cfg.GC.ImageFSPath),
+		usage:     rt,
 		preloaded: preloaded,
 		// The runtime writes the containers' logs; holdfast rotates them.
 		run:   rt.RotateLogs,

@@ -281,12 +281,22 @@ func (h Hierarchy) Usage(pid int) (Usage, error) {
 	u.MemoryRSS = int64(stat[prefix+rssKey])
 	u.PageFaults, u.MajorPageFaults = int64(stat[prefix+"pgfault"]), int64(stat[prefix+"pgmajfault"])
 	u.CPUUsageNanos = h.cpuUsage(pid)
-	if pidsDir, err := h.ProcessDir(pid, "pids"); err == nil {
-		if n, err := readUint(filepath.Join(pidsDir, "pids.current")); err == nil {
-			u.PIDs = int64(n)
-		}
-	}
+	u.PIDs = h.Tasks(pid)
 	return u, nil
+}
+
+// Tasks is the number of tasks in the pids cgroup process pid is in; 0 when the controller
+// is not there or pid is gone.
+func (h Hierarchy) Tasks(pid int) int64 {
+	pidsDir, err := h.ProcessDir(pid, "pids")
+	if err != nil {
+		return 0
+	}
+	n, err := readUint(filepath.Join(pidsDir, "pids.current"))
+	if err != nil {
+		return 0
+	}
+	return int64(n)
 }
 
 // cpuUsage is the CPU time of pid's cgroup in nanoseconds: cpu.stat's usage_usec on v2,

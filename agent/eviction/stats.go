@@ -2,6 +2,7 @@ package eviction
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"path/filepath"
 	"syscall"
@@ -20,12 +21,33 @@ type ContainerLister interface {
 	ListPod(ctx context.Context, podUID string) ([]runtime.Container, error)
 }
 
+// ContainerUsage measures a running container's CPU, memory and tasks: CgroupUsage reads its
+// cgroups through its pid (the containerd backend); the CRI backend asks the runtime
+// (ContainerStats), which knows them whatever its isolation.
+type ContainerUsage interface {
+	Usage(ctx context.Context, c runtime.Container) (cgroups.Usage, error)
+}
+
+// CgroupUsage reads a container's usage from the cgroups its main process is in.
+type CgroupUsage struct{ Cgroups cgroups.Hierarchy }
+
+// errNoPid: the runtime gave no pid for a running container (it was listed as it exited).
+var errNoPid = errors.New("container has no pid")
+
+// Usage implements ContainerUsage.
+func (u CgroupUsage) Usage(_ context.Context, c runtime.Container) (cgroups.Usage, error) {
+	if c.Pid == 0 {
+		return cgroups.Usage{}, errNoPid
+	}
+	return u.Cgroups.Usage(int(c.Pid))
+}
+
 // HostStats measures pods on this host: memory and tasks from their running containers'
-// cgroups, disk from the pod's directory (volumes) and its log directory, counting only what
+// usage, disk from the pod's directory (volumes) and its log directory, counting only what
 // lies on the node file system.
 type HostStats struct {
 	Runtime ContainerLister
-	Cgroups cgroups.Hierarchy
+	Usage   ContainerUsage
 	// PodsDir holds one directory per pod UID (the agent's <stateDir>/pods).
 	PodsDir string
 	// PodLogDir holds NAMESPACE_NAME_UID per pod; empty: logs are not counted.
@@ -42,7 +64,7 @@ func (h HostStats) Stats(ctx context.Context, pods []*v1.Pod, signal Signal) Sta
 		if signal.disk() {
 			s, ok = h.diskStats(pod)
 		} else {
-			s, ok = h.cgroupStats(ctx, pod)
+			s, ok = h.usageStats(ctx, pod)
 		}
 		if ok {
 			out[pod.UID] = s
@@ -54,17 +76,17 @@ func (h HostStats) Stats(ctx context.Context, pods []*v1.Pod, signal Signal) Sta
 	}
 }
 
-func (h HostStats) cgroupStats(ctx context.Context, pod *v1.Pod) (PodStats, bool) {
+func (h HostStats) usageStats(ctx context.Context, pod *v1.Pod) (PodStats, bool) {
 	cs, err := h.Runtime.ListPod(ctx, string(pod.UID))
 	if err != nil {
 		return PodStats{}, false
 	}
 	s := PodStats{Containers: map[string]int64{}}
 	for _, c := range cs {
-		if c.State != runtime.StateRunning || c.Pid == 0 {
+		if c.State != runtime.StateRunning {
 			continue
 		}
-		u, err := h.Cgroups.Usage(int(c.Pid))
+		u, err := h.Usage.Usage(ctx, c)
 		if err != nil {
 			continue // exited in between
 		}

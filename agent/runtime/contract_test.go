@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
+	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/pods"
@@ -46,6 +48,8 @@ type openedBackend struct {
 	podLogDir string
 	// reboot does to containerd what a reboot does: every task gone, the records kept.
 	reboot func()
+	// usage measures running containers as the agent does with this backend.
+	usage func(rt backendRuntime) eviction.ContainerUsage
 }
 
 // backends are the runtime backends every contract is asserted of: containerd through its
@@ -64,6 +68,7 @@ func backends() []backendUnderTest {
 				},
 				podLogDir: filepath.Join(dir, "pods"),
 				reboot:    func() { cd.Stop(); cd.Start() },
+				usage:     func(backendRuntime) eviction.ContainerUsage { return eviction.CgroupUsage{Cgroups: cgroups.Host()} },
 			}
 		}},
 		{name: "cri", open: func(t *testing.T) openedBackend {
@@ -80,6 +85,7 @@ func backends() []backendUnderTest {
 				},
 				podLogDir: logDir,
 				reboot:    func() { cd.Stop(); cd.Start() },
+				usage:     func(rt backendRuntime) eviction.ContainerUsage { return rt.(*cri.Runtime) },
 			}
 		}},
 	}
@@ -189,6 +195,14 @@ func TestRuntimeContract(t *testing.T) {
 			code, err := rt.ExecStream(ctx, id, []string{"sh", "-c", "echo streamed; exit 4"}, runtime.ExecStreams{Stdout: &out, Stderr: &out})
 			if err != nil || code != 4 || out.String() != "streamed\n" {
 				t.Errorf("ExecStream: exit %d (%q), %v", code, out.String(), err)
+			}
+
+			// Its usage, as the node API's stats and eviction read it: the execs above ran in
+			// its cgroups, its shell waits in them. Listed after PodOf, which reads its status
+			// with no verbose info: its pid must still be known.
+			u, err := be.usage(rt).Usage(ctx, find(t, rt, pod, id))
+			if err != nil || u.CPUUsageNanos == 0 || u.MemoryUsage == 0 || u.MemoryWorkingSet == 0 || u.PIDs == 0 {
+				t.Errorf("usage of a running container: %+v, %v", u, err)
 			}
 
 			// A container that exits by itself, seen by the event subscription.

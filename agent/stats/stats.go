@@ -1,6 +1,7 @@
 // Package stats measures what the node, its pods and their containers use, in the kubelet's
-// Summary API types (k8s.io/kubelet/pkg/apis/stats/v1alpha1): CPU and memory from each
-// running container's cgroups (v1 or v2), the node's from procfs, its file systems with
+// Summary API types (k8s.io/kubelet/pkg/apis/stats/v1alpha1): CPU and memory of each
+// running container from its cgroups (v1 or v2) or, on the CRI backend, from the runtime's
+// container stats; the node's from procfs, its file systems with
 // statfs, a pod's network from its network namespace. The node API serves the summary at
 // /stats/summary and the resource metrics made from it at /metrics/resource, which is what
 // metrics-server scrapes for `kubectl top`.
@@ -25,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/internal/procfs"
@@ -38,7 +38,8 @@ const userHZ = 100
 // Provider measures summaries. Its fields are set once, before the first Summary.
 type Provider struct {
 	NodeName string
-	Cgroups  cgroups.Hierarchy
+	// Usage measures each running container (eviction.CgroupUsage: from its cgroups).
+	Usage eviction.ContainerUsage
 	// Proc is the proc file system; defaults to /proc.
 	Proc string
 	// Pods are the pods the node runs now.
@@ -159,10 +160,10 @@ func (p *Provider) pod(ctx context.Context, proc string, pod *v1.Pod, now time.T
 	var usage, workingSet, rss, faults, majorFaults uint64
 	var netPid uint32
 	for _, c := range cs {
-		if c.State != runtime.StateRunning || c.Pid == 0 {
+		if c.State != runtime.StateRunning {
 			continue
 		}
-		u, err := p.Cgroups.Usage(int(c.Pid))
+		u, err := p.Usage.Usage(ctx, c)
 		if err != nil {
 			continue // exited in between
 		}

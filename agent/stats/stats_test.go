@@ -57,7 +57,7 @@ func testProvider(t *testing.T, proc, cgroupRoot string) *Provider {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "uid-1"}, Status: v1.PodStatus{StartTime: &started}}
 	return &Provider{
 		NodeName: "gw",
-		Cgroups:  cgroups.Hierarchy{Root: cgroupRoot, Proc: proc, Mode: cgroups.Unified},
+		Usage:    eviction.CgroupUsage{Cgroups: cgroups.Hierarchy{Root: cgroupRoot, Proc: proc, Mode: cgroups.Unified}},
 		Proc:     proc,
 		Pods:     func() []*v1.Pod { return []*v1.Pod{pod} },
 		Runtime: fakeLister{"uid-1": {

@@ -281,7 +281,17 @@ func (r *Runtime) status(ctx context.Context, id string, state criapi.ContainerS
 	}
 	cs := &containerStatus{st: resp.Status}
 	if resp.Status.State == criapi.ContainerState_CONTAINER_RUNNING {
-		cs.pid = pidFromInfo(resp.Info)
+		switch {
+		case running:
+			cs.pid = pidFromInfo(resp.Info)
+		case cached != nil && cached.st.State == criapi.ContainerState_CONTAINER_RUNNING:
+			cs.pid = cached.pid // the same run: its pid has not changed
+		default:
+			// Read as not known to run (PodOf, Attach), so without the verbose info: not kept,
+			// or the container would be listed without its pid (stats, its network) for as
+			// long as it runs. The next list reads it again, verbose.
+			return cs, nil
+		}
 	}
 	r.mu.Lock()
 	r.statuses[id] = cs

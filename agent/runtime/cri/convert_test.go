@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
@@ -117,5 +118,25 @@ func TestVerboseInfo(t *testing.T) {
 	}
 	if pidFromInfo(nil) != 0 || netnsFromInfo(map[string]string{"info": "{"}) != "" {
 		t.Error("no or bad info read as something")
+	}
+}
+
+// TestUsageOf: the runtime's container stats as the node API and eviction read them; what the
+// runtime leaves out is 0, not a panic.
+func TestUsageOf(t *testing.T) {
+	u := usageOf(&criapi.ContainerStats{
+		Cpu: &criapi.CpuUsage{UsageCoreNanoSeconds: &criapi.UInt64Value{Value: 1500}},
+		Memory: &criapi.MemoryUsage{WorkingSetBytes: &criapi.UInt64Value{Value: 100}, UsageBytes: &criapi.UInt64Value{Value: 300},
+			RssBytes: &criapi.UInt64Value{Value: 80}, PageFaults: &criapi.UInt64Value{Value: 7}, MajorPageFaults: &criapi.UInt64Value{Value: 1}},
+	})
+	want := cgroups.Usage{MemoryWorkingSet: 100, MemoryUsage: 300, MemoryRSS: 80, PageFaults: 7, MajorPageFaults: 1, CPUUsageNanos: 1500}
+	if u != want {
+		t.Errorf("usageOf: %+v, want %+v", u, want)
+	}
+	if u := usageOf(&criapi.ContainerStats{}); u != (cgroups.Usage{}) {
+		t.Errorf("usageOf of empty stats: %+v", u)
+	}
+	if u := usageOf(nil); u != (cgroups.Usage{}) {
+		t.Errorf("usageOf(nil): %+v", u)
 	}
 }
