@@ -154,7 +154,13 @@ func TestStateDirFull(t *testing.T) {
 	}
 	f.Close()
 
-	if _, err := pods.Create(ctx, sleeperPod("during", false), metav1.CreateOptions{}); err != nil {
+	// A pod as large as the API allows annotations to make it: its record needs pages past the
+	// end of the store's file, which a full disk cannot give. A small one may fit in pages the
+	// store freed earlier (bbolt reuses them), be cached without error, and leave nothing to
+	// test: the flake this test had.
+	during := sleeperPod("during", false)
+	during.Annotations = map[string]string{"example.com/padding": strings.Repeat("x", 200<<10)}
+	if _, err := pods.Create(ctx, during, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 60*time.Second, "the NotCached event of the pod created on a full disk", func() error {
