@@ -85,11 +85,21 @@ type worker struct {
 	trace        startTrace // where the start went so far, while startPending
 	synced       bool       // a sync of the running pod happened (the next is not its creation)
 	syncErr      error      // why the sync in progress gave up, to be retried; nil when it did not
+	// startFailed is when each container's last start failed (not for an image pull, which
+	// has its own back-off): it is not tried again before startRetryDelay has passed, however
+	// often the worker is poked. Each failure changes the pod's status when its message does
+	// (a CRI runtime names the container ID it made), and the status update coming back from
+	// the API pokes the worker: without this, a container that cannot be created was tried
+	// again every few milliseconds, with a status patch and an event each time.
+	startFailed map[string]time.Time
 }
+
+// startRetryDelay is how long a container whose start failed waits before the next try.
+const startRetryDelay = 5 * time.Second
 
 func newWorker(m *Manager, pod *v1.Pod) *worker {
 	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}, messages: map[string]string{},
-		seen: m.now()}
+		startFailed: map[string]time.Time{}, seen: m.now()}
 }
 
 func (w *worker) poke() {
@@ -597,11 +607,20 @@ func (w *worker) apply(ctx context.Context, log *slog.Logger, pod *v1.Pod, obser
 				w.m.backoff.next(backoffKey(pod, s.container.Name), last.StartedAt, last.FinishedAt)
 			}
 		}
+		if failed, ok := w.startFailed[s.container.Name]; ok {
+			if wait := startRetryDelay - w.m.now().Sub(failed); wait > 0 {
+				next = min(next, wait)
+				continue
+			}
+		}
 		if err := w.startContainer(ctx, pod, s, podIPs, hostIPs, vols); errors.Is(err, errImagePullBackOff) || errors.Is(err, runtime.ErrImagePull) {
 			next = min(next, w.pullRetryIn(pod, s.container))
 		} else if err != nil {
 			log.Warn("start container", "container", s.container.Name, "attempt", s.attempt, "err", err)
-			next = min(next, 5*time.Second)
+			w.startFailed[s.container.Name] = w.m.now()
+			next = min(next, startRetryDelay)
+		} else {
+			delete(w.startFailed, s.container.Name)
 		}
 	}
 	for _, id := range p.remove {

@@ -316,6 +316,25 @@ func TestRuntimeContract(t *testing.T) {
 				t.Errorf("attempt 2 after the reboot: %+v", c)
 			}
 			rt, net = rt2, net2
+
+			// The pod finishes: its network is released, and its exited containers stay, so
+			// that its status is still reported until it is deleted.
+			if err := rt.StopContainer(ctx, after2, time.Second); err != nil {
+				t.Fatalf("stop: %v", err)
+			}
+			if err := net.Teardown(ctx, string(pod.UID), pod.Namespace, pod.Name); err != nil {
+				t.Errorf("teardown of a finished pod: %v", err)
+			}
+			if pn := net.Get(string(pod.UID)); pn != nil {
+				t.Errorf("network of a finished pod after teardown: %+v", pn)
+			}
+			if cs, err := rt.ListPod(ctx, string(pod.UID)); err != nil || len(cs) != 4 {
+				t.Errorf("containers of a finished pod after teardown: %+v, %v; want its 4 containers, exited", cs, err)
+			}
+			if c := exited(t, ctx, rt, pod, after2); c.FinishedAt.IsZero() {
+				t.Errorf("a finished pod's container after teardown: %+v", c)
+			}
+
 			for _, cid := range []string{next, after2} {
 				if err := rt.RemoveContainer(ctx, cid); err != nil {
 					t.Errorf("remove: %v", err)

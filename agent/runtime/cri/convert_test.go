@@ -140,3 +140,23 @@ func TestUsageOf(t *testing.T) {
 		t.Errorf("usageOf(nil): %+v", u)
 	}
 }
+
+// TestSandboxPrivileged: the sandbox is privileged when a container of the pod is, as the
+// kubelet makes it; the runtime refuses a privileged container in a sandbox that is not.
+func TestSandboxPrivileged(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec v1.PodSpec
+		want bool
+	}{
+		{"none", v1.PodSpec{Containers: []v1.Container{{Name: "app"}}}, false},
+		{"privileged false", v1.PodSpec{Containers: []v1.Container{{Name: "app", SecurityContext: &v1.SecurityContext{Privileged: ptr(false)}}}}, false},
+		{"a container", v1.PodSpec{Containers: []v1.Container{{Name: "a"}, {Name: "b", SecurityContext: &v1.SecurityContext{Privileged: ptr(true)}}}}, true},
+		{"an init container", v1.PodSpec{InitContainers: []v1.Container{{Name: "init", SecurityContext: &v1.SecurityContext{Privileged: ptr(true)}}},
+			Containers: []v1.Container{{Name: "app"}}}, true},
+	} {
+		if got := sandboxSecurity(&v1.Pod{Spec: tc.spec}).Privileged; got != tc.want {
+			t.Errorf("%s: sandbox privileged %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

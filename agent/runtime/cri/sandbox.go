@@ -210,19 +210,34 @@ func (r *Runtime) sandboxStatus(ctx context.Context, id string, verbose bool) (*
 	return sb, nil
 }
 
-// Teardown stops and removes every sandbox of the pod, with their containers.
+// Teardown stops every sandbox of the pod, which releases its network, and removes those that
+// hold no container any more. A finished pod keeps its exited containers, so that its status
+// (phase, exit codes, messages) is still reported, until it is deleted: removing its sandbox
+// would remove them with it. The pod's deletion removes the containers, then tears down again,
+// and the empty sandboxes go.
 func (n *Network) Teardown(ctx context.Context, podUID, namespace, name string) error {
 	r := n.r
 	ids, err := r.podSandboxes(ctx, podUID)
 	if err != nil {
 		return err
 	}
+	kept := 0
 	for _, id := range ids {
 		rctx, cancel := r.call(ctx)
 		_, err := r.rs.StopPodSandbox(rctx, &criapi.StopPodSandboxRequest{PodSandboxId: id})
 		cancel()
 		if err != nil && !isNotFound(err) {
 			return fmt.Errorf("stop pod sandbox %s of %s/%s: %w", id, namespace, name, err)
+		}
+		rctx, cancel = r.call(ctx)
+		resp, err := r.rs.ListContainers(rctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{PodSandboxId: id}})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("list the containers of pod sandbox %s of %s/%s: %w", id, namespace, name, err)
+		}
+		if len(resp.Containers) > 0 {
+			kept++
+			continue
 		}
 		rctx, cancel = r.call(ctx)
 		_, err = r.rs.RemovePodSandbox(rctx, &criapi.RemovePodSandboxRequest{PodSandboxId: id})
@@ -232,9 +247,15 @@ func (n *Network) Teardown(ctx context.Context, podUID, namespace, name string) 
 		}
 	}
 	r.mu.Lock()
-	delete(r.sandboxes, podUID)
-	delete(r.stale, podUID)
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	if kept == 0 {
+		delete(r.sandboxes, podUID)
+		delete(r.stale, podUID)
+	} else if sb := r.sandboxes[podUID]; sb != nil {
+		stopped := *sb // its network is gone with it
+		stopped.ips, stopped.netns, stopped.ready = nil, "", false
+		r.sandboxes[podUID] = &stopped
+	}
 	return nil
 }
 
@@ -394,8 +415,11 @@ func namespaces(pod *v1.Pod) *criapi.NamespaceOption {
 	return ns
 }
 
+// sandboxSecurity is the sandbox's security context as the kubelet makes it. Privileged when
+// any of the pod's containers is: the runtime refuses a privileged container in a sandbox that
+// is not ("no privileged container allowed in sandbox").
 func sandboxSecurity(pod *v1.Pod) *criapi.LinuxSandboxSecurityContext {
-	sc := &criapi.LinuxSandboxSecurityContext{NamespaceOptions: namespaces(pod)}
+	sc := &criapi.LinuxSandboxSecurityContext{NamespaceOptions: namespaces(pod), Privileged: hasPrivilegedContainer(pod)}
 	if psc := pod.Spec.SecurityContext; psc != nil {
 		if psc.RunAsUser != nil {
 			sc.RunAsUser = &criapi.Int64Value{Value: *psc.RunAsUser}
@@ -409,6 +433,28 @@ func sandboxSecurity(pod *v1.Pod) *criapi.LinuxSandboxSecurityContext {
 		sc.SupplementalGroups = append(sc.SupplementalGroups, psc.SupplementalGroups...)
 	}
 	return sc
+}
+
+// hasPrivilegedContainer: an init, regular or ephemeral container of the pod is privileged
+// (the kubelet's HasPrivilegedContainer).
+func hasPrivilegedContainer(pod *v1.Pod) bool {
+	privileged := func(sc *v1.SecurityContext) bool { return sc != nil && sc.Privileged != nil && *sc.Privileged }
+	for _, c := range pod.Spec.InitContainers {
+		if privileged(c.SecurityContext) {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		if privileged(c.SecurityContext) {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		if privileged(c.SecurityContext) {
+			return true
+		}
+	}
+	return false
 }
 
 func sysctls(pod *v1.Pod) map[string]string {
