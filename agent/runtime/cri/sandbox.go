@@ -82,17 +82,11 @@ func (r *Runtime) removeStale(ctx context.Context, podUID string) {
 	stale := slices.Clone(r.stale[podUID])
 	r.mu.Unlock()
 	for _, id := range stale {
-		lctx, cancel := r.call(ctx)
-		resp, err := r.rs.ListContainers(lctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{PodSandboxId: id}})
-		cancel()
-		if err != nil || len(resp.Containers) > 0 {
-			continue
+		removed, err := r.removeIfEmpty(ctx, id)
+		if err != nil {
+			r.log.Warn("remove an earlier pod sandbox", "err", err)
 		}
-		rctx, cancel := r.call(ctx)
-		_, err = r.rs.RemovePodSandbox(rctx, &criapi.RemovePodSandboxRequest{PodSandboxId: id})
-		cancel()
-		if err != nil && !isNotFound(err) {
-			r.log.Warn("remove an earlier pod sandbox", "sandbox", id, "err", err)
+		if !removed {
 			continue
 		}
 		r.mu.Lock()
@@ -102,6 +96,27 @@ func (r *Runtime) removeStale(ctx context.Context, podUID string) {
 		}
 		r.mu.Unlock()
 	}
+}
+
+// removeIfEmpty removes sandbox id if it holds no container (the runtime would remove them
+// with it), and says whether it did.
+func (r *Runtime) removeIfEmpty(ctx context.Context, id string) (bool, error) {
+	lctx, cancel := r.call(ctx)
+	resp, err := r.rs.ListContainers(lctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{PodSandboxId: id}})
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("list the containers of sandbox %s: %w", id, err)
+	}
+	if len(resp.Containers) > 0 {
+		return false, nil
+	}
+	rctx, cancel := r.call(ctx)
+	_, err = r.rs.RemovePodSandbox(rctx, &criapi.RemovePodSandboxRequest{PodSandboxId: id})
+	cancel()
+	if err != nil && !isNotFound(err) {
+		return false, fmt.Errorf("remove sandbox %s: %w", id, err)
+	}
+	return true, nil
 }
 
 // Setup makes the pod's sandbox, or finds the one it has: a sandbox the runtime no longer has
@@ -229,21 +244,12 @@ func (n *Network) Teardown(ctx context.Context, podUID, namespace, name string) 
 		if err != nil && !isNotFound(err) {
 			return fmt.Errorf("stop pod sandbox %s of %s/%s: %w", id, namespace, name, err)
 		}
-		rctx, cancel = r.call(ctx)
-		resp, err := r.rs.ListContainers(rctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{PodSandboxId: id}})
-		cancel()
+		removed, err := r.removeIfEmpty(ctx, id)
 		if err != nil {
-			return fmt.Errorf("list the containers of pod sandbox %s of %s/%s: %w", id, namespace, name, err)
+			return fmt.Errorf("pod sandbox of %s/%s: %w", namespace, name, err)
 		}
-		if len(resp.Containers) > 0 {
+		if !removed {
 			kept++
-			continue
-		}
-		rctx, cancel = r.call(ctx)
-		_, err = r.rs.RemovePodSandbox(rctx, &criapi.RemovePodSandboxRequest{PodSandboxId: id})
-		cancel()
-		if err != nil && !isNotFound(err) {
-			return fmt.Errorf("remove pod sandbox %s of %s/%s: %w", id, namespace, name, err)
 		}
 	}
 	r.mu.Lock()
