@@ -151,7 +151,7 @@ func newWithClock(now func() time.Time) *Metrics {
 		}, []string{"policy", "kind"}),
 		bootPhase: metrics.NewGaugeVec(&metrics.GaugeOpts{
 			Namespace: namespace, Subsystem: "boot", Name: "phase_duration_seconds",
-			Help:           "Duration in seconds of each phase of the agent's start, in order: open_store, install_logger, connect_runtime, preload_images, identity (with an apiserver), load_policies (the pod, volume, image and eviction managers made, the Wasm policies compiled), restore_pods (cached API pods and the status outbox, with an apiserver), start (every part started).",
+			Help:           "Duration in seconds of each phase of the agent's start, in order: open_store, install_logger (containerd backend), connect_runtime, preload_images, identity (with an apiserver), load_policies (the pod, volume, image and eviction managers made, the Wasm policies compiled), restore_pods (cached API pods and the status outbox, with an apiserver), start (every part started).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"phase"}),
 		bootMilestone: metrics.NewGaugeVec(&metrics.GaugeOpts{

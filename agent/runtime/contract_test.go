@@ -187,6 +187,17 @@ func TestRuntimeContract(t *testing.T) {
 			if _, err := rt.Exec(ctx, id, []string{"sleep", "30"}, runtime.ExecOptions{Timeout: time.Second}); !errors.Is(err, runtime.ErrExecTimeout) {
 				t.Errorf("Exec past its timeout: %v, want ErrExecTimeout", err)
 			}
+			// A cancelled exec (its pod deleted, a grace period shortened) ends with the
+			// cancellation, not at its timeout: a preStop hook must not outlast them.
+			execCtx, cancelExec := context.WithCancel(ctx)
+			cancelLater := time.AfterFunc(time.Second, cancelExec)
+			began := time.Now()
+			_, err = rt.Exec(execCtx, id, []string{"sleep", "300"}, runtime.ExecOptions{Timeout: 2 * time.Minute})
+			cancelLater.Stop()
+			cancelExec()
+			if !errors.Is(err, context.Canceled) || time.Since(began) >= time.Minute {
+				t.Errorf("Exec cancelled after 1s: %v after %s, want context.Canceled long before its 2m timeout", err, time.Since(began).Round(time.Second))
+			}
 			res, err = rt.Exec(ctx, id, []string{"sh", "-c", "yes | head -c 100000"}, runtime.ExecOptions{OutputLimit: 1000})
 			if err != nil || len(res.Output) != 1000 || !res.Truncated {
 				t.Errorf("Exec output limit: %d bytes, truncated %v, %v", len(res.Output), res.Truncated, err)

@@ -51,29 +51,43 @@ func callTimeout(method string, stream bool, request time.Duration) time.Duratio
 	}
 }
 
-// callDeadlines are the gRPC interceptors that give every call to containerd its deadline
-// (a caller's earlier one stands), in one place rather than at each call site: a containerd
-// that hangs (its socket accepts, nothing answers) would otherwise hold every worker sync,
-// garbage collection, preStop, relist and stats request that calls it until it answers, if
-// ever. A call cut by it is logged with its method, so that a hung runtime is seen in the log
-// by the call it hung, beside the relist's "PLEG is not healthy".
+// CallBound says how long one gRPC call to a runtime may take, from its method and, for a
+// unary call, its request (nil for a stream); 0: no bound of ours.
+type CallBound func(method string, stream bool, req any) time.Duration
+
+// callDeadlines are the gRPC interceptors that give every call to containerd its deadline.
 func callDeadlines(log *slog.Logger, request time.Duration) []grpc.DialOption {
+	return CallDeadlines(log, "containerd", containerdBound(request))
+}
+
+// containerdBound is callTimeout with that request timeout.
+func containerdBound(request time.Duration) CallBound {
+	return func(method string, stream bool, _ any) time.Duration { return callTimeout(method, stream, request) }
+}
+
+// CallDeadlines are the gRPC interceptors that give every call to a runtime (named runtime in
+// the log) its deadline per bound (a caller's earlier one stands), in one place rather than at
+// each call site: a runtime that hangs (its socket accepts, nothing answers) would otherwise
+// hold every worker sync, garbage collection, preStop, relist and stats request that calls it
+// until it answers, if ever. A call cut by it is logged with its method, so that a hung
+// runtime is seen in the log by the call it hung, beside the relist's "PLEG is not healthy".
+func CallDeadlines(log *slog.Logger, runtime string, bound CallBound) []grpc.DialOption {
 	return []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(unaryDeadline(log, request)),
-		grpc.WithChainStreamInterceptor(streamDeadline(log, request)),
+		grpc.WithChainUnaryInterceptor(unaryDeadline(log, runtime, bound)),
+		grpc.WithChainStreamInterceptor(streamDeadline(log, runtime, bound)),
 	}
 }
 
 // timedOut logs a call cut by its deadline of ours, not by its caller.
-func timedOut(log *slog.Logger, ctx, callCtx context.Context, method string, d time.Duration) {
+func timedOut(log *slog.Logger, runtime string, ctx, callCtx context.Context, method string, d time.Duration) {
 	if ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
-		log.Warn("containerd call timed out: containerd is hung or overloaded", "call", method, "timeout", d)
+		log.Warn(runtime+" call timed out: the runtime is hung or overloaded", "call", method, "timeout", d)
 	}
 }
 
-func unaryDeadline(log *slog.Logger, request time.Duration) grpc.UnaryClientInterceptor {
+func unaryDeadline(log *slog.Logger, runtime string, bound CallBound) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		d := callTimeout(method, false, request)
+		d := bound(method, false, req)
 		if d <= 0 {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
@@ -81,26 +95,26 @@ func unaryDeadline(log *slog.Logger, request time.Duration) grpc.UnaryClientInte
 		defer cancel()
 		err := invoker(callCtx, method, req, reply, cc, opts...)
 		if err != nil {
-			timedOut(log, ctx, callCtx, method, d)
+			timedOut(log, runtime, ctx, callCtx, method, d)
 		}
 		return err
 	}
 }
 
-func streamDeadline(log *slog.Logger, request time.Duration) grpc.StreamClientInterceptor {
+func streamDeadline(log *slog.Logger, runtime string, bound CallBound) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		d := callTimeout(method, true, request)
+		d := bound(method, true, nil)
 		if d <= 0 {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
 		callCtx, cancel := context.WithTimeout(ctx, d)
 		s, err := streamer(callCtx, desc, cc, method, opts...)
 		if err != nil {
-			timedOut(log, ctx, callCtx, method, d)
+			timedOut(log, runtime, ctx, callCtx, method, d)
 			cancel()
 			return nil, err
 		}
-		return &boundedStream{ClientStream: s, end: func() { timedOut(log, ctx, callCtx, method, d); cancel() }}, nil
+		return &boundedStream{ClientStream: s, end: func() { timedOut(log, runtime, ctx, callCtx, method, d); cancel() }}, nil
 	}
 }
 

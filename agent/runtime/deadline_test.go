@@ -36,7 +36,7 @@ func TestCallDeadlines(t *testing.T) {
 			}
 			return nil
 		}
-		if err := unaryDeadline(slog.New(slog.DiscardHandler), request)(context.Background(), tc.method, nil, nil, nil, invoker); err != nil {
+		if err := unaryDeadline(slog.New(slog.DiscardHandler), "containerd", containerdBound(request))(context.Background(), tc.method, nil, nil, nil, invoker); err != nil {
 			t.Fatal(err)
 		}
 		if (tc.want == 0) != (got == 0) || got > tc.want || got < tc.want-time.Second {
@@ -63,7 +63,7 @@ func TestCallDeadlines(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
 		var logged bytes.Buffer
-		err := unaryDeadline(slog.New(slog.NewTextHandler(&logged, nil)), request)(ctx, "/x.Containers/List", nil, nil, nil,
+		err := unaryDeadline(slog.New(slog.NewTextHandler(&logged, nil)), "containerd", containerdBound(request))(ctx, "/x.Containers/List", nil, nil, nil,
 			func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 				<-ctx.Done()
 				return ctx.Err()
@@ -78,7 +78,7 @@ func TestCallDeadlines(t *testing.T) {
 
 	t.Run("hung call", func(t *testing.T) {
 		var logged bytes.Buffer
-		err := unaryDeadline(slog.New(slog.NewTextHandler(&logged, nil)), 10*time.Millisecond)(context.Background(), "/x.Containers/List", nil, nil, nil,
+		err := unaryDeadline(slog.New(slog.NewTextHandler(&logged, nil)), "containerd", containerdBound(10*time.Millisecond))(context.Background(), "/x.Containers/List", nil, nil, nil,
 			func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 				<-ctx.Done()
 				return ctx.Err()

@@ -40,12 +40,25 @@ const (
 	ContainerBeforeStart = "container-before-start"
 	// TaskBeforeStart: the container's task is created in containerd, not yet started.
 	TaskBeforeStart = "task-before-start"
+	// SandboxAfterRun: the CRI runtime has made the pod's sandbox, holdfast has not read it
+	// yet: after the restart the pod must be given that sandbox, not a second one.
+	SandboxAfterRun = "sandbox-after-run"
 )
 
 // All lists every point, for the tests that cross each one.
 var All = []string{
 	StoreBeforeCommit, StoreAfterCommit, OutboxAfterAppend, OutboxBeforeAck,
-	PodBeforeCreate, ContainerBeforeRecord, ContainerBeforeStart, TaskBeforeStart,
+	PodBeforeCreate, ContainerBeforeRecord, ContainerBeforeStart, TaskBeforeStart, SandboxAfterRun,
+}
+
+// OnlyBackend names the runtime backend ("containerd" or "cri", as the configuration's
+// runtime) that alone crosses a point; the others are crossed on both. The containerd backend
+// makes a container's record and its task in steps of its own, where the CRI runtime has one
+// call; only the CRI backend has sandboxes.
+var OnlyBackend = map[string]string{
+	ContainerBeforeRecord: "containerd",
+	TaskBeforeStart:       "containerd",
+	SandboxAfterRun:       "cri",
 }
 
 // Environment variables that arm a point in a binary built with -tags failpoints.

@@ -58,9 +58,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConf
 	if err != nil {
 		return "", err
 	}
-	rctx, cancel := r.call(ctx)
-	defer cancel()
-	resp, err := r.rs.CreateContainer(rctx, &criapi.CreateContainerRequest{PodSandboxId: sb.id, Config: config, SandboxConfig: sb.config})
+	resp, err := r.rs.CreateContainer(ctx, &criapi.CreateContainerRequest{PodSandboxId: sb.id, Config: config, SandboxConfig: sb.config})
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", runtime.ErrCreateContainer, err)
 	}
@@ -173,8 +171,6 @@ func criResources(res runtime.Resources) *criapi.LinuxContainerResources {
 
 // StartContainer starts a created container.
 func (r *Runtime) StartContainer(ctx context.Context, id string) error {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	if _, err := r.rs.StartContainer(ctx, &criapi.StartContainerRequest{ContainerId: id}); err != nil {
 		return fmt.Errorf("%w: %v", runtime.ErrStartContainer, err)
 	}
@@ -186,9 +182,6 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 // records the exit. One that is not running, or gone, is left as it is.
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
 	secs := int64((grace + time.Second - 1) / time.Second)
-	// The call lasts the grace period and the kill after it.
-	ctx, cancel := context.WithTimeout(ctx, grace+r.cfg.RequestTimeout)
-	defer cancel()
 	_, err := r.rs.StopContainer(ctx, &criapi.StopContainerRequest{ContainerId: id, Timeout: secs})
 	r.forget(id)
 	if err != nil && !notFoundMessage(err) {
@@ -206,8 +199,6 @@ func (r *Runtime) RecordOOM(context.Context, string) error { return nil }
 // RemoveContainer removes a container, stopping it first; one that does not exist is not an
 // error.
 func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	_, err := r.rs.RemoveContainer(ctx, &criapi.RemoveContainerRequest{ContainerId: id})
 	r.removed(id)
 	if err != nil && !notFoundMessage(err) {
@@ -243,9 +234,7 @@ func (r *Runtime) ListPod(ctx context.Context, podUID string) ([]runtime.Contain
 // list lists the containers, then reads the status of those whose state changed since it was
 // last read: a steady node costs one list call.
 func (r *Runtime) list(ctx context.Context, selector map[string]string) ([]runtime.Container, error) {
-	lctx, cancel := r.call(ctx)
-	resp, err := r.rs.ListContainers(lctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{LabelSelector: selector}})
-	cancel()
+	resp, err := r.rs.ListContainers(ctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{LabelSelector: selector}})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
@@ -272,8 +261,6 @@ func (r *Runtime) status(ctx context.Context, id string, state criapi.ContainerS
 	if cached != nil && cached.st.State == state && state != criapi.ContainerState_CONTAINER_CREATED && state != criapi.ContainerState_CONTAINER_UNKNOWN {
 		return cached, nil
 	}
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	running := state == criapi.ContainerState_CONTAINER_RUNNING
 	resp, err := r.rs.ContainerStatus(ctx, &criapi.ContainerStatusRequest{ContainerId: id, Verbose: running})
 	if err != nil {
@@ -406,9 +393,7 @@ func managed(labels map[string]string) bool { return labels[labelManaged] == "tr
 func (r *Runtime) pollExits(ctx context.Context, subscribed func(), fn func(runtime.TaskEvent)) error {
 	var exited map[string]bool
 	list := func() error {
-		lctx, cancel := r.call(ctx)
-		defer cancel()
-		resp, err := r.rs.ListContainers(lctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{LabelSelector: map[string]string{labelManaged: "true"}}})
+		resp, err := r.rs.ListContainers(ctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{LabelSelector: map[string]string{labelManaged: "true"}}})
 		if err != nil {
 			return fmt.Errorf("list containers for exits: %w", err)
 		}
@@ -566,8 +551,6 @@ var (
 // imageUser is the user the image runs as, as the kubelet reads it (getImageUser): its UID,
 // else its user name, else root.
 func (r *Runtime) imageUser(ctx context.Context, image string) (uid *int64, username string, err error) {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	resp, err := r.is.ImageStatus(ctx, &criapi.ImageStatusRequest{Image: &criapi.ImageSpec{Image: runtime.NormalizeImageRef(image)}})
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: image status of %s: %v", runtime.ErrCreateContainer, image, err)

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
 // Labels put on every sandbox and container, as the kubelet puts them, so that crictl and
@@ -45,7 +47,8 @@ const maxMsgSize = 16 << 20
 type Config struct {
 	// Endpoint is the runtime's CRI socket: unix:///run/containerd/containerd.sock, or a path.
 	Endpoint string
-	// RequestTimeout bounds each call but pulls and streams (kubelet's runtimeRequestTimeout).
+	// RequestTimeout bounds each call but pulls and streams (kubelet's runtimeRequestTimeout;
+	// see callBound).
 	RequestTimeout time.Duration
 	// PodLogDir is where pod log directories are (/var/log/pods): each sandbox's log
 	// directory, which the runtime writes container logs below.
@@ -91,7 +94,7 @@ type Runtime struct {
 // Connect dials the runtime's CRI endpoint and checks that it answers the v1 API.
 func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error) {
 	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 2 * time.Minute
+		cfg.RequestTimeout = runtime.DefaultRequestTimeout
 	}
 	if cfg.EventPoll <= 0 {
 		cfg.EventPoll = time.Second
@@ -100,9 +103,13 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error
 	if !strings.Contains(target, "://") {
 		target = "unix://" + target
 	}
-	conn, err := grpc.NewClient(target,
+	// Every call is bounded in one place (callBound), and a call the runtime hung is logged by
+	// name ("CRI call timed out", call=/runtime.v1.RuntimeService/ListContainers).
+	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
+	}, runtime.CallDeadlines(log, "CRI", callBound(cfg.RequestTimeout))...)
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("CRI endpoint %s: %w", cfg.Endpoint, err)
 	}
@@ -129,9 +136,29 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error
 // Close closes the connection.
 func (r *Runtime) Close() error { return r.conn.Close() }
 
-// call bounds one request by the configured timeout.
-func (r *Runtime) call(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, r.cfg.RequestTimeout)
+// callBound is how long one call to the runtime may take (runtime.CallDeadlines): the request
+// timeout, but for what lasts by nature. A pull has no deadline but its caller's (a slow link
+// may take hours); StopContainer lasts the grace period it gives and the kill after it; an
+// ExecSync its own timeout (none: as long as the command runs, as the kubelet's client); the
+// container event stream as long as the connection.
+func callBound(request time.Duration) runtime.CallBound {
+	return func(_ string, stream bool, req any) time.Duration {
+		switch req := req.(type) {
+		case *criapi.PullImageRequest:
+			return 0
+		case *criapi.StopContainerRequest:
+			return time.Duration(req.Timeout)*time.Second + request
+		case *criapi.ExecSyncRequest:
+			if req.Timeout <= 0 {
+				return 0
+			}
+			return time.Duration(req.Timeout)*time.Second + request
+		}
+		if stream {
+			return 0
+		}
+		return request
+	}
 }
 
 // Version is the runtime's name and version as the kubelet reports it: "containerd://1.6.20".
@@ -153,8 +180,6 @@ func (r *Runtime) RuntimeName(ctx context.Context) (string, error) {
 }
 
 func (r *Runtime) version(ctx context.Context) (*criapi.VersionResponse, error) {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	v, err := r.rs.Version(ctx, &criapi.VersionRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("CRI version at %s: %w", r.cfg.Endpoint, err)
@@ -164,8 +189,6 @@ func (r *Runtime) version(ctx context.Context) (*criapi.VersionResponse, error) 
 
 // condition returns the runtime status condition of that type.
 func (r *Runtime) condition(ctx context.Context, typ string) (*criapi.RuntimeCondition, error) {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	resp, err := r.rs.Status(ctx, &criapi.StatusRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("CRI status: %w", err)

@@ -41,7 +41,16 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, opts runtim
 	if timeout > 0 {
 		// Whole seconds, as the CRI counts them, never 0 (no timeout).
 		req.Timeout = max(int64((timeout+time.Second-1)/time.Second), 1)
+		// The runtime kills the command at the timeout and answers: ctx's deadline is left to
+		// it (so that a timeout is told from a failure), its cancellation is not (a pod deleted,
+		// a grace period shortened: the call ends, and the runtime kills the command).
 		callCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), timeout+execSlack)
+		stop := context.AfterFunc(ctx, func() {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				cancel()
+			}
+		})
+		defer stop()
 	}
 	defer cancel()
 	began := time.Now()
@@ -71,10 +80,8 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s run
 	if len(cmd) == 0 {
 		return 0, errors.New("exec: empty command")
 	}
-	rctx, cancel := r.call(ctx)
-	resp, err := r.rs.Exec(rctx, &criapi.ExecRequest{ContainerId: id, Cmd: cmd, Tty: s.TTY,
+	resp, err := r.rs.Exec(ctx, &criapi.ExecRequest{ContainerId: id, Cmd: cmd, Tty: s.TTY,
 		Stdin: s.Stdin != nil, Stdout: s.Stdout != nil, Stderr: s.Stderr != nil && !s.TTY})
-	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("exec in %s: %w: %v", id, runtime.ErrContainerNotRunning, err)
 	}
@@ -111,10 +118,8 @@ func (r *Runtime) Attach(ctx context.Context, id string, s runtime.ExecStreams) 
 			return fmt.Errorf("attach to %s: %w", id, runtime.ErrStdinClosed)
 		}
 	}
-	rctx, cancel := r.call(ctx)
-	resp, err := r.rs.Attach(rctx, &criapi.AttachRequest{ContainerId: id, Tty: s.TTY,
+	resp, err := r.rs.Attach(ctx, &criapi.AttachRequest{ContainerId: id, Tty: s.TTY,
 		Stdin: s.Stdin != nil, Stdout: s.Stdout != nil, Stderr: s.Stderr != nil && !s.TTY})
-	cancel()
 	if err != nil {
 		return fmt.Errorf("attach to %s: %w: %v", id, runtime.ErrContainerNotRunning, err)
 	}

@@ -16,9 +16,7 @@ import (
 // with the registry out of reach uses the image present and says so (ImageResult.Stale).
 func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy, creds runtime.Credentials) (runtime.ImageResult, error) {
 	name := runtime.NormalizeImageRef(ref)
-	sctx, cancel := r.call(ctx)
-	resp, err := r.is.ImageStatus(sctx, &criapi.ImageStatusRequest{Image: &criapi.ImageSpec{Image: name, UserSpecifiedImage: ref}})
-	cancel()
+	resp, err := r.is.ImageStatus(ctx, &criapi.ImageStatusRequest{Image: &criapi.ImageSpec{Image: name, UserSpecifiedImage: ref}})
 	if err != nil {
 		return runtime.ImageResult{}, fmt.Errorf("%w: look up image %q: %v", runtime.ErrImagePull, ref, err)
 	}
@@ -30,20 +28,21 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 		return runtime.ImageResult{}, fmt.Errorf("%w: container image %q is not present with pull policy of Never", runtime.ErrImageNeverPull, ref)
 	}
 	req := &criapi.PullImageRequest{Image: &criapi.ImageSpec{Image: name, UserSpecifiedImage: ref}}
+	// No ServerAddress, as the kubelet sends none: containerd reads it as a URL, and a bare
+	// "HOST:PORT" fails every pull ("parse server address: ... first path segment in URL
+	// cannot contain colon").
 	if host := registryHost(name); creds != nil {
 		if user, secret, ok := creds(host); ok {
-			req.Auth = &criapi.AuthConfig{Username: user, Password: secret, ServerAddress: host}
+			req.Auth = &criapi.AuthConfig{Username: user, Password: secret}
 			if user == "" {
-				req.Auth = &criapi.AuthConfig{IdentityToken: secret, ServerAddress: host}
+				req.Auth = &criapi.AuthConfig{IdentityToken: secret}
 			}
 		}
 	}
 	// A pull has no deadline but its caller's: a slow link may take hours.
 	pulled, pullErr := r.is.PullImage(ctx, req)
 	if pullErr == nil {
-		sctx, cancel := r.call(ctx)
-		resp, err := r.is.ImageStatus(sctx, &criapi.ImageStatusRequest{Image: &criapi.ImageSpec{Image: pulled.ImageRef}})
-		cancel()
+		resp, err := r.is.ImageStatus(ctx, &criapi.ImageStatusRequest{Image: &criapi.ImageSpec{Image: pulled.ImageRef}})
 		d := pulled.ImageRef
 		if err == nil && resp.GetImage() != nil {
 			d = imageDigest(resp.GetImage())

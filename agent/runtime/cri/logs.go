@@ -58,9 +58,7 @@ func (r *Runtime) rotateLog(ctx context.Context, c runtime.Container) {
 	if err != nil {
 		r.log.Warn("prune rotated container logs", "path", c.LogPath, "err", err)
 	}
-	rctx, cancel := r.call(ctx)
-	defer cancel()
-	if _, err := r.rs.ReopenContainerLog(rctx, &criapi.ReopenContainerLogRequest{ContainerId: c.ID}); err != nil {
+	if _, err := r.rs.ReopenContainerLog(ctx, &criapi.ReopenContainerLogRequest{ContainerId: c.ID}); err != nil {
 		r.log.Warn("reopen container log after rotation; rotation undone", "container", c.ID, "path", c.LogPath, "err", err)
 		if err := undo(); err != nil {
 			r.log.Error("container log left rotated aside", "path", c.LogPath, "err", err)

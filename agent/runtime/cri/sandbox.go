@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/network"
+	"github.com/holdfast-dev/holdfast/internal/failpoint"
 )
 
 // sandbox is a pod's sandbox as the runtime made it.
@@ -40,8 +41,6 @@ func (r *Runtime) Network() *Network { return &Network{r: r} }
 // loadSandboxes learns the sandboxes holdfast made (of the pod podUID only, if not empty):
 // after an agent restart, each pod's newest one is its sandbox.
 func (r *Runtime) loadSandboxes(ctx context.Context, podUID string) error {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	selector := map[string]string{labelManaged: "true"}
 	if podUID != "" {
 		selector[LabelPodUID] = podUID
@@ -101,18 +100,14 @@ func (r *Runtime) removeStale(ctx context.Context, podUID string) {
 // removeIfEmpty removes sandbox id if it holds no container (the runtime would remove them
 // with it), and says whether it did.
 func (r *Runtime) removeIfEmpty(ctx context.Context, id string) (bool, error) {
-	lctx, cancel := r.call(ctx)
-	resp, err := r.rs.ListContainers(lctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{PodSandboxId: id}})
-	cancel()
+	resp, err := r.rs.ListContainers(ctx, &criapi.ListContainersRequest{Filter: &criapi.ContainerFilter{PodSandboxId: id}})
 	if err != nil {
 		return false, fmt.Errorf("list the containers of sandbox %s: %w", id, err)
 	}
 	if len(resp.Containers) > 0 {
 		return false, nil
 	}
-	rctx, cancel := r.call(ctx)
-	_, err = r.rs.RemovePodSandbox(rctx, &criapi.RemovePodSandboxRequest{PodSandboxId: id})
-	cancel()
+	_, err = r.rs.RemovePodSandbox(ctx, &criapi.RemovePodSandboxRequest{PodSandboxId: id})
 	if err != nil && !isNotFound(err) {
 		return false, fmt.Errorf("remove sandbox %s: %w", id, err)
 	}
@@ -178,12 +173,11 @@ func (n *Network) Setup(ctx context.Context, pod *v1.Pod) (*network.PodNetwork, 
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := r.call(ctx)
-	resp, err := r.rs.RunPodSandbox(rctx, &criapi.RunPodSandboxRequest{Config: config})
-	cancel()
+	resp, err := r.rs.RunPodSandbox(ctx, &criapi.RunPodSandboxRequest{Config: config})
 	if err != nil {
 		return nil, fmt.Errorf("run pod sandbox: %w", err)
 	}
+	failpoint.Inject(failpoint.SandboxAfterRun)
 	sb, err := r.sandboxStatus(ctx, resp.PodSandboxId, !pod.Spec.HostNetwork)
 	if err != nil {
 		return nil, fmt.Errorf("status of new pod sandbox %s: %w", resp.PodSandboxId, err)
@@ -207,8 +201,6 @@ func (sb *sandbox) podNetwork() *network.PodNetwork {
 // from the runtime's verbose information (containerd's "runtimeSpec", CRI-O's too) where it
 // has one.
 func (r *Runtime) sandboxStatus(ctx context.Context, id string, verbose bool) (*sandbox, error) {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	resp, err := r.rs.PodSandboxStatus(ctx, &criapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: verbose})
 	if err != nil {
 		return nil, err
@@ -238,9 +230,7 @@ func (n *Network) Teardown(ctx context.Context, podUID, namespace, name string) 
 	}
 	kept := 0
 	for _, id := range ids {
-		rctx, cancel := r.call(ctx)
-		_, err := r.rs.StopPodSandbox(rctx, &criapi.StopPodSandboxRequest{PodSandboxId: id})
-		cancel()
+		_, err := r.rs.StopPodSandbox(ctx, &criapi.StopPodSandboxRequest{PodSandboxId: id})
 		if err != nil && !isNotFound(err) {
 			return fmt.Errorf("stop pod sandbox %s of %s/%s: %w", id, namespace, name, err)
 		}
@@ -267,8 +257,6 @@ func (n *Network) Teardown(ctx context.Context, podUID, namespace, name string) 
 
 // podSandboxes lists the IDs of the pod's sandboxes, ready or not.
 func (r *Runtime) podSandboxes(ctx context.Context, podUID string) ([]string, error) {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	resp, err := r.rs.ListPodSandbox(ctx, &criapi.ListPodSandboxRequest{Filter: &criapi.PodSandboxFilter{
 		LabelSelector: map[string]string{labelManaged: "true", LabelPodUID: podUID},
 	}})
@@ -283,8 +271,6 @@ func (r *Runtime) podSandboxes(ctx context.Context, podUID string) ([]string, er
 }
 
 func (r *Runtime) stopSandbox(ctx context.Context, id string) {
-	ctx, cancel := r.call(ctx)
-	defer cancel()
 	if _, err := r.rs.StopPodSandbox(ctx, &criapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil && !isNotFound(err) {
 		r.log.Warn("stop pod sandbox", "sandbox", id, "err", err)
 	}
@@ -303,9 +289,7 @@ func (n *Network) Get(podUID string) *network.PodNetwork {
 // Known returns the UIDs of the pods with a sandbox, so that the agent tears down those of
 // pods it no longer runs.
 func (n *Network) Known() []string {
-	ctx, cancel := n.r.call(context.Background())
-	defer cancel()
-	resp, err := n.r.rs.ListPodSandbox(ctx, &criapi.ListPodSandboxRequest{Filter: &criapi.PodSandboxFilter{
+	resp, err := n.r.rs.ListPodSandbox(context.Background(), &criapi.ListPodSandboxRequest{Filter: &criapi.PodSandboxFilter{
 		LabelSelector: map[string]string{labelManaged: "true"},
 	}})
 	if err != nil {

@@ -15,8 +15,6 @@ import (
 // CRI's container stats have no task count: that one is read from the container's pids
 // cgroup when the runtime gave its pid, and is 0 otherwise.
 func (r *Runtime) Usage(ctx context.Context, c runtime.Container) (cgroups.Usage, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
-	defer cancel()
 	resp, err := r.rs.ContainerStats(ctx, &criapi.ContainerStatsRequest{ContainerId: c.ID})
 	if err != nil {
 		return cgroups.Usage{}, fmt.Errorf("container %s stats: %w", c.ID, err)
