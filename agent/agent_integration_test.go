@@ -55,11 +55,21 @@ func startEnvOn(t *testing.T, backend string, withAPI bool, tune func(*config.Co
 	if tune != nil {
 		tune(&cfg)
 	}
+	e.runtimeFollows(t, cfg)
 	if err := os.MkdirAll(cfg.ManifestDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	e.agent = testenv.StartAgent(t, dir, cfg)
 	return e
+}
+
+// runtimeFollows gives the runtime what a test configured in holdfast where, on the CRI
+// backend, the runtime owns it: the registry hosts (its config_path), as an operator of such a
+// gateway configures both alike.
+func (e *env) runtimeFollows(t *testing.T, cfg config.Config) {
+	if e.cd.CRI && cfg.Containerd.RegistryConfigPath != "" {
+		e.cd.UseRegistryConfig(cfg.Containerd.RegistryConfigPath)
+	}
 }
 
 // startBackend starts a containerd and a CNI network for the runtime backend, with the test
@@ -101,6 +111,18 @@ func (e *env) containers(t *testing.T) map[string]runtime.Container {
 		out[r.ID] = runtime.Container{ID: r.ID, PodUID: r.Labels[runtime.LabelPodUID], Name: r.Labels[runtime.LabelContainerName]}
 	}
 	return out
+}
+
+// containerOf returns the ID of the pod's container of that name in the runtime: what the
+// runtime named it on the CRI backend, holdfast's name for it on the containerd backend.
+func (e *env) containerOf(t *testing.T, uid types.UID, name string) (string, bool) {
+	t.Helper()
+	for id, c := range e.containers(t) {
+		if c.PodUID == string(uid) && c.Name == name {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // namespace is the containerd namespace of the agent's images and containers: its own, or the
@@ -234,6 +256,30 @@ func TestPodEndToEnd(t *testing.T) {
 	if _, err := os.Stat(netns); !os.IsNotExist(err) {
 		t.Errorf("network namespace %s still exists (%v)", netns, err)
 	}
+}
+
+// sandboxes lists the IDs of the CRI plugin's sandboxes by pod UID (none on the containerd
+// backend, which makes none).
+func (e *env) sandboxes(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	if !e.cd.CRI {
+		return out
+	}
+	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
+	cs, err := e.cd.Client.Containers(ctx, `labels."io.cri-containerd.kind"==sandbox`)
+	if err != nil {
+		t.Fatalf("list sandboxes: %v", err)
+	}
+	for _, c := range cs {
+		labels, err := c.Labels(ctx)
+		if err != nil {
+			t.Fatalf("labels of sandbox %s: %v", c.ID(), err)
+		}
+		uid := labels[cri.LabelPodUID]
+		out[uid] = append(out[uid], c.ID())
+	}
+	return out
 }
 
 // podNetNS is the path of the pod's network namespace: holdfast's own, or the CRI plugin's,

@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
@@ -71,7 +72,7 @@ func (e *env) waitPodGone(t *testing.T, name string) {
 // TestCNIDelAfterRestartAndReboot: a pod's address goes back to IPAM when the pod is deleted
 // after the agent was restarted as a new process, and when it is deleted while the agent is
 // down after a reboot (its network namespace gone: CNI DEL runs with no namespace, from what
-// holdfast recorded at ADD).
+// holdfast recorded at ADD; on the CRI backend, from what the runtime recorded of its sandbox).
 func TestCNIDelAfterRestartAndReboot(t *testing.T) {
 	e := startEnv(t, true, nil)
 	ctx := context.Background()
@@ -157,9 +158,9 @@ func TestCNIDelAfterRestartAndReboot(t *testing.T) {
 		})
 		// The reboot: the agent and every task die, the namespace mount goes with the old
 		// kernel; the pod's file is gone when the agent comes back.
+		netns := e.podNetNS(t, types.UID(uid))
 		e.agent.Kill()
 		e.cd.Stop()
-		netns := filepath.Join(e.agent.Config.CNI.NetNSDir, "holdfast-"+uid)
 		if err := unix.Unmount(netns, unix.MNT_DETACH); err != nil {
 			t.Fatalf("unmount %s: %v", netns, err)
 		}

@@ -170,10 +170,17 @@ func TestNodeAPI(t *testing.T) {
 	}
 
 	t.Run("exec tty", func(t *testing.T) {
+		// The size comes on the resize stream after the request; on the containerd backend the
+		// command starts on it. The CRI runtime (containerd 1.6) starts the command first and
+		// resizes its terminal just after, as with the kubelet: there the command waits for a
+		// size (for 5 s at most, then says what it has).
+		cmd := "stty size"
+		if e.cd.CRI {
+			cmd = `for i in $(seq 50); do case "$(stty size 2>/dev/null)" in ""|"0 0") sleep 0.1;; *) break;; esac; done; stty size`
+		}
 		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
 			VersionedParams(&v1.PodExecOptions{Container: "counter", TTY: true, Stdout: true,
-				// The size comes on the resize stream after the request; the command starts on it.
-				Command: []string{"sh", "-c", "stty size"},
+				Command: []string{"sh", "-c", cmd},
 			}, scheme.ParameterCodec).URL()
 		ex, err := remotecommand.NewSPDYExecutor(e.cp.AdminConfig, "POST", u)
 		if err != nil {

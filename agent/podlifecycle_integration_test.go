@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
-	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -308,10 +307,10 @@ func TestDeletionCancelsBlockedSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := runtime.ContainerID(string(created.UID), "main", 0)
 	testenv.Eventually(t, 60*time.Second, "the container started (its postStart hook sleeping)", func() error {
-		if !e.taskRunning(t, id) {
-			return fmt.Errorf("container %s not running", id)
+		id, ok := e.containerOf(t, created.UID, "main")
+		if !ok || !e.taskRunning(t, id) {
+			return fmt.Errorf("container main of the pod not running (ID %q)", id)
 		}
 		return nil
 	})

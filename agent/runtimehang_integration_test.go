@@ -54,9 +54,14 @@ func TestHungContainerdCallsTimeOut(t *testing.T) {
 	if err := e.localAnswers(ctx, "/stats/summary", 10*requestTimeout); err != nil {
 		t.Errorf("/stats/summary with containerd hung: %v", err)
 	}
+	// The relist's list call, by its name on the backend under test.
+	timedOut := []string{"containerd call timed out", "/containerd.services.containers.v1.Containers/List"}
+	if e.cd.CRI {
+		timedOut = []string{"CRI call timed out", "/runtime.v1.RuntimeService/ListContainers"}
+	}
 	testenv.Eventually(t, 60*time.Second, "the calls to the hung containerd logged by name", func() error {
 		log := e.agent.Log()
-		for _, call := range []string{"containerd call timed out", "/containerd.services.containers.v1.Containers/List"} {
+		for _, call := range timedOut {
 			if !strings.Contains(log, call) {
 				return fmt.Errorf("no %q in the agent's log", call)
 			}

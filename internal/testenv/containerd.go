@@ -53,6 +53,10 @@ type Containerd struct {
 	Root, State string
 	// CRI: started with its CRI plugin (ContainerdOptions.EnableCRI).
 	CRI bool
+	// RegistryConfigPath is the CRI plugin's registry configuration directory (its
+	// config_path: HOST[:PORT]/hosts.toml, read at each pull), with EnableCRI. It starts
+	// empty; UseRegistryConfig points it at a test's own.
+	RegistryConfigPath string
 
 	t         testing.TB
 	dir       string // holds Root, State and Address; short, since socket paths are limited to 108 bytes
@@ -98,6 +102,8 @@ disabled_plugins = [
     bin_dir = {{printf "%q" .CNIBinDir}}
     conf_dir = {{printf "%q" .CNIConfDir}}
     max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = {{printf "%q" .RegistryConfigPath}}
 {{end}}`))
 
 // testRoot returns $HOLDFAST_TEST_ROOT, or /var/lib/holdfast-test: a real file system that
@@ -147,6 +153,12 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 		}
 	})
 
+	if opts.EnableCRI {
+		c.RegistryConfigPath = filepath.Join(filesDir, "certs.d")
+		if err := os.Mkdir(c.RegistryConfigPath, 0o755); err != nil {
+			t.Fatalf("start containerd: %v", err)
+		}
+	}
 	cniConfDir, cniBinDir := filepath.Join(filesDir, "no-cni"), CNIBinDir
 	if opts.CNI != nil {
 		cniConfDir, cniBinDir = opts.CNI.ConfDir, opts.CNI.BinDir
@@ -155,14 +167,15 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	}
 	var config strings.Builder
 	err = containerdConfig.Execute(&config, map[string]any{
-		"Root":       c.Root,
-		"State":      c.State,
-		"Address":    c.Address,
-		"OptDir":     filepath.Join(dir, "opt"),
-		"EnableCRI":  opts.EnableCRI,
-		"PauseImage": PauseImage,
-		"CNIBinDir":  cniBinDir,
-		"CNIConfDir": cniConfDir,
+		"Root":               c.Root,
+		"State":              c.State,
+		"Address":            c.Address,
+		"OptDir":             filepath.Join(dir, "opt"),
+		"EnableCRI":          opts.EnableCRI,
+		"PauseImage":         PauseImage,
+		"CNIBinDir":          cniBinDir,
+		"CNIConfDir":         cniConfDir,
+		"RegistryConfigPath": c.RegistryConfigPath,
 	})
 	if err != nil {
 		t.Fatalf("start containerd: render config: %v", err)
@@ -183,6 +196,23 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	}
 	t.Logf("containerd ready at %s in %v (config and log in %s)", c.Address, time.Since(start).Round(time.Millisecond), filesDir)
 	return c
+}
+
+// UseRegistryConfig makes dir the CRI plugin's registry configuration, as an operator gives
+// the runtime the same hosts.toml files as holdfast's registryConfigPath: with the CRI
+// backend, pulls are the runtime's and follow its configuration only. The plugin reads the
+// directory at each pull, so a running daemon follows, and later changes to dir too.
+func (c *Containerd) UseRegistryConfig(dir string) {
+	c.t.Helper()
+	if !c.CRI {
+		c.t.Fatal("UseRegistryConfig: containerd runs without its CRI plugin")
+	}
+	if err := os.Remove(c.RegistryConfigPath); err != nil {
+		c.t.Fatalf("use registry configuration %s: %v", dir, err)
+	}
+	if err := os.Symlink(dir, c.RegistryConfigPath); err != nil {
+		c.t.Fatalf("use registry configuration %s: %v", dir, err)
+	}
 }
 
 // Stop does to the daemon what a reboot does: every task is killed and its state is gone, the

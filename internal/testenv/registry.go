@@ -186,19 +186,23 @@ func (r *Registry) httpClient() *http.Client {
 // WriteHostsDir writes the registry's host configuration into dir in containerd's certs.d
 // layout (dir/HOST:PORT/hosts.toml), as an operator would for a registry of this kind: the
 // plain HTTP server for a registry without TLS, its CA for one with. dir is what the agent's
-// containerd.registryConfigPath names.
+// containerd.registryConfigPath names (and, on the CRI backend, the runtime's config_path).
 func (r *Registry) WriteHostsDir(dir string) {
 	r.t.Helper()
 	hostDir := filepath.Join(dir, r.Host)
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		r.t.Fatal(err)
 	}
-	// The server alone, no mirror: a pull that fails here has nowhere else to go.
-	var b strings.Builder
-	fmt.Fprintf(&b, "server = %q\n", r.URL())
+	// The registry alone, no mirror: a pull that fails here has nowhere else to go. It is
+	// named as a host entry too, with its CA there: containerd 1.6's CRI plugin (Debian 12's)
+	// refuses a hosts.toml with no [host."..."] table ("invalid `host` tree") and then pulls
+	// as if there were none (plain HTTP, for a registry on loopback).
+	var ca string
 	if r.Options.TLS {
-		fmt.Fprintf(&b, "ca = %q\n", r.CAFile)
+		ca = fmt.Sprintf("ca = %q\n", r.CAFile)
 	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "server = %q\n%s\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  %s", r.URL(), ca, r.URL(), ca)
 	if err := os.WriteFile(filepath.Join(hostDir, "hosts.toml"), []byte(b.String()), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
