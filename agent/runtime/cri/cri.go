@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
@@ -77,6 +78,8 @@ type Runtime struct {
 	conn *grpc.ClientConn
 	rs   criapi.RuntimeServiceClient
 	is   criapi.ImageServiceClient
+	// cgroups is the host's hierarchy, detected once: containers' task counts are read there.
+	cgroups cgroups.Hierarchy
 
 	mu sync.Mutex
 	// sandboxes are the current sandbox of each pod by UID, as the last Setup or list found.
@@ -117,6 +120,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error
 		cfg: cfg, log: log, conn: conn,
 		rs:        criapi.NewRuntimeServiceClient(conn),
 		is:        criapi.NewImageServiceClient(conn),
+		cgroups:   cgroups.Host(),
 		sandboxes: map[string]*sandbox{},
 		stale:     map[string][]string{},
 		statuses:  map[string]*containerStatus{},

@@ -21,7 +21,7 @@ func (r *Runtime) Usage(ctx context.Context, c runtime.Container) (cgroups.Usage
 	}
 	u := usageOf(resp.GetStats())
 	if c.Pid != 0 {
-		u.PIDs = cgroups.Host().Tasks(int(c.Pid))
+		u.PIDs = r.cgroups.Tasks(int(c.Pid))
 	}
 	return u, nil
 }
