@@ -86,7 +86,8 @@ const agentKillBatch = 10
 // On the CRI backend, one more attempt is allowed per start the agent's death cut off: the
 // runtime ends a StartContainer whose client went away and records it as never started
 // (StartError), as the kubelet's would be, and the attempt after it is the one that runs,
-// counted as a restart. Still each pod has one sandbox and one container that ever ran.
+// counted as a restart. Still each pod has one sandbox and one container that ever ran, and
+// every other record left is a start cut off.
 func (e *env) requireEachCreatedOnce(t *testing.T, names []string) {
 	t.Helper()
 	ctx := context.Background()
@@ -114,15 +115,22 @@ func (e *env) requireEachCreatedOnce(t *testing.T, names []string) {
 			}
 		}
 		if len(ran) != 1 {
-			t.Errorf("%s: %d container records %v (%d never started), want 1 that ran: a container created twice", name, len(ids), ids, neverStarted)
+			t.Errorf("%s: %d container records %v (%d never started), want 1 that ran: a container created twice%s", name, len(ids), ids, neverStarted, e.runtimeView(t, ids))
 			continue
 		}
 		if _, ok := tasks[ran[0]]; !ok {
 			t.Errorf("%s: its container %s does not run", name, ran[0])
 		}
+		// Restarts: none, or on CRI one per start cut off, which is the attempt of the one that
+		// ran (the records of the oldest cut-off attempts are collected, as any attempt's
+		// older than the last two).
+		restarts := 0
+		if e.cd.CRI {
+			restarts = e.criStatus(t, ran[0]).Metadata.Attempt
+		}
 		cs := p.Status.ContainerStatuses
-		if len(cs) != 1 || int(cs[0].RestartCount) != neverStarted || cs[0].ContainerID != "containerd://"+ran[0] {
-			t.Errorf("%s: status %+v, want the one container %s, restarted %d times (starts cut off)", name, cs, ran[0], neverStarted)
+		if len(cs) != 1 || int(cs[0].RestartCount) != restarts || restarts < neverStarted || cs[0].ContainerID != "containerd://"+ran[0] {
+			t.Errorf("%s: status %+v, want the one container %s, restarted %d times (by %d starts cut off)%s", name, cs, ran[0], restarts, neverStarted, e.runtimeView(t, ids))
 		}
 		if p.Status.Phase != v1.PodRunning {
 			t.Errorf("%s: phase %s", name, p.Status.Phase)
@@ -130,17 +138,42 @@ func (e *env) requireEachCreatedOnce(t *testing.T, names []string) {
 	}
 }
 
+// runtimeView is what the CRI runtime says of each container, for a failure's message (nothing
+// on the containerd backend).
+func (e *env) runtimeView(t *testing.T, ids []string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, id := range ids {
+		if e.cd.CRI {
+			st := e.criStatus(t, id)
+			fmt.Fprintf(&b, "\n\t%s: %s %s (exit %d, attempt %d): %s", id, st.State, st.Reason, st.ExitCode, st.Metadata.Attempt, st.Message)
+		}
+	}
+	return b.String()
+}
+
+// criContainerStatus is what crictl inspect says of a container.
+type criContainerStatus struct {
+	State, Reason, Message string
+	ExitCode               int
+	Metadata               struct{ Attempt int }
+}
+
+// criStatus is the container's status as crictl inspect shows it.
+func (e *env) criStatus(t *testing.T, id string) criContainerStatus {
+	t.Helper()
+	var inspect struct{ Status criContainerStatus }
+	if err := json.Unmarshal([]byte(testenv.Crictl(t, "unix://"+e.cd.Address, "inspect", id)), &inspect); err != nil {
+		t.Fatalf("crictl inspect %s: %v", id, err)
+	}
+	return inspect.Status
+}
+
 // startCutOff reports whether the CRI runtime recorded the container's start as failed
 // because its client went away (StartError, context canceled): a start the agent's death cut
 // off, so that the container never ran.
 func (e *env) startCutOff(t *testing.T, id string) bool {
 	t.Helper()
-	var inspect struct {
-		Status struct{ State, Reason, Message string }
-	}
-	if err := json.Unmarshal([]byte(testenv.Crictl(t, "unix://"+e.cd.Address, "inspect", id)), &inspect); err != nil {
-		t.Fatalf("crictl inspect %s: %v", id, err)
-	}
-	st := inspect.Status
+	st := e.criStatus(t, id)
 	return st.State == "CONTAINER_EXITED" && st.Reason == "StartError" && strings.Contains(st.Message, "context canceled")
 }
