@@ -170,10 +170,12 @@ func (e *env) criStatus(t *testing.T, id string) criContainerStatus {
 }
 
 // startCutOff reports whether the CRI runtime recorded the container's start as failed
-// because its client went away (StartError, context canceled): a start the agent's death cut
-// off, so that the container never ran.
+// (StartError): the container never ran. The tests that call this run plain sleepers, whose
+// starts fail only when the agent's death cuts them off; how the runtime says so depends on
+// where the cut fell ("failed to create shim task: context canceled", "failed to start shim:
+// ... signal: killed").
 func (e *env) startCutOff(t *testing.T, id string) bool {
 	t.Helper()
 	st := e.criStatus(t, id)
-	return st.State == "CONTAINER_EXITED" && st.Reason == "StartError" && strings.Contains(st.Message, "context canceled")
+	return st.State == "CONTAINER_EXITED" && st.Reason == "StartError"
 }

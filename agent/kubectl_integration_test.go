@@ -73,7 +73,7 @@ func TestKubectl(t *testing.T) {
 				},
 				{
 					// 48 MiB in its /dev/shm (tmpfs, charged to its memory cgroup), some CPU
-					// burnt, then an argv the test finds it by from the host.
+					// burnt, then asleep.
 					Name: "hog", Image: image,
 					Command: []string{"sh", "-c", `head -c 50331648 /dev/zero > /dev/shm/fill; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; exec sleep 86399`},
 				},
@@ -317,7 +317,20 @@ func TestKubectl(t *testing.T) {
 	})
 
 	t.Run("stats", func(t *testing.T) {
-		cg := findCgroup(t, "86399")
+		// Found through the runtime, not by its argv: the other backend's run of this test may
+		// have a hog of its own on the same machine.
+		var hogID string
+		if p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name == "hog" {
+					hogID = strings.TrimPrefix(cs.ContainerID, "containerd://")
+				}
+			}
+		}
+		if hogID == "" {
+			t.Fatal("no container ID for hog in the pod's status")
+		}
+		cg := findCgroup(t, e.taskPid(t, hogID))
 		before := cg.read(t)
 		raw, err := kubectl("", "get", "--raw", "/api/v1/nodes/"+node+"/proxy/stats/summary")
 		if err != nil {
@@ -505,46 +518,38 @@ type cgroupReading struct {
 	workingSet uint64
 }
 
-// findCgroup finds the process whose argv is "sleep arg" and returns its cgroup.
-func findCgroup(t *testing.T, arg string) containerCgroup {
+// findCgroup returns the cgroup of process pid.
+func findCgroup(t *testing.T, pid int) containerCgroup {
 	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, f := range procs {
-		b, err := os.ReadFile(f)
-		if err != nil || string(b) != "sleep\x00"+arg+"\x00" {
+	path := filepath.Join("/proc", strconv.Itoa(pid), "cgroup")
+	lines, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cg containerCgroup
+	for _, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
 			continue
 		}
-		lines, err := os.ReadFile(filepath.Join(filepath.Dir(f), "cgroup"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cg containerCgroup
-		for _, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
-			parts := strings.SplitN(line, ":", 3)
-			if len(parts) != 3 {
-				continue
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+				return containerCgroup{v2: true, cpu: "/sys/fs/cgroup" + parts[2], mem: "/sys/fs/cgroup" + parts[2]}
 			}
-			switch {
-			case parts[0] == "0" && parts[1] == "":
-				if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-					return containerCgroup{v2: true, cpu: "/sys/fs/cgroup" + parts[2], mem: "/sys/fs/cgroup" + parts[2]}
-				}
-			case strings.Contains(","+parts[1]+",", ",cpuacct,"):
-				cg.cpu = filepath.Join("/sys/fs/cgroup", parts[1], parts[2])
-				if _, err := os.Stat(cg.cpu); err != nil {
-					cg.cpu = filepath.Join("/sys/fs/cgroup/cpuacct", parts[2])
-				}
-			case parts[1] == "memory":
-				cg.mem = filepath.Join("/sys/fs/cgroup/memory", parts[2])
+		case strings.Contains(","+parts[1]+",", ",cpuacct,"):
+			cg.cpu = filepath.Join("/sys/fs/cgroup", parts[1], parts[2])
+			if _, err := os.Stat(cg.cpu); err != nil {
+				cg.cpu = filepath.Join("/sys/fs/cgroup/cpuacct", parts[2])
 			}
+		case parts[1] == "memory":
+			cg.mem = filepath.Join("/sys/fs/cgroup/memory", parts[2])
 		}
-		if cg.cpu == "" || cg.mem == "" {
-			t.Fatalf("cgroups of %s: %s", f, lines)
-		}
-		return cg
 	}
-	t.Fatalf("no process runs sleep %s", arg)
-	return containerCgroup{}
+	if cg.cpu == "" || cg.mem == "" {
+		t.Fatalf("cgroups of %s: %s", path, lines)
+	}
+	return cg
 }
 
 func (cg containerCgroup) read(t *testing.T) cgroupReading {
