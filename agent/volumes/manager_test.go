@@ -450,11 +450,18 @@ func TestRunFollowsObjects(t *testing.T) {
 	if _, err := m.Setup(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	m.mu.Lock()
-	watched := len(m.watches)
-	m.mu.Unlock()
-	if watched != 2 {
-		t.Errorf("%d objects watched, want 2 (the volume's ConfigMap and the env's Secret)", watched)
+	// The watches start with Setup once Run runs, or when Run starts if Setup came first (the
+	// goroutine above may not have begun yet).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m.mu.Lock()
+		watched := len(m.watches)
+		m.mu.Unlock()
+		if watched == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d objects watched, want 2 (the volume's ConfigMap and the env's Secret)", watched)
+		}
 	}
 	cm, _ := client.CoreV1().ConfigMaps("default").Get(ctx, "cfg", metav1.GetOptions{})
 	cm.Data["greeting"] = "salut"
@@ -481,7 +488,7 @@ func TestRunFollowsObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.mu.Lock()
-	watched = len(m.watches)
+	watched := len(m.watches)
 	m.mu.Unlock()
 	if watched != 0 {
 		t.Errorf("%d objects still watched after the only pod referencing them went", watched)
