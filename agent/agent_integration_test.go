@@ -55,7 +55,7 @@ func startEnvOn(t *testing.T, backend string, withAPI bool, tune func(*config.Co
 	if tune != nil {
 		tune(&cfg)
 	}
-	e.runtimeFollows(t, cfg)
+	e.runtimeFollows(cfg)
 	if err := os.MkdirAll(cfg.ManifestDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func startEnvOn(t *testing.T, backend string, withAPI bool, tune func(*config.Co
 // runtimeFollows gives the runtime what a test configured in holdfast where, on the CRI
 // backend, the runtime owns it: the registry hosts (its config_path), as an operator of such a
 // gateway configures both alike.
-func (e *env) runtimeFollows(t *testing.T, cfg config.Config) {
+func (e *env) runtimeFollows(cfg config.Config) {
 	if e.cd.CRI && cfg.Containerd.RegistryConfigPath != "" {
 		e.cd.UseRegistryConfig(cfg.Containerd.RegistryConfigPath)
 	}

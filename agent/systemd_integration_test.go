@@ -25,7 +25,7 @@ func startEnvFor(t *testing.T, cpOpts *testenv.ControlPlaneOptions, setup func(*
 	if setup != nil {
 		setup(e, &cfg)
 	}
-	e.runtimeFollows(t, cfg)
+	e.runtimeFollows(cfg)
 	if err := os.MkdirAll(cfg.ManifestDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
