@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -289,12 +288,16 @@ func (e *env) podNetNS(t *testing.T, uid types.UID) string {
 	if !e.cd.CRI {
 		return filepath.Join(e.agent.Config.CNI.NetNSDir, "holdfast-"+string(uid))
 	}
-	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
-	cs, err := e.cd.Client.Containers(ctx, `labels."io.cri-containerd.kind"==sandbox,labels."`+cri.LabelPodUID+`"==`+strconv.Quote(string(uid)))
-	if err != nil || len(cs) != 1 {
-		t.Fatalf("the sandbox of pod %s: %d, %v", uid, len(cs), err)
+	ids := e.sandboxes(t)[string(uid)]
+	if len(ids) != 1 {
+		t.Fatalf("the sandbox of pod %s: %v, want one", uid, ids)
 	}
-	spec, err := cs[0].Spec(ctx)
+	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
+	c, err := e.cd.Client.LoadContainer(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := c.Spec(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
