@@ -28,6 +28,8 @@ var (
 	cri         = flag.Bool("bench.cri", true, "measure holdfast on its CRI backend too (holdfast-cri: runtime: cri, containerd's CRI plugin); false leaves it out")
 	kubelet     = flag.String("bench.kubelet", "", "kubelet binary (default: kubelet-"+testenv.KubeAPIServerVersion+" in the test binary cache); \"none\" for holdfast alone")
 	out         = flag.String("bench.out", "", "results directory (default: _output/bench/DATE at the module root)")
+	policies    = flag.Bool("bench.policies", false, "run TestPolicyFigures, the policy benchmarks alone (make bench-policies)")
+	policyDocs  = flag.Bool("bench.policy-docs", true, "write the Wasm benchmarks' policy figures to docs/policies.md, README.md and docs/policy-figures.json")
 )
 
 // kubeletPath returns the kubelet hack/build-kubelet.sh builds (same version as the
@@ -46,6 +48,7 @@ func kubeletPath() string {
 // runs only with -bench.side-by-side.
 func TestSideBySide(t *testing.T) {
 	if !*sideBySide {
+		// skip-ok: entry point of make bench
 		t.Skip("the full benchmark runs with -bench.side-by-side (make bench)")
 	}
 	opts := bench.Full()
@@ -90,15 +93,49 @@ func TestSideBySide(t *testing.T) {
 	default:
 		opts.KubeletPath = *kubelet
 	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts.OutDir = *out
 	if opts.OutDir == "" {
-		root, err := filepath.Abs("..")
-		if err != nil {
-			t.Fatal(err)
-		}
 		opts.OutDir = filepath.Join(root, "_output", "bench", time.Now().UTC().Format("20060102-150405"))
+	}
+	if *policyDocs {
+		opts.PolicyDocsRoot = root
 	}
 	rep := bench.Run(t, opts)
 	fmt.Printf("\nholdfast side by side with the kubelet (%s mode, %s):\n\n%s\nresults in %s\n",
 		rep.Mode, rep.Date.Format("2006-01-02 15:04 MST"), rep.Table(), opts.OutDir)
+}
+
+// TestPolicyFigures is `make bench-policies`: the policy benchmarks alone (bench.PolicyBenchPattern
+// in wasm/, OPA's evaluators on the same Rego, data and input), written to the generated blocks
+// of docs/policies.md and README.md (unless -bench.policy-docs=false) and printed. It runs only
+// with -bench.policies; -bench.wasm-benchtime sets -benchtime (default 1s, as make bench's).
+func TestPolicyFigures(t *testing.T) {
+	if !*policies {
+		// skip-ok: entry point of make bench-policies
+		t.Skip("the policy benchmarks run with -bench.policies (make bench-policies)")
+	}
+	benchtime := *wasmTime
+	switch benchtime {
+	case "":
+		benchtime = bench.Full().WasmBenchtime
+	case "none":
+		t.Fatal("-bench.wasm-benchtime=none: the policy benchmarks are all this test runs")
+	}
+	run := bench.RunPolicyBench(t, benchtime)
+	fmt.Printf("\n%s\n", run.Figures())
+	if !*policyDocs {
+		return
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.WritePolicyDocs(root, run); err != nil {
+		t.Fatalf("policy figures: %v", err)
+	}
+	fmt.Printf("written to docs/policies.md, README.md and docs/policy-figures.json\n")
 }

@@ -39,7 +39,9 @@
 // the CRI backend the runtime writes the logs). Where holdfast's pod starts went, its start
 // trace (its /metrics), is read on both backends.
 //
-// Then the Wasm figures of `go test -bench . ./wasm/`, when that package exists.
+// Then the Wasm figures of `go test -bench . ./wasm/`, when that package exists, with OPA's own
+// evaluators beside them; their policy figures are written to docs/policies.md and the README
+// (policies.go). TestPolicyFigures (`make bench-policies`) runs and writes those alone.
 //
 // The harness is a Go test (Run takes a *testing.T) because it stands on internal/testenv.
 // bench_test.go holds TestSideBySide, the full run, which runs only with -bench.side-by-side,

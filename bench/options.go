@@ -45,6 +45,9 @@ type Options struct {
 	// WasmBenchtime is passed to `go test -bench . -benchtime` for ./wasm/. Empty: the Wasm
 	// figures are left out.
 	WasmBenchtime string
+	// PolicyDocsRoot is the module root whose docs/policies.md and README.md receive the
+	// policy figures of the Wasm benchmarks (WritePolicyDocs). Empty: not written.
+	PolicyDocsRoot string
 	// OutDir receives results.md, results.json and the agents' logs. Empty: nothing written.
 	OutDir string
 	// Mode names the preset in the report ("full", "quick", "smoke", "custom").

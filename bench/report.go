@@ -568,7 +568,7 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	if r.Wasm != nil {
-		fmt.Fprintf(&b, "\n<details><summary>go test -bench . -benchtime %s ./wasm/</summary>\n\n```\n%s\n```\n</details>\n", r.Wasm.Benchtime, strings.TrimSpace(r.Wasm.Output))
+		b.WriteString("\n" + r.Wasm.outputDetails(fmt.Sprintf("go test -bench %s -benchtime %s ./wasm/, opa bench -t rego and -t wasm", r.Wasm.Pattern, r.Wasm.Benchtime)))
 	}
 	return b.String()
 }

@@ -75,7 +75,8 @@ const podTimeout = 3 * time.Minute
 // Run measures holdfast, then holdfast on its CRI backend if opts.HoldfastCRI is set, then the
 // kubelet if opts.KubeletPath is set, each in a subtest of t on a fresh containerd and CNI
 // network, against one control plane; then the Wasm benchmarks. It returns the report, also
-// written to opts.OutDir.
+// written to opts.OutDir, and the policy figures of its Wasm benchmarks to the pages under
+// opts.PolicyDocsRoot.
 func Run(t *testing.T, opts Options) *Report {
 	t.Helper()
 	testenv.RequireIntegration(t)
@@ -130,12 +131,17 @@ func Run(t *testing.T, opts Options) *Report {
 	}
 	if opts.WasmBenchtime != "" {
 		opts.Logf("wasm: go test -bench . -benchtime %s ./wasm/", opts.WasmBenchtime)
-		rep.Wasm = runWasmBench(t, opts.WasmBenchtime)
+		rep.Wasm = runWasmBench(t, ".", opts.WasmBenchtime)
 	}
 	rep.finish()
 	if opts.OutDir != "" {
 		if err := rep.write(opts.OutDir); err != nil {
 			t.Errorf("write results: %v", err)
+		}
+	}
+	if opts.PolicyDocsRoot != "" && rep.Wasm != nil {
+		if err := WritePolicyDocs(opts.PolicyDocsRoot, PolicyRun{Target: "make bench", Machine: rep.Machine, Wasm: rep.Wasm}); err != nil {
+			t.Errorf("policy figures (%s, %s): %v", policyDocsPage, policyDocsReadme, err)
 		}
 	}
 	return rep

@@ -15,7 +15,9 @@ func TestOPABench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := runOPABench(t, root)
+	var res WasmResult
+	runOPABench(t, root, &res)
+	out := res.Output
 	got := map[string]bool{}
 	for _, b := range parseBenchOutput(out) {
 		if b.Metrics["ns/op"] > 0 {

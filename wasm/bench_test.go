@@ -21,17 +21,25 @@ func admissionInput(settings string) []byte {
 	return []byte(`{"pod":` + pod2KB + `,"node":{"name":"gw-0042","labels":{"kubernetes.io/arch":"arm64"},"allocatable":{"cpu":"4","memory":"3800Mi","pods":"110"}},"settings":` + settings + `}`)
 }
 
-func BenchmarkAdmit(b *testing.B) {
-	e := newEngine(b, wasm.Limits{})
-	for _, bc := range []struct {
-		name     string
-		wasm     func() []byte
-		settings string
-	}{
+// admitBenchCase is an admission policy of the benchmarks and its settings.
+type admitBenchCase struct {
+	name     string
+	wasm     func() []byte
+	settings string
+}
+
+// admitBenchCases are the policies of BenchmarkAdmit (and BenchmarkBackstop).
+func admitBenchCases(b testing.TB) []admitBenchCase {
+	return []admitBenchCase{
 		{"go/allowed-registries", func() []byte { return goModule(b, "policies/examples/admission/allowed-registries") }, `{"registries":["registry.local:5000","docker.io/library"]}`},
 		{"go/resource-caps", func() []byte { return goModule(b, "policies/examples/admission/resource-caps") }, `{"maxCPU":"2","maxMemory":"1Gi"}`},
-		{"c/deny-host-network", func() []byte { return wasmtest.BuildC(b, "policies/examples/c/deny-host-network/policy.c") }, `{}`},
-	} {
+		{"c/deny-host-network", func() []byte { return cModule(b, "policies/examples/c/deny-host-network/policy.c") }, `{}`},
+	}
+}
+
+func BenchmarkAdmit(b *testing.B) {
+	e := newEngine(b, wasm.Limits{})
+	for _, bc := range admitBenchCases(b) {
 		b.Run(bc.name, func(b *testing.B) {
 			m := e.load(b, wasm.Spec{Name: bc.name, Wasm: bc.wasm(), Entrypoints: []string{"admit"}})
 			in := admissionInput(bc.settings)

@@ -11,10 +11,11 @@ const (
 	// DefaultMemoryPages is 1024 pages of 64 KiB: 64 MiB per instance. A Go
 	// policy starts at about 2-4 MiB and a JSON decode of a pod adds little.
 	DefaultMemoryPages = 1024
-	// DefaultOutputBytes caps a call's JSON output.
+	// DefaultOutputBytes caps a call's JSON output, and each piece a guest
+	// hands the host (a host function's request, an OPA builtin's argument).
 	DefaultOutputBytes = 64 << 10
-	// DefaultHostResponseBytes caps what a host function returns to the guest
-	// (an HTTP body, a file's contents).
+	// DefaultHostResponseBytes caps what the host hands the guest in one
+	// piece, as JSON (a host function's answer, an OPA builtin's result).
 	DefaultHostResponseBytes = 1 << 20
 	// DefaultLogRate is the sustained log lines per second a module may write.
 	DefaultLogRate = 10
@@ -42,10 +43,19 @@ type Limits struct {
 	// InitTimeout bounds the instantiation of one instance (_initialize).
 	// Defaults to DefaultInitTimeout (10 s; 40 s where wazero interprets).
 	InitTimeout time.Duration
-	// OutputBytes caps a call's output. Defaults to DefaultOutputBytes (64 KiB).
+	// OutputBytes caps a call's output (ErrOutputTooLarge), and each piece
+	// of data a guest hands the host: a host function's request (answered
+	// "invalid" beyond it, without being copied) and an OPA builtin's
+	// argument (the call fails with ErrOutputTooLarge).
+	// Defaults to DefaultOutputBytes (64 KiB).
 	OutputBytes int
-	// HostResponseBytes caps a host function's answer to the guest (an HTTP
-	// body, a file). Defaults to DefaultHostResponseBytes (1 MiB).
+	// HostResponseBytes caps each piece of data the host hands the guest,
+	// as JSON: a host function's answer (an HTTP body, a file, what a TCP
+	// peer sent, cut to fit and marked truncated) and an OPA builtin's
+	// result (a sprintf that would print more fails the call with
+	// ErrOutputTooLarge). What the host allocates for one host call is a
+	// small multiple of it (policies/ABI.md).
+	// Defaults to DefaultHostResponseBytes (1 MiB).
 	HostResponseBytes int
 	// LogRate is the sustained number of log lines per second, shared by all
 	// instances of the module. Lines over budget are dropped and counted.
@@ -113,6 +123,10 @@ type Config struct {
 	logger       *slog.Logger
 	limits       Limits
 	ceilingPages uint32
+	// closeOnContextDone turns on wazero's WithCloseOnContextDone on top of
+	// the checkpoints. Only the tests and benchmarks that measure it as a
+	// backstop set it (export_test.go); see RATIONALE.md.
+	closeOnContextDone bool
 }
 
 // NewConfig returns the default configuration: no on-disk cache, logs

@@ -27,6 +27,16 @@
 //     is stopped; linear memory is capped per instance; output
 //     and host answers are capped; log lines are rate-limited and a guest
 //     that keeps flooding fails its call.
+//   - What the host allocates on a guest's behalf is charged to the
+//     policy's limits, never to the guest's memory size: what the guest
+//     hands over (a host function's request, an OPA builtin's argument) is
+//     at most Limits.OutputBytes, what the host hands back (an answer, a
+//     builtin's result such as sprintf's) at most Limits.HostResponseBytes
+//     as JSON, a log line Limits.LogLineBytes, the kept tail of
+//     stdout/stderr 2 KiB. A host call costs the agent's heap a small
+//     multiple of these (policies/ABI.md gives the bound), and returns by
+//     the call's deadline even when the kernel does not answer (a file on a
+//     hung file system: "timeout").
 //
 // Modules of Open Policy Agent's Wasm ABI (what `opa build -t wasm` writes)
 // load with Spec.ABI = ABIOPA and Spec.Data, their data document; a call's

@@ -26,6 +26,10 @@ type Engine struct {
 	logger  *slog.Logger
 	cache   wazero.CompilationCache
 	runtime wazero.Runtime
+	// validator compiles modules as written, to validate them before they
+	// are rewritten; it is made at the first need and never instantiates.
+	validatorOnce sync.Once
+	validator     wazero.Runtime
 
 	// mu protects modules and closed.
 	mu      sync.Mutex
@@ -62,7 +66,10 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(cache).
 		WithMemoryLimitPages(cfg.ceilingPages).
-		WithCoreFeatures(api.CoreFeaturesV2)
+		WithCoreFeatures(engineFeatures)
+	if cfg.closeOnContextDone {
+		rc = rc.WithCloseOnContextDone(true)
+	}
 	r := wazero.NewRuntimeWithConfig(ctx, rc)
 	e := &Engine{cfg: cfg, logger: logger, cache: cache, runtime: r, modules: map[*Module]struct{}{}}
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
@@ -87,6 +94,9 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	return e, nil
 }
+
+// engineFeatures are the WebAssembly features guests may use: 2.0's.
+const engineFeatures = api.CoreFeaturesV2
 
 // Spec says what to load.
 type Spec struct {
@@ -185,50 +195,97 @@ func (e *Engine) Load(ctx context.Context, spec Spec) (*Module, error) {
 	return m, nil
 }
 
-// compile instruments b with checkpoints and compiles it. ModuleInfo
-// describes b as its author built it. A module of OPA's ABI first gets the
-// memory it imports defined in itself (defineImportedMemory).
+// compile checks b, instruments it with checkpoints and compiles it.
+// ModuleInfo describes b as its author built it. A module of OPA's ABI first
+// gets the memory it imports defined in itself (defineImportedMemory).
+//
+// Nothing derived from b is compiled unless b itself is a valid module:
+// checkStructure first (so that wazero never decodes counts its bytes do not
+// back), then wazero's own validation of b as written, then the rewrite. The
+// rewrite appends globals and functions of its own, so an index that is past
+// the module's end as written would name them once rewritten: a guest
+// writing global 0 while declaring none would reset the checkpoint counter
+// and never be stopped.
 func (e *Engine) compile(ctx context.Context, name string, b []byte, abi ABI) (wazero.CompiledModule, ModuleInfo, error) {
+	invalid := func(detail string, cause error) (wazero.CompiledModule, ModuleInfo, error) {
+		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", detail, cause)
+	}
 	if detail := notBinary(b); detail != "" {
-		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", detail, nil)
+		return invalid(detail, nil)
+	}
+	layout, err := checkStructure(b)
+	if err != nil {
+		if errors.Is(err, errReservedImport) {
+			return nil, ModuleInfo{}, newError(ErrUngrantedImport, name, "load", err.Error(), nil)
+		}
+		return invalid("malformed: "+err.Error(), err)
 	}
 	digest := Digest(b)
+	b = dropUnreadableNames(b, layout)
 	src := b
 	if abi == ABIOPA {
-		var err error
 		if src, err = defineImportedMemory(b); err != nil {
-			return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "OPA module: "+err.Error(), err)
+			return invalid("OPA module: "+err.Error(), err)
 		}
 	}
 	// The rewrite is cached by what it rewrites: the same bytes loaded
 	// under another ABI are another module.
-	instrumented, cached, err := e.rewrite(Digest(src), src)
-	if errors.Is(err, errReservedImport) {
-		return nil, ModuleInfo{}, newError(ErrUngrantedImport, name, "load", err.Error(), nil)
-	}
+	instrumented, cached, err := e.rewrite(ctx, Digest(src), b, src)
 	if err != nil {
-		// wazero explains a malformed module best; compiling does not run it.
-		if c, cerr := e.runtime.CompileModule(ctx, src); cerr != nil {
-			return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "compile: "+firstLine(cerr.Error()), cerr)
-		} else {
-			_ = c.Close(ctx)
-		}
-		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "instrument: "+err.Error(), err)
+		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", err.Error(), err)
 	}
-	compiled, err := e.runtime.CompileModule(ctx, instrumented)
+	compiled, err := compileRecovered(ctx, e.runtime, instrumented)
 	if err != nil && cached {
-		// A damaged cache entry: rewrite again.
+		// A damaged cache entry: check and rewrite again.
 		_ = os.Remove(e.rewritePath(Digest(src)))
-		if instrumented, err = instrumentCheckpoints(src); err == nil {
-			compiled, err = e.runtime.CompileModule(ctx, instrumented)
+		if instrumented, err = e.checkAndInstrument(ctx, b, src); err == nil {
+			compiled, err = compileRecovered(ctx, e.runtime, instrumented)
 		}
 	}
 	if err != nil {
-		return nil, ModuleInfo{}, newError(ErrInvalidModule, name, "load", "compile: "+firstLine(err.Error()), err)
+		return invalid("compile: "+firstLine(err.Error()), err)
 	}
 	info := describe(compiled, b)
 	info.Digest = digest
 	return compiled, info, nil
+}
+
+// checkAndInstrument validates b, the module as its author built it, and
+// returns src (b, or what the engine made of it for its ABI) instrumented.
+// Its error is the detail of an ErrInvalidModule.
+func (e *Engine) checkAndInstrument(ctx context.Context, b, src []byte) ([]byte, error) {
+	if err := e.validate(ctx, b); err != nil {
+		// The rewrite checks the indices it copies and names their section
+		// and index, which wazero's message does not always do. It reads
+		// what checkStructure passed, so it is safe on an invalid module.
+		if _, rerr := instrumentCheckpoints(src); rerr != nil {
+			return nil, fmt.Errorf("%w (%v)", err, rerr)
+		}
+		return nil, err
+	}
+	out, err := instrumentCheckpoints(src)
+	if err != nil {
+		return nil, fmt.Errorf("instrument: %w", err)
+	}
+	return out, nil
+}
+
+// validate runs wazero's validation of b, every index, type and instruction
+// as the WebAssembly spec defines them, with the features the engine
+// enables. It compiles b with an interpreter that is never instantiated:
+// the engine's own runtime would compile b to machine code, and cache it,
+// for nothing. b has passed checkStructure.
+func (e *Engine) validate(ctx context.Context, b []byte) error {
+	e.validatorOnce.Do(func() {
+		e.validator = wazero.NewRuntimeWithConfig(context.Background(), wazero.NewRuntimeConfigInterpreter().
+			WithMemoryLimitPages(e.cfg.ceilingPages).
+			WithCoreFeatures(engineFeatures))
+	})
+	c, err := compileRecovered(ctx, e.validator, b)
+	if err != nil {
+		return fmt.Errorf("invalid as written: %s", firstLine(err.Error()))
+	}
+	return c.Close(ctx)
 }
 
 // notBinary says why b is obviously not a binary module, in the words an
@@ -251,29 +308,42 @@ func notBinary(b []byte) string {
 	return ""
 }
 
+// compileRecovered compiles b, turning a panic of wazero's into an error: its
+// decoder and validator read what a guest wrote, and a panic there must
+// refuse the module, not end the agent.
+func compileRecovered(ctx context.Context, r wazero.Runtime, b []byte) (c wazero.CompiledModule, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c, err = nil, fmt.Errorf("wazero failed on this module: %v", p)
+		}
+	}()
+	return r.CompileModule(ctx, b)
+}
+
 // rewriteVersion names the output of instrumentCheckpoints in the cache;
-// change it whenever the rewrite changes.
-const rewriteVersion = "checkpoints-2"
+// change it whenever the rewrite changes. An entry exists only for a module
+// that was validated before it was rewritten (checkpoints-4 and later).
+const rewriteVersion = "checkpoints-4"
 
 func (e *Engine) rewritePath(digest string) string {
 	return filepath.Join(e.cfg.cacheDir, "holdfast-rewrite", rewriteVersion+"-"+strings.TrimPrefix(digest, "sha256:")+".wasm")
 }
 
-// rewrite returns b instrumented, from the on-disk cache if the engine has
-// one: the rewrite of a Go policy takes 16-35 ms, a sixth of a cold start from
-// the compilation cache. The cache directory is the agent's own, trusted as
-// much as wazero's compiled code next to it; writes are atomic and best
-// effort.
-func (e *Engine) rewrite(digest string, b []byte) (out []byte, cached bool, err error) {
+// rewrite returns src validated (as b) and instrumented, from the on-disk
+// cache if the engine has one: validating and rewriting a Go policy takes
+// tens of milliseconds, a good part of a cold start from the compilation
+// cache. The cache directory is the agent's own, trusted as much as wazero's
+// compiled code next to it; writes are atomic and best effort.
+func (e *Engine) rewrite(ctx context.Context, digest string, b, src []byte) (out []byte, cached bool, err error) {
 	if e.cfg.cacheDir == "" {
-		out, err = instrumentCheckpoints(b)
+		out, err = e.checkAndInstrument(ctx, b, src)
 		return out, false, err
 	}
 	path := e.rewritePath(digest)
 	if out, err := os.ReadFile(path); err == nil {
 		return out, true, nil
 	}
-	if out, err = instrumentCheckpoints(b); err != nil {
+	if out, err = e.checkAndInstrument(ctx, b, src); err != nil {
 		return nil, false, err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -310,6 +380,12 @@ func (e *Engine) Close(ctx context.Context) error {
 	err := e.runtime.Close(ctx)
 	if cerr := e.cache.Close(ctx); err == nil {
 		err = cerr
+	}
+	e.validatorOnce.Do(func() {}) // no validator is made after Close
+	if e.validator != nil {
+		if verr := e.validator.Close(ctx); err == nil {
+			err = verr
+		}
 	}
 	return err
 }

@@ -37,7 +37,10 @@ var (
 	ErrBadInput = errors.New("bad input")
 	// ErrBadOutput: the output is empty or not a JSON object.
 	ErrBadOutput = errors.New("bad output")
-	// ErrOutputTooLarge: the output is larger than Limits.OutputBytes.
+	// ErrOutputTooLarge: the output is larger than Limits.OutputBytes, or
+	// an OPA builtin's argument or result is over its limit (OutputBytes,
+	// HostResponseBytes): a sprintf asking for more than the policy may
+	// hand back.
 	ErrOutputTooLarge = errors.New("output too large")
 	// ErrLogFlood: the guest kept logging after its log budget was spent.
 	ErrLogFlood = errors.New("log flood")

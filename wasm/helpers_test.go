@@ -39,12 +39,22 @@ type testEngine struct {
 
 func newEngine(t testing.TB, limits wasm.Limits) *testEngine {
 	t.Helper()
+	return newEngineWith(t, limits, nil)
+}
+
+// newEngineWith is newEngine with the configuration changed by with, if
+// not nil.
+func newEngineWith(t testing.TB, limits wasm.Limits, with func(wasm.Config) wasm.Config) *testEngine {
+	t.Helper()
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := wasm.NewConfig().
 		WithCacheDir(wasmtest.CacheDir(t, "wazero")).
 		WithLogger(logger).
 		WithDefaultLimits(limits)
+	if with != nil {
+		cfg = with(cfg)
+	}
 	e, err := wasm.NewEngine(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +88,10 @@ func wat(t testing.TB, name string) []byte {
 
 func goModule(t testing.TB, pkg string) []byte {
 	return memo(t, "go:"+pkg, func() []byte { return wasmtest.BuildGo(t, pkg) })
+}
+
+func cModule(t testing.TB, file string) []byte {
+	return memo(t, "c:"+file, func() []byte { return wasmtest.BuildC(t, file) })
 }
 
 func memo(t testing.TB, key string, build func() []byte) []byte {

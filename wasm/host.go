@@ -125,23 +125,113 @@ type hostError struct {
 // jsonHostFunc adapts a func(request JSON) -> answer to the ABI: read the
 // request, check the grant again, run, keep the JSON answer pending and
 // return its length.
+//
+// What the host holds for the guest is bounded by the policy's limits: a
+// request longer than Limits.OutputBytes (what a guest may hand the host in
+// one piece) is refused without being copied, and an answer is at most
+// Limits.HostResponseBytes as JSON: each function cuts its one large string
+// (a body, a file's data, what was received) to fit (fitAnswer), and an
+// error's message is clipped.
 func (e *Engine) jsonHostFunc(g Grant, name string, fn func(ctx context.Context, st *callState, req []byte) any) api.GoModuleFunc {
 	return func(ctx context.Context, mod api.Module, stack []uint64) {
 		st := mustState(ctx, name)
-		req := guestBytes(mod, name, uint32(stack[0]), uint32(stack[1]))
+		ptr, n := uint32(stack[0]), uint32(stack[1])
+		if _, ok := mod.Memory().Read(ptr, n); !ok {
+			guestBytes(mod, name, ptr, n) // raises ErrBadPointer
+		}
+		lim := st.m.limits
 		var answer any
-		if !st.m.grants[g] {
+		switch {
+		case !st.m.grants[g]:
 			answer = hostError{Error: fmt.Sprintf("%s needs the %q grant", name, g), Code: "denied"}
-		} else {
-			answer = fn(ctx, st, req)
+		case int64(n) > int64(lim.OutputBytes):
+			answer = hostError{Error: fmt.Sprintf("a request of %d bytes is over the limit of %d bytes for what a policy hands the host", n, lim.OutputBytes), Code: "invalid"}
+		default:
+			answer = fn(ctx, st, guestBytes(mod, name, ptr, n))
+		}
+		if he, ok := answer.(hostError); ok {
+			he.Error = clipText(he.Error, maxHostErrorBytes)
+			answer = he
 		}
 		b, err := json.Marshal(answer)
 		if err != nil {
-			b, _ = json.Marshal(hostError{Error: "encode answer: " + err.Error(), Code: "io"})
+			b, _ = json.Marshal(hostError{Error: "encode answer: " + clipText(err.Error(), maxHostErrorBytes), Code: "io"})
+		}
+		if len(b) > lim.HostResponseBytes {
+			// Not reached: the functions fit their answers. Kept so that
+			// the bound holds whatever a future answer carries.
+			b, _ = json.Marshal(hostError{Error: fmt.Sprintf("the answer of %d bytes is over the limit of %d bytes", len(b), lim.HostResponseBytes), Code: "io"})
 		}
 		st.pending = b
 		stack[0] = uint64(len(b))
 	}
+}
+
+// maxHostErrorBytes clips the message of a host function's error answer,
+// which may quote what the guest sent (a URL, a path).
+const maxHostErrorBytes = 1 << 10
+
+// clipText cuts s to at most n bytes, at a UTF-8 boundary, marking the cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = " [...]"
+	cut := max(n-len(mark), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// fitAnswer cuts *s, the one large string of the answer v, so that v as
+// JSON is at most limit bytes, and sets *cut if it did. JSON may write a
+// byte of *s as six (a control character as \u0001), so a string read up
+// to the limit may not fit as it is.
+func fitAnswer(v any, s *string, cut *bool, limit int) {
+	full, wasCut := *s, *cut
+	*s, *cut = "", true // the rest of the answer, at its longest
+	rest, err := json.Marshal(v)
+	*s, *cut = full, wasCut
+	if err != nil {
+		return // jsonHostFunc answers with the error
+	}
+	if n := jsonFitPrefix(full, limit-len(rest)); n < len(full) {
+		*s, *cut = full[:n], true
+	}
+}
+
+// jsonFitPrefix returns the length of the longest prefix of s, cut at a
+// rune boundary, whose escaped form in a JSON string written by
+// encoding/json (HTML characters escaped) is at most room bytes. Each
+// character is counted at its longest escape.
+func jsonFitPrefix(s string, room int) int {
+	used := 0
+	for i := 0; i < len(s); {
+		c, size := s[i], 1
+		var n int
+		switch {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n = 2
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			n = 6
+		case c < utf8.RuneSelf:
+			n = 1
+		default:
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:])
+			n = size
+			if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+				n = 6
+			}
+		}
+		if used+n > room {
+			return i
+		}
+		used += n
+		i += size
+	}
+	return len(s)
 }
 
 // rateLimiter is a token bucket shared by all instances of a module.

@@ -88,7 +88,7 @@ func (fa *fileAccess) resolve(guestPath string) (hostDir, confine, rel string, e
 		return "", "", "", &fileError{"denied", "no file access for this call"}
 	}
 	if !strings.HasPrefix(guestPath, "/") || strings.ContainsRune(guestPath, 0) {
-		return "", "", "", &fileError{"invalid", fmt.Sprintf("path %q must be absolute", guestPath)}
+		return "", "", "", &fileError{"invalid", fmt.Sprintf("path %.256q must be absolute", guestPath)}
 	}
 	p := path.Clean(guestPath) // lexical: "/a/../etc" becomes "/etc" before the prefix check
 	prefix := ""
@@ -98,7 +98,7 @@ func (fa *fileAccess) resolve(guestPath string) (hostDir, confine, rel string, e
 		}
 	}
 	if prefix == "" {
-		return "", "", "", &fileError{"denied", fmt.Sprintf("path %s is outside the allowed prefixes %v", p, fa.prefixes)}
+		return "", "", "", &fileError{"denied", fmt.Sprintf("path %.256q is outside the allowed prefixes %v", p, fa.prefixes)}
 	}
 	var mount *FileMount
 	for i := range fa.mounts {
@@ -108,7 +108,7 @@ func (fa *fileAccess) resolve(guestPath string) (hostDir, confine, rel string, e
 		}
 	}
 	if mount == nil {
-		return "", "", "", &fileError{"not_found", fmt.Sprintf("nothing is mounted at %s", p)}
+		return "", "", "", &fileError{"not_found", fmt.Sprintf("nothing is mounted at %.256q", p)}
 	}
 	confineAt := mount.GuestPath
 	if under(prefix, mount.GuestPath) {
@@ -172,7 +172,7 @@ func (fa *fileAccess) openGuestFile(guestPath string) (*os.File, fs.FileInfo, er
 	}
 	if !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, nil, &fileError{"invalid", fmt.Sprintf("%s is not a regular file (%s)", guestPath, fi.Mode().Type())}
+		return nil, nil, &fileError{"invalid", fmt.Sprintf("%.256q is not a regular file (%s)", guestPath, fi.Mode().Type())}
 	}
 	return f, fi, nil
 }
@@ -211,40 +211,76 @@ func fileAnswer(err error) hostError {
 	return hostError{Error: err.Error(), Code: "io"}
 }
 
-func readFile(_ context.Context, st *callState, raw []byte) any {
+func readFile(ctx context.Context, st *callState, raw []byte) any {
 	var req FileRequest
 	if err := json.Unmarshal(raw, &req); err != nil {
 		return hostError{Error: "request: " + err.Error(), Code: "invalid"}
 	}
-	f, fi, err := st.opts.files.openGuestFile(req.Path)
-	if err != nil {
-		return fileAnswer(err)
-	}
-	defer f.Close()
-	limit := st.m.limits.HostResponseBytes / 2 // JSON escaping may double it
-	if req.MaxBytes > 0 && req.MaxBytes < limit {
-		limit = req.MaxBytes
-	}
-	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return fileAnswer(fsError(err))
-	}
-	out := FileContent{Size: fi.Size()}
-	if len(data) > limit {
-		data, out.Truncated = data[:limit], true
-	}
-	out.Data = string(data)
-	return out
+	files, lim := st.opts.files, st.m.limits
+	return st.m.fileOp(ctx, func() any {
+		f, fi, err := files.openGuestFile(req.Path)
+		if err != nil {
+			return fileAnswer(err)
+		}
+		defer f.Close()
+		limit := lim.HostResponseBytes // escaped, the data is no shorter
+		if req.MaxBytes > 0 && req.MaxBytes < limit {
+			limit = req.MaxBytes
+		}
+		data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+		if err != nil {
+			return fileAnswer(fsError(err))
+		}
+		out := FileContent{Size: fi.Size()}
+		if len(data) > limit {
+			data, out.Truncated = data[:limit], true
+		}
+		out.Data = string(data)
+		fitAnswer(&out, &out.Data, &out.Truncated, lim.HostResponseBytes)
+		return out
+	})
 }
 
-func statFile(_ context.Context, st *callState, raw []byte) any {
+func statFile(ctx context.Context, st *callState, raw []byte) any {
 	var req FileRequest
 	if err := json.Unmarshal(raw, &req); err != nil {
 		return hostError{Error: "request: " + err.Error(), Code: "invalid"}
 	}
-	fi, err := st.opts.files.statGuestFile(req.Path)
-	if err != nil {
-		return fileAnswer(err)
+	files := st.opts.files
+	return st.m.fileOp(ctx, func() any {
+		fi, err := files.statGuestFile(req.Path)
+		if err != nil {
+			return fileAnswer(err)
+		}
+		return FileStat{Size: fi.Size(), ModTimeUnixNano: fi.ModTime().UnixNano(), Mode: fi.Mode().String(), IsDir: fi.IsDir()}
+	})
+}
+
+// fileOp runs op, the file system work of read_file or stat_file, so that
+// the call's deadline holds even when the kernel does not return: an open or
+// a read on a hung NFS server or FUSE daemon (a volume of the pod) blocks
+// without end and cannot be interrupted. op runs on a goroutine of its own;
+// at the deadline the guest gets a "timeout" answer and the goroutine is
+// left to finish when the kernel lets it, then closes its file and drops
+// what it read. Such goroutines have no owner that waits for them, as none
+// could: each holds a slot of the module's fileOps, so a policy has at most
+// MaxInstances of them, and while all are blocked its file accesses are
+// answered "timeout" at once.
+func (m *Module) fileOp(ctx context.Context, op func() any) any {
+	select {
+	case m.fileOps <- struct{}{}:
+	default:
+		return hostError{Error: fmt.Sprintf("%d earlier file accesses of this policy are still blocked in the kernel (a hung file system?)", cap(m.fileOps)), Code: "timeout"}
 	}
-	return FileStat{Size: fi.Size(), ModTimeUnixNano: fi.ModTime().UnixNano(), Mode: fi.Mode().String(), IsDir: fi.IsDir()}
+	done := make(chan any, 1)
+	go func() {
+		defer func() { <-m.fileOps }()
+		done <- op()
+	}()
+	select {
+	case answer := <-done:
+		return answer
+	case <-ctx.Done():
+		return hostError{Error: "the file system did not answer before the call's deadline", Code: "timeout"}
+	}
 }

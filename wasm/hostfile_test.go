@@ -53,6 +53,7 @@ func fixture(t *testing.T) (rootfs, volume, hostSecret string) {
 
 func TestReadGuestFile(t *testing.T) {
 	if runtime.GOOS != "linux" {
+		// skip-ok: not on this operating system
 		t.Skip("holdfast reads container files on Linux")
 	}
 	// The agent hands /proc/<pid>/root of the container's process as its
@@ -135,6 +136,7 @@ func TestReadGuestFile(t *testing.T) {
 
 func TestStatGuestFile(t *testing.T) {
 	if runtime.GOOS != "linux" {
+		// skip-ok: not on this operating system
 		t.Skip("holdfast reads container files on Linux")
 	}
 	rootfs, _, _ := fixture(t)

@@ -87,6 +87,9 @@ func TestHostileGo(t *testing.T) {
 	// The memory bomb gets time enough to reach its limit even on a loaded
 	// machine, so that the limit, not the deadline, stops it.
 	bounded := e.load(t, wasm.Spec{Name: "gohostile-16mib", Wasm: hostile, Limits: wasm.Limits{MemoryPages: 256, CallTimeout: 30 * time.Second}})
+	// With the real clock, sleeps are real (in 10 ms slices): an hour's
+	// sleep still ends at the deadline.
+	clocked := e.load(t, wasm.Spec{Name: "gohostile-clock", Wasm: hostile, Grants: []wasm.Grant{wasm.GrantClock}})
 	call := func(m *wasm.Module, do string) ([]byte, error) {
 		return m.Call(context.Background(), "admit", []byte(`{"pod":{},"node":{"name":"n"},"settings":{"do":"`+do+`"}}`))
 	}
@@ -100,9 +103,10 @@ func TestHostileGo(t *testing.T) {
 		{"membomb", bounded, wasm.ErrMemoryLimit, "256 pages"},
 		{"loop", quick, wasm.ErrTimeout, "1s"},
 		{"sleep", quick, wasm.ErrTimeout, "1s"},
+		{"sleep", clocked, wasm.ErrTimeout, "1s"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.do, func(t *testing.T) {
+		t.Run(tc.do+"/"+tc.m.Name(), func(t *testing.T) {
 			start := time.Now()
 			_, err := call(tc.m, tc.do)
 			wantKind(t, err, tc.kind)

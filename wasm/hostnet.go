@@ -46,7 +46,7 @@ func WithNetwork(ip string, ports ...int) CallOption {
 func (o *callOptions) allowed(hostport string) error {
 	ap, err := netip.ParseAddrPort(hostport)
 	if err != nil {
-		return &targetError{fmt.Sprintf("%q is not an IP address and port; only the call's targets may be reached, named by IP", hostport)}
+		return &targetError{fmt.Sprintf("%.256q is not an IP address and port; only the call's targets may be reached, named by IP", hostport)}
 	}
 	for _, t := range o.network {
 		if t.addr == ap.Addr().Unmap() && slices.Contains(t.ports, int(ap.Port())) {
@@ -122,7 +122,7 @@ func (e *Engine) httpRequest(ctx context.Context, st *callState, raw []byte) any
 	}
 	u, err := url.Parse(req.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return hostError{Error: fmt.Sprintf("url %q must be http:// or https:// with an IP address", req.URL), Code: "invalid"}
+		return hostError{Error: fmt.Sprintf("url %.256q must be http:// or https:// with an IP address", req.URL), Code: "invalid"}
 	}
 	port := u.Port()
 	if port == "" {
@@ -157,7 +157,9 @@ func (e *Engine) httpRequest(ctx context.Context, st *callState, raw []byte) any
 		return netError(ctx, err)
 	}
 	defer resp.Body.Close()
-	limit := st.m.limits.HostResponseBytes - 4096 // room for status and headers
+	// The escaped body is at least as long as the body: reading more than
+	// the answer's limit would be for nothing.
+	limit := st.m.limits.HostResponseBytes
 	if req.MaxBodyBytes > 0 && req.MaxBodyBytes < limit {
 		limit = req.MaxBodyBytes
 	}
@@ -180,6 +182,7 @@ func (e *Engine) httpRequest(ctx context.Context, st *callState, raw []byte) any
 		}
 		out.Headers[k] = vs
 	}
+	fitAnswer(&out, &out.Body, &out.Truncated, st.m.limits.HostResponseBytes)
 	return out
 }
 
@@ -236,7 +239,7 @@ func tcpDial(ctx context.Context, st *callState, raw []byte) any {
 			return out
 		}
 	}
-	limit := min(max(req.ReadBytes, 0), st.m.limits.HostResponseBytes/2)
+	limit := min(max(req.ReadBytes, 0), st.m.limits.HostResponseBytes)
 	var got bytes.Buffer
 	buf := make([]byte, 4096)
 	for got.Len() < limit {
@@ -253,5 +256,6 @@ func tcpDial(ctx context.Context, st *callState, raw []byte) any {
 		}
 	}
 	out.Received = got.String()
+	fitAnswer(&out, &out.Received, &out.Truncated, st.m.limits.HostResponseBytes)
 	return out
 }

@@ -34,6 +34,9 @@ type Module struct {
 	// slots holds one token per instance that may exist; a call holds one for
 	// its whole duration, so at most MaxInstances calls run at once.
 	slots chan struct{}
+	// fileOps holds one token per file system access under way, which may
+	// outlive its call (fileOp): at most MaxInstances.
+	fileOps chan struct{}
 
 	// bgCtx is canceled at teardown; it bounds background replacements,
 	// which bg tracks so that teardown waits for them.
@@ -53,6 +56,9 @@ type Module struct {
 	inflight int
 	closed   bool
 	tornDown bool
+	// runaway, once set, says why the module is disabled: a call of it
+	// outlived its deadline by more than overrunSlack (see watchOverrun).
+	runaway string
 }
 
 // instance is one live guest. The pool hands it to one call at a time.
@@ -64,6 +70,9 @@ type instance struct {
 	budget  *memoryBudget
 	output  *tailWriter
 	opa     *opaInstance // for a module of OPA's ABI
+	// watch fires if the call the instance serves outlives its deadline and
+	// overrunSlack (watchOverrun); made at the instance's first call.
+	watch *overrunWatch
 }
 
 func newModule(e *Engine, name, digest string, compiled wazero.CompiledModule, info ModuleInfo, grants grantSet, limits Limits) *Module {
@@ -79,6 +88,7 @@ func newModule(e *Engine, name, digest string, compiled wazero.CompiledModule, i
 		limits:   limits,
 		logs:     newRateLimiter(limits.LogRate, limits.LogBurst),
 		slots:    make(chan struct{}, limits.MaxInstances),
+		fileOps:  make(chan struct{}, limits.MaxInstances),
 		changed:  make(chan struct{}),
 		bgCtx:    ctx,
 		bgCancel: cancel,
@@ -126,6 +136,11 @@ func (m *Module) Call(ctx context.Context, export string, input []byte, opts ...
 	if m.closed {
 		m.mu.Unlock()
 		return nil, newError(ErrClosed, m.name, export, "module closed", nil)
+	}
+	if m.runaway != "" {
+		why := m.runaway
+		m.mu.Unlock()
+		return nil, newError(ErrTimeout, m.name, export, "module disabled: "+why, nil)
 	}
 	m.inflight++
 	m.mu.Unlock()
@@ -178,9 +193,10 @@ func (m *Module) call(ctx context.Context, inst *instance, export string, input 
 	start := time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, m.limits.CallTimeout)
 	defer cancel()
+	defer m.watchOverrun(inst, callCtx, export, start).disarm()
 	st := &callState{m: m, opts: o}
 	callCtx = context.WithValue(callCtx, callStateKey{}, st)
-	inst.output.Reset()
+	inst.output.reset(callCtx)
 	defer func() {
 		if st.dropped > 0 {
 			m.e.logger.Warn("guest log lines dropped over budget", "module", m.name, "dropped", st.dropped)
@@ -238,6 +254,77 @@ func (m *Module) call(ctx context.Context, inst *instance, export string, input 
 		return bad(ErrBadOutput, "output is not a JSON object: %.80q", out)
 	}
 	return out, nil
+}
+
+// overrunSlack is how long past its deadline a call may run before its
+// module is disabled. The checkpoints stop a guest within about a
+// millisecond of work past its deadline, plus one bulk operation (tens of
+// milliseconds for a whole memory; wasm/RATIONALE.md): a call still running
+// a whole deadline and a second later was not stopped by them.
+func overrunSlack(timeout time.Duration) time.Duration { return timeout + time.Second }
+
+// watchOverrun is the backstop for a guest the checkpoints do not stop, which
+// only a defect of the rewrite would allow: at its deadline plus
+// overrunSlack, a call still running disables its module (no new call starts
+// on it: each fails at once with ErrTimeout, so failurePolicy applies as for
+// any timeout) and is logged as an error naming the module. The guest's
+// goroutine cannot be stopped from outside compiled code; see RATIONALE.md
+// for what bounds it then. It returns the watch to disarm when the call
+// returns.
+//
+// One timer per instance, re-armed for each of its calls: a timer and a
+// closure made per call cost about 400 ns and two allocations, a few
+// percent of a small policy's call, for a path only a defect takes.
+func (m *Module) watchOverrun(inst *instance, callCtx context.Context, export string, start time.Time) *overrunWatch {
+	if inst.watch == nil {
+		w := &overrunWatch{}
+		w.timer = time.AfterFunc(time.Hour, func() { m.overran(w) })
+		w.timer.Stop()
+		inst.watch = w
+	}
+	deadline, _ := callCtx.Deadline()
+	inst.watch.arm(export, start, time.Until(deadline)+overrunSlack(m.limits.CallTimeout))
+	return inst.watch
+}
+
+// overran disables m: the call that w watches outlived its deadline.
+func (m *Module) overran(w *overrunWatch) {
+	export, start := w.current()
+	why := fmt.Sprintf("a call of %s was still running %s after it started, past its deadline and its slack: the sandbox did not stop it", export, time.Since(start).Round(time.Millisecond))
+	m.mu.Lock()
+	first := m.runaway == ""
+	if first {
+		m.runaway = why
+	}
+	m.mu.Unlock()
+	if first {
+		m.e.logger.Error("Wasm module disabled: a call outlived its deadline", "module", m.name, "digest", m.digest, "export", export, "err", why)
+	}
+}
+
+// overrunWatch is an instance's timer for watchOverrun; an instance serves
+// one call at a time, so the call it describes is the one running.
+type overrunWatch struct {
+	timer *time.Timer
+	mu    sync.Mutex // protects export and start, read by the timer's goroutine
+	// export and start describe the call being watched.
+	export string
+	start  time.Time
+}
+
+func (w *overrunWatch) arm(export string, start time.Time, after time.Duration) {
+	w.mu.Lock()
+	w.export, w.start = export, start
+	w.mu.Unlock()
+	w.timer.Reset(after)
+}
+
+func (w *overrunWatch) disarm() { w.timer.Stop() }
+
+func (w *overrunWatch) current() (string, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.export, w.start
 }
 
 func isJSONObject(b []byte) bool {
@@ -300,6 +387,7 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 	defer cancel()
 	budget := &memoryBudget{limitBytes: uint64(m.limits.MemoryPages) * 65536}
 	output := newTailWriter(2048)
+	output.reset(ictx)
 	ictx = experimental.WithMemoryAllocator(ictx, budget)
 	ictx = context.WithValue(ictx, callStateKey{}, &callState{m: m})
 	cfg := wazero.NewModuleConfig().
@@ -367,6 +455,7 @@ func (m *Module) checkInstance(ctx context.Context, inst *instance, entrypoints 
 		cctx, cancel := context.WithTimeout(ctx, m.limits.CallTimeout)
 		defer cancel()
 		cctx = context.WithValue(cctx, callStateKey{}, &callState{m: m})
+		inst.output.reset(cctx)
 		if err := m.opa.describe(cctx, inst.mod, inst.opa, entrypoints); err != nil {
 			return m.classify(ctx, cctx, inst, "load", start, err)
 		}
@@ -396,6 +485,7 @@ func (m *Module) abiVersion(ctx context.Context, inst *instance) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, m.limits.CallTimeout)
 	defer cancel()
 	cctx = context.WithValue(cctx, callStateKey{}, &callState{m: m})
+	inst.output.reset(cctx)
 	res, err := inst.mod.ExportedFunction(exportABIVersion).Call(cctx)
 	if err != nil {
 		return 0, m.classify(ctx, cctx, inst, exportABIVersion, start, err)
@@ -404,6 +494,9 @@ func (m *Module) abiVersion(ctx context.Context, inst *instance) (int, error) {
 }
 
 func (inst *instance) close(ctx context.Context) {
+	if inst.watch != nil {
+		inst.watch.disarm()
+	}
 	if inst.mod != nil {
 		_ = inst.mod.Close(ctx)
 	}
@@ -534,26 +627,61 @@ func (m *Module) teardown(ctx context.Context) {
 // tailWriter keeps the last bytes a guest wrote to stdout/stderr, to explain
 // a failure. Guests cannot use it to flood the agent's log.
 type tailWriter struct {
-	mu  sync.Mutex // protects buf
+	mu  sync.Mutex // protects buf and ctx
 	max int
 	buf []byte
+	// ctx is the context of the guest code running now (a call, an
+	// instantiation): once it is done, writes fail, so that one fd_write of
+	// millions of buffers ends at the deadline instead of running on in the
+	// host, where the engine's checkpoints cannot stop it.
+	ctx context.Context
+	// written counts what was written under ctx: past outputWriteBudget,
+	// writes fail at once, so that one fd_write of millions of buffers as
+	// large as the memory ends at its first refused buffer, not after
+	// copying the tail of each (seconds, up to the deadline).
+	written uint64
 }
 
-func newTailWriter(max int) *tailWriter { return &tailWriter{max: max} }
+// outputWriteBudget bounds what one call (or instantiation) may write to
+// stdout and stderr together; the tail kept is max bytes of it.
+const outputWriteBudget = 64 << 20
 
+// errWriteBudget is what a write past outputWriteBudget gets (the guest sees
+// an I/O error).
+var errWriteBudget = errors.New("over the budget of what one call may write to stdout and stderr")
+
+func newTailWriter(max int) *tailWriter { return &tailWriter{max: max, buf: make([]byte, 0, 2*max)} }
+
+// Write keeps the last max bytes of what was written. p is a view of guest
+// memory (wazero hands fd_write's buffers over as they are), as large as the
+// guest's memory: only its tail is copied, so a write costs the host at most
+// max bytes, whatever its size.
 func (w *tailWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	if over := len(w.buf) - w.max; over > 0 {
+	if w.ctx != nil && w.ctx.Err() != nil {
+		return 0, w.ctx.Err()
+	}
+	if w.written += uint64(len(p)); w.written > outputWriteBudget {
+		return 0, errWriteBudget
+	}
+	n := len(p)
+	if len(p) > w.max {
+		p = p[len(p)-w.max:]
+	}
+	if over := len(w.buf) + len(p) - w.max; over > 0 {
 		w.buf = append(w.buf[:0], w.buf[over:]...)
 	}
-	return len(p), nil
+	w.buf = append(w.buf, p...)
+	return n, nil
 }
 
-func (w *tailWriter) Reset() {
+// reset empties the tail before guest code runs under ctx.
+func (w *tailWriter) reset(ctx context.Context) {
 	w.mu.Lock()
 	w.buf = w.buf[:0]
+	w.ctx = ctx
+	w.written = 0
 	w.mu.Unlock()
 }
 

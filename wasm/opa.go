@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -381,20 +382,29 @@ func (e *Engine) opaBuiltin(n int) api.GoModuleFunc {
 			jsonParse: mod.ExportedFunction("opa_json_parse"),
 			jsonDump:  mod.ExportedFunction("opa_json_dump"),
 		}
-		args := make([]any, n)
+		args := make([][]byte, n)
 		for i := range n {
 			raw, err := oi.dump(ctx, mod, uint32(stack[2+i]), st.m.limits.OutputBytes)
-			if err != nil {
+			switch {
+			case err == errTooLong:
+				panic(newError(ErrOutputTooLarge, "", "", fmt.Sprintf("argument %d of builtin %s is over the limit of %d bytes for what a policy hands the host", i+1, b.name, st.m.limits.OutputBytes), nil))
+			case err == errNoTerminator:
+				panic(newError(ErrBadPointer, "", "", fmt.Sprintf("argument %d of builtin %s: opa_json_dump returned %v", i+1, b.name, err), nil))
+			case err != nil:
 				panic(fmt.Errorf("builtin %s: argument %d: %w", b.name, i+1, err))
+			case !json.Valid(raw):
+				panic(newError(ErrTrap, "", "", fmt.Sprintf("argument %d of builtin %s: opa_json_dump wrote no valid JSON: %.80q", i+1, b.name, raw), nil))
 			}
-			d := json.NewDecoder(bytes.NewReader(raw))
-			d.UseNumber()
-			if err := d.Decode(&args[i]); err != nil {
-				panic(fmt.Errorf("builtin %s: argument %d: %w", b.name, i+1, err))
-			}
+			args[i] = raw
 		}
-		v, err := b.fn(args)
-		if err != nil {
+		out, err := b.fn(ctx, args, st.m.limits.HostResponseBytes)
+		var over *overBudgetError
+		switch {
+		case errors.As(err, &over):
+			panic(newError(ErrOutputTooLarge, "", "", over.msg, nil))
+		case err != nil && ctx.Err() != nil:
+			panic(ctx.Err()) // the call's deadline: classified as ErrTimeout
+		case err != nil:
 			// OPA's evaluator (not in strict mode, its default) and its
 			// own Wasm SDK make an expression whose builtin failed
 			// undefined: the rule does not apply. The same here, logged.
@@ -403,10 +413,6 @@ func (e *Engine) opaBuiltin(n int) api.GoModuleFunc {
 			}
 			stack[0] = 0
 			return
-		}
-		out, err := json.Marshal(v)
-		if err != nil {
-			panic(fmt.Errorf("builtin %s: encode result: %w", b.name, err))
 		}
 		addr, err := oi.load(ctx, mod, out)
 		if err != nil {

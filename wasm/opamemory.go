@@ -5,9 +5,6 @@ import (
 	"fmt"
 )
 
-// secMemory is the memory section's id.
-const secMemory = 5
-
 // defineImportedMemory returns b with its imported memory (OPA's env.memory)
 // turned into a memory the module defines itself, with the same limits.
 //

@@ -48,6 +48,8 @@ type TCPResponse struct {
 	// Error is set if reading stopped on an error other than the peer closing
 	// or ReadBytes/ReadUntil being reached (a timeout, a reset).
 	Error string `json:"error,omitempty"`
+	// Truncated is set if Received was cut to fit the host's answer limit.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // FileRequest is the request of holdfast.read_file and holdfast.stat_file.

@@ -136,9 +136,26 @@ func sourceKey(root, pkgDir string) (string, error) {
 // wat2wasm.
 func BuildWAT(t testing.TB, file string) []byte {
 	t.Helper()
+	return assemble(t, filepath.Join(RepoRoot(t), file))
+}
+
+// AssembleWAT assembles WAT source text with wat2wasm and its flags, e.g.
+// "--no-check" for a module that is invalid on purpose (wat2wasm then
+// writes indices and types as they are written, unchecked).
+func AssembleWAT(t testing.TB, src string, flags ...string) []byte {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "module.wat")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return assemble(t, file, flags...)
+}
+
+func assemble(t testing.TB, file string, flags ...string) []byte {
+	t.Helper()
 	bin := lookTool(t, "wat2wasm", "wabt")
 	out := filepath.Join(t.TempDir(), filepath.Base(file)+".wasm")
-	cmd := exec.Command(bin, filepath.Join(RepoRoot(t), file), "-o", out)
+	cmd := exec.Command(bin, append(append([]string{file}, flags...), "-o", out)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("wasmtest: wat2wasm %s: %v\n%s", file, err, b)
 	}
@@ -174,4 +191,31 @@ func lookTool(t testing.TB, name, pkg string) string {
 		t.Fatalf("wasmtest: %s not found; install it: apt-get install -y %s", name, pkg)
 	}
 	return p
+}
+
+// SpecSuiteDir returns the directory of the WebAssembly spec test suite as
+// wazero keeps it for its own tests, in the module cache beside the wazero
+// this repository builds with: version is "v1" or "v2" (the 2.0 core
+// features), and the directory holds wast2json's output, a .json script per
+// .wast file and its .wasm modules. It fails the test, never skips it, when
+// the suite is not there.
+func SpecSuiteDir(t testing.TB, version string) string {
+	t.Helper()
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		goBin = "go"
+	}
+	cmd := exec.Command(goBin, "list", "-m", "-f", "{{.Dir}}", "github.com/tetratelabs/wazero")
+	cmd.Dir = RepoRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("wasmtest: go list -m github.com/tetratelabs/wazero: %v; the spec test suite is read from wazero's module", err)
+	}
+	module := strings.TrimSpace(string(out))
+	dir := filepath.Join(module, "internal", "integration_test", "spectest", version, "testdata")
+	scripts, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	if module == "" || len(scripts) == 0 {
+		t.Fatalf("wasmtest: no spec test suite in %q (wazero's module directory is %q): run `go mod download github.com/tetratelabs/wazero`; a wazero release without internal/integration_test/spectest/%s/testdata needs this helper updated", dir, module, version)
+	}
+	return dir
 }
