@@ -55,6 +55,7 @@ func TestFailpointsCrossedByKill(t *testing.T) {
 	for _, point := range failpoint.All {
 		t.Run(point, func(t *testing.T) {
 			if only, ok := failpoint.OnlyBackend[point]; ok && only != testenv.RuntimeUnderTest() {
+				// skip-ok: a failpoint of the other runtime backend
 				t.Skipf("only the %s backend crosses %s", only, point)
 			}
 			e.crossFailpoint(t, point, iterations, marker)

@@ -309,6 +309,7 @@ func TestPullAlwaysWithRegistryOutOfReach(t *testing.T) {
 // the pod. The registry is real; the link to it is a proxy on loopback that can stall.
 func TestPullStalledMidBlob(t *testing.T) {
 	if testenv.RuntimeUnderTest() == config.RuntimeCRI {
+		// skip-ok: behaviour of the containerd backend alone
 		t.Skip("on the CRI backend pulls are the runtime's, and so is the timeout of a stalled one " +
 			"(containerd's image_pull_progress_timeout, 1.7 and later; Debian 12's 1.6 has none): " +
 			"containerd.imagePullProgressTimeout is the containerd backend's")

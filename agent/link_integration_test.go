@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/internal/prereq"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -41,7 +42,7 @@ func cutLink(t *testing.T, host, target string) (repair func()) {
 	}
 	rule = append(rule, "-m", "comment", "--comment", "holdfast test link cut")
 	if out, err := exec.Command("iptables", append([]string{"-I"}, rule...)...).CombinedOutput(); err != nil {
-		t.Skipf("iptables (needs root and netfilter): %v: %s", err, out)
+		prereq.NoError(t, fmt.Errorf("%w: %s", err, out), "iptables (root and netfilter) to cut the link")
 	}
 	done := false
 	repair = func() {

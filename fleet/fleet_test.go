@@ -43,6 +43,7 @@ func kubemarkPath() string {
 // test ./...`: it runs only with -fleet.full.
 func TestFleet(t *testing.T) {
 	if !*full {
+		// skip-ok: entry point of make fleet
 		t.Skip("the full fleet runs with -fleet.full (make fleet)")
 	}
 	testenv.RequireIntegration(t)

@@ -58,6 +58,7 @@ func startGateway(t *testing.T) *gateway {
 		t.Skip("gateway VM scenario: skipped under -short")
 	}
 	if !*runVM {
+		// skip-ok: entry point of make gateway-test
 		t.Skip("gateway VM scenario: runs with -gateway.vm (make gateway-test)")
 	}
 	testenv.RequireIntegration(t)

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/holdfast-dev/holdfast/internal/prereq"
 )
 
 // TestBoltStoreOnFullFileSystem: with the state directory's file system full, a write fails
@@ -19,9 +21,7 @@ import (
 // and writes succeed again by themselves once there is room: no reopen, no restart.
 func TestBoltStoreOnFullFileSystem(t *testing.T) {
 	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("mount a tmpfs (needs root): %v", err)
-	}
+	prereq.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"), "mount a small tmpfs (root)")
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 	path := filepath.Join(dir, "state.db")
 	s, _ := openTestStore(t, path, Options{Key: testKey})

@@ -12,15 +12,15 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-dev/holdfast/internal/prereq"
 )
 
 // smallFS mounts a tmpfs of size bytes at a new directory (root only) and returns it.
 func smallFS(t *testing.T, size int) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Skipf("mount a tmpfs (needs root): %v", err)
-	}
+	prereq.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)), "mount a small tmpfs (root)")
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 	return dir
 }

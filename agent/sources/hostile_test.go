@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/holdfast-dev/holdfast/internal/prereq"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -54,9 +55,7 @@ func TestHostileManifestDir(t *testing.T) {
 	if err := unix.Mkfifo(filepath.Join(dir, "fifo.yaml"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mknod(filepath.Join(dir, "zero.yaml"), unix.S_IFCHR|0o644, int(unix.Mkdev(1, 5))); err != nil {
-		t.Skipf("mknod (needs root): %v", err)
-	}
+	prereq.NoError(t, unix.Mknod(filepath.Join(dir, "zero.yaml"), unix.S_IFCHR|0o644, int(unix.Mkdev(1, 5))), "mknod of a character device (root)")
 	write(filepath.Join(dir, "huge.yaml"), strings.Repeat("# padding\n", 1100000))
 	weird := filepath.Join(dir, "new\nline\xff.yaml")
 	write(weird, "not: [a pod")

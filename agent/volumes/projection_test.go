@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-dev/holdfast/internal/prereq"
 )
 
 // atime is p's access time, not following a symlink.
@@ -41,17 +43,26 @@ func TestResyncTouchesNoAccessTime(t *testing.T) {
 	base := t.TempDir()
 	old := time.Now().Add(-48 * time.Hour).Truncate(time.Second)
 
-	// Where access times are not kept (noatime), this test could not fail: say so.
-	probe := filepath.Join(base, "probe")
-	if err := os.WriteFile(probe, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
+	// Where access times are not kept (noatime), this test could not fail: it runs on a
+	// tmpfs that keeps them (strictatime) instead.
+	keepsAtimes := func() bool {
+		probe := filepath.Join(base, "probe")
+		if err := os.WriteFile(probe, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(probe)
+		backdateAtime(t, probe, old)
+		if _, err := os.ReadFile(probe); err != nil {
+			t.Fatal(err)
+		}
+		return !atime(t, probe).Equal(old)
 	}
-	backdateAtime(t, probe, old)
-	if _, err := os.ReadFile(probe); err != nil {
-		t.Fatal(err)
-	}
-	if atime(t, probe).Equal(old) {
-		t.Skipf("the file system of %s does not update access times", base)
+	if !keepsAtimes() {
+		prereq.NoError(t, unix.Mount("tmpfs", base, "tmpfs", unix.MS_STRICTATIME, ""), "a file system that keeps access times: a tmpfs mounted strictatime (root)")
+		t.Cleanup(func() { _ = unix.Unmount(base, unix.MNT_DETACH) })
+		if !keepsAtimes() {
+			t.Fatalf("a tmpfs mounted strictatime at %s does not update access times", base)
+		}
 	}
 
 	podsDir := filepath.Join(base, "pods")

@@ -5,13 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-dev/holdfast/internal/prereq"
 )
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts")
-	}
+	prereq.Root(t, "mounts")
 }
 
 // TestBindSubPath: a subPath that stays in its volume, through relative or absolute symlinks,

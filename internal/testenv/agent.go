@@ -223,6 +223,10 @@ func (a *Agent) Stop() {
 	}
 }
 
+// Pid is the pid of the running agent, 0 if it is not running: for tests that read what the
+// kernel says of it (/proc/PID/stat, /proc/PID/status).
+func (a *Agent) Pid() int { return a.proc.Pid() }
+
 // Binary is the holdfast binary the agent runs, for tests of its CLI.
 func (a *Agent) Binary() string {
 	a.t.Helper()
