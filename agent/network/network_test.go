@@ -2,14 +2,18 @@ package network
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	gocni "github.com/containerd/go-cni"
+
+	"github.com/holdfast-dev/holdfast/internal/prereq"
 )
 
 // recorderPlugin is a CNI plugin that appends each call (command, container ID, namespace
@@ -31,9 +35,7 @@ type recorderNet struct {
 
 func newRecorderNet(t *testing.T) *recorderNet {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("network namespaces need root")
-	}
+	prereq.Root(t, "network namespaces")
 	dir := t.TempDir()
 	bin, conf := filepath.Join(dir, "bin"), filepath.Join(dir, "conf")
 	for _, d := range []string{bin, conf} {
@@ -189,5 +191,42 @@ func TestSetupAfterRebootWithHostPortsDelsFirst(t *testing.T) {
 	want := []string{"ADD_" + uid + "_" + pn.NetNSPath, "DEL_" + uid + "_none", "ADD_" + uid + "_" + pn.NetNSPath}
 	if got := n.calls(t); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("calls %v, want %v", got, want)
+	}
+}
+
+// Pods' networks are set up at once (the pod workers run in parallel), and every build must
+// survive it: under -race go-cni's mutexes are go-deadlock's, whose detector took two
+// goroutines' read locks for one goroutine locking twice and exited the process (the bench
+// harness's test binary, in CI on 2026-12-05). The plugin holds each ADD for a while so that
+// the setups overlap inside go-cni's lock.
+func TestConcurrentSetups(t *testing.T) {
+	n := newRecorderNet(t)
+	slow := strings.Replace(recorderPlugin, "cat >/dev/null\n", "cat >/dev/null\nsleep 0.3\n", 1)
+	if err := os.WriteFile(filepath.Join(n.bin, "recorder"), []byte(slow), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const pods = 8
+	errs := make(chan error, pods)
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Go(func() {
+			_, err := n.m.setup(context.Background(), fmt.Sprintf("concurrent-%d", i), "default", fmt.Sprintf("web-%d", i), nil)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if got := n.calls(t); len(got) != pods {
+		t.Errorf("plugin calls %v, want %d ADDs", got, pods)
+	}
+	for i := range pods {
+		if n.m.Get(fmt.Sprintf("concurrent-%d", i)) == nil {
+			t.Errorf("pod %d has no network record", i)
+		}
 	}
 }
