@@ -108,7 +108,7 @@ func withOOMScoreAdj(adj int) runtime.SpecOpt {
 func verifyNonRoot(pod *v1.Pod, c *v1.Container) runtime.SpecOpt {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if s.Process != nil && s.Process.User.UID == 0 {
-			return &errConfig{fmt.Sprintf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)",
+			return &errConfig{msg: fmt.Sprintf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)",
 				pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")", c.Name)}
 		}
 		return nil

@@ -18,9 +18,13 @@ import (
 
 // errConfig marks a container whose configuration cannot be resolved; its waiting reason is
 // CreateContainerConfigError, as kubelet reports it.
-type errConfig struct{ msg string }
+type errConfig struct {
+	msg   string
+	cause error // what the worker must know about it (errWaitingForServices), if anything
+}
 
 func (e *errConfig) Error() string { return e.msg }
+func (e *errConfig) Unwrap() error { return e.cause }
 
 // EnvSource is where env values that live outside the pod spec come from: ConfigMaps and
 // Secrets read with the node's identity, and the node's allocatable resources (the limits
@@ -152,7 +156,7 @@ func (r *envResolver) envFrom(ctx context.Context, ef v1.EnvFromSource, env *ord
 			data[k] = string(v)
 		}
 	default:
-		return &errConfig{fmt.Sprintf("container %q: envFrom entry names neither a configMap nor a secret", r.in.container.Name)}
+		return &errConfig{msg: fmt.Sprintf("container %q: envFrom entry names neither a configMap nor a secret", r.in.container.Name)}
 	}
 	keys := make([]string, 0, len(data))
 	for k := range data {
@@ -193,7 +197,7 @@ func (r *envResolver) valueFrom(ctx context.Context, e v1.EnvVar) (string, bool,
 		}
 		v, err := volumes.ResourceFieldValue(src.ResourceFieldRef, in.pod, in.container, allocatable)
 		if err != nil {
-			return "", false, &errConfig{fmt.Sprintf("container %q: env %q: %v", in.container.Name, e.Name, err)}
+			return "", false, &errConfig{msg: fmt.Sprintf("container %q: env %q: %v", in.container.Name, e.Name, err)}
 		}
 		return v, true, nil
 	case src.ConfigMapKeyRef != nil:
@@ -207,7 +211,7 @@ func (r *envResolver) valueFrom(ctx context.Context, e v1.EnvVar) (string, bool,
 			if isTrue(ref.Optional) {
 				return "", false, nil
 			}
-			return "", false, &errConfig{fmt.Sprintf("couldn't find key %s in ConfigMap %s/%s", ref.Key, in.pod.Namespace, ref.Name)}
+			return "", false, &errConfig{msg: fmt.Sprintf("couldn't find key %s in ConfigMap %s/%s", ref.Key, in.pod.Namespace, ref.Name)}
 		}
 		return v, true, nil
 	case src.SecretKeyRef != nil:
@@ -221,13 +225,13 @@ func (r *envResolver) valueFrom(ctx context.Context, e v1.EnvVar) (string, bool,
 			if isTrue(ref.Optional) {
 				return "", false, nil
 			}
-			return "", false, &errConfig{fmt.Sprintf("couldn't find key %s in Secret %s/%s", ref.Key, in.pod.Namespace, ref.Name)}
+			return "", false, &errConfig{msg: fmt.Sprintf("couldn't find key %s in Secret %s/%s", ref.Key, in.pod.Namespace, ref.Name)}
 		}
 		return string(v), true, nil
 	case src.FileKeyRef != nil:
-		return "", false, &errConfig{fmt.Sprintf("container %q: env %q: fileKeyRef is not supported by holdfast", in.container.Name, e.Name)}
+		return "", false, &errConfig{msg: fmt.Sprintf("container %q: env %q: fileKeyRef is not supported by holdfast", in.container.Name, e.Name)}
 	}
-	return "", false, &errConfig{fmt.Sprintf("container %q: env %q: valueFrom names no source", in.container.Name, e.Name)}
+	return "", false, &errConfig{msg: fmt.Sprintf("container %q: env %q: valueFrom names no source", in.container.Name, e.Name)}
 }
 
 // configMap reads a ConfigMap once per container; ok is false when it is missing and optional.
@@ -236,14 +240,14 @@ func (r *envResolver) configMap(ctx context.Context, name string, optional *bool
 		return cm, true, nil
 	}
 	if r.in.source == nil {
-		return nil, false, &errConfig{fmt.Sprintf("couldn't get configMap %s/%s: no apiserver to read it from", r.in.pod.Namespace, name)}
+		return nil, false, &errConfig{msg: fmt.Sprintf("couldn't get configMap %s/%s: no apiserver to read it from", r.in.pod.Namespace, name)}
 	}
 	cm, err := r.in.source.ConfigMap(ctx, r.in.pod, name)
 	if err != nil {
 		if apierrors.IsNotFound(err) && isTrue(optional) {
 			return nil, false, nil
 		}
-		return nil, false, &errConfig{err.Error()}
+		return nil, false, &errConfig{msg: err.Error()}
 	}
 	r.configMaps[name] = cm
 	return cm, true, nil
@@ -255,14 +259,14 @@ func (r *envResolver) secret(ctx context.Context, name string, optional *bool) (
 		return s, true, nil
 	}
 	if r.in.source == nil {
-		return nil, false, &errConfig{fmt.Sprintf("couldn't get secret %s/%s: no apiserver to read it from", r.in.pod.Namespace, name)}
+		return nil, false, &errConfig{msg: fmt.Sprintf("couldn't get secret %s/%s: no apiserver to read it from", r.in.pod.Namespace, name)}
 	}
 	s, err := r.in.source.Secret(ctx, r.in.pod, name)
 	if err != nil {
 		if apierrors.IsNotFound(err) && isTrue(optional) {
 			return nil, false, nil
 		}
-		return nil, false, &errConfig{err.Error()}
+		return nil, false, &errConfig{msg: err.Error()}
 	}
 	r.secrets[name] = s
 	return s, true, nil
@@ -296,7 +300,7 @@ func fieldRefValue(in envInput, envName, path string) (string, error) {
 	case strings.HasPrefix(path, "metadata.annotations['") && strings.HasSuffix(path, "']"):
 		return pod.Annotations[path[len("metadata.annotations['"):len(path)-2]], nil
 	}
-	return "", &errConfig{fmt.Sprintf("container %q: env %q: unsupported fieldPath %q", in.container.Name, envName, path)}
+	return "", &errConfig{msg: fmt.Sprintf("container %q: env %q: unsupported fieldPath %q", in.container.Name, envName, path)}
 }
 
 // podAddresses are the pod's IPs as kubelet reports them: a host-network pod has the node's.

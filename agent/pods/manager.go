@@ -42,8 +42,9 @@ type Admitter interface {
 }
 
 // ServiceSource gives a pod's service link environment variables; *services.Cache implements
-// it. An error (services never read yet) leaves the container waiting with
-// CreateContainerConfigError.
+// it. Its only error is that the services were never read yet: the container waits with
+// CreateContainerConfigError, and the source calls Manager.ResyncAll once they are read, which
+// starts it at once.
 type ServiceSource interface {
 	EnvVars(pod *v1.Pod, static bool) (map[string]string, error)
 }

@@ -102,6 +102,43 @@ func newWorker(m *Manager, pod *v1.Pod) *worker {
 		startFailed: map[string]time.Time{}, seen: m.now()}
 }
 
+// errWaitingForServices is the cause of a start that waits for the cluster's services to be
+// read once (ServiceSource's only error).
+var errWaitingForServices = errors.New("waiting for the cluster's services")
+
+// startHeldFor is how long the start of container name must still wait after its last failed
+// start (0: it may be tried now).
+func (w *worker) startHeldFor(name string) time.Duration {
+	failed, ok := w.startFailed[name]
+	if !ok {
+		return 0
+	}
+	return max(0, startRetryDelay-w.m.now().Sub(failed))
+}
+
+// noteStart records how a start of container c ended (err nil: it runs) and returns when the
+// worker must look at the pod again for it (0: no need).
+func (w *worker) noteStart(pod *v1.Pod, c *v1.Container, err error) time.Duration {
+	switch {
+	case err == nil:
+		delete(w.startFailed, c.Name)
+		return 0
+	case errors.Is(err, errImagePullBackOff) || errors.Is(err, runtime.ErrImagePull):
+		return w.pullRetryIn(pod, c) // pulls have their own back-off
+	case errors.Is(err, errWaitingForServices):
+		// Not held back by startRetryDelay: the source pokes every worker the moment the
+		// services are read (Manager.ResyncAll, from services.Cache.OnKnown), and a pod with
+		// a short activeDeadlineSeconds or startup probe budget must not lose 5 s after
+		// that. The message does not change from one try to the next, so pokes from the
+		// pod's own status updates do not turn into a loop. The timer is the fallback
+		// should the poke never come.
+		return startRetryDelay
+	default:
+		w.startFailed[c.Name] = w.m.now()
+		return startRetryDelay
+	}
+}
+
 func (w *worker) poke() {
 	select {
 	case w.signal <- struct{}{}:
@@ -607,20 +644,16 @@ func (w *worker) apply(ctx context.Context, log *slog.Logger, pod *v1.Pod, obser
 				w.m.backoff.next(backoffKey(pod, s.container.Name), last.StartedAt, last.FinishedAt)
 			}
 		}
-		if failed, ok := w.startFailed[s.container.Name]; ok {
-			if wait := startRetryDelay - w.m.now().Sub(failed); wait > 0 {
-				next = min(next, wait)
-				continue
-			}
+		if wait := w.startHeldFor(s.container.Name); wait > 0 {
+			next = min(next, wait)
+			continue
 		}
-		if err := w.startContainer(ctx, pod, s, podIPs, hostIPs, vols); errors.Is(err, errImagePullBackOff) || errors.Is(err, runtime.ErrImagePull) {
-			next = min(next, w.pullRetryIn(pod, s.container))
-		} else if err != nil {
+		err := w.startContainer(ctx, pod, s, podIPs, hostIPs, vols)
+		if err != nil && !errors.Is(err, errImagePullBackOff) && !errors.Is(err, runtime.ErrImagePull) {
 			log.Warn("start container", "container", s.container.Name, "attempt", s.attempt, "err", err)
-			w.startFailed[s.container.Name] = w.m.now()
-			next = min(next, startRetryDelay)
-		} else {
-			delete(w.startFailed, s.container.Name)
+		}
+		if again := w.noteStart(pod, s.container, err); again > 0 {
+			next = min(next, again)
 		}
 	}
 	for _, id := range p.remove {
@@ -895,7 +928,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	if w.m.cfg.Services != nil {
 		var err error
 		if services, err = w.m.cfg.Services.EnvVars(pod, manifest.IsStatic(pod)); err != nil {
-			return runtime.ContainerConfig{}, &errConfig{err.Error()}
+			return runtime.ContainerConfig{}, &errConfig{msg: err.Error(), cause: errWaitingForServices}
 		}
 	}
 	env, vars, err := resolveEnv(ctx, envInput{
@@ -907,11 +940,11 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		return runtime.ContainerConfig{}, err
 	}
 	if len(c.VolumeDevices) > 0 {
-		return runtime.ContainerConfig{}, &errConfig{fmt.Sprintf("container %q: volumeDevices are not supported yet", c.Name)}
+		return runtime.ContainerConfig{}, &errConfig{msg: fmt.Sprintf("container %q: volumeDevices are not supported yet", c.Name)}
 	}
 	volumeMounts, err := vols.Mounts(c, vars)
 	if err != nil {
-		return runtime.ContainerConfig{}, &errConfig{err.Error()}
+		return runtime.ContainerConfig{}, &errConfig{msg: err.Error()}
 	}
 	shortName, domain, err := network.PodHostnameAndDomain(pod, w.m.cfg.DNS.ClusterDomain)
 	if err != nil {
