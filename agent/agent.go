@@ -380,6 +380,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		// Not worth stopping the agent, and with it the node's heartbeat, for.
 		a.log.Error("node API not served: fix the configuration and restart holdfast", "err", err)
 	} else if api != nil {
+		a.metrics.WatchTokenReviews(api)
 		if cfg.NodeAPIPort() != 0 && !cfg.Tunnel.Only {
 			g.Go(func() error { return api.Run(ctx) })
 		}

@@ -126,6 +126,7 @@ func nodeMetricsProblems(f metricstest.Families, cri bool) error {
 	}
 	for _, m := range []string{"holdfast_outbox_depth", "holdfast_outbox_entries", "holdfast_outbox_superseded_total", "holdfast_apiserver_offline_periods_total",
 		"holdfast_event_backlog", "holdfast_event_backlog_dropped_total",
+		"holdfast_nodeapi_token_reviews_total", "holdfast_nodeapi_token_reviews_limited_total",
 		"go_goroutines", "process_resident_memory_bytes"} {
 		atLeast(0, m)
 	}

@@ -16,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
@@ -395,7 +398,84 @@ func TestNodeAPI(t *testing.T) {
 		if code, body := get("/pods", e.cp.AdminConfig.BearerToken); code != http.StatusOK || !strings.Contains(body, `"name":"nodeapi"`) {
 			t.Errorf("/pods as admin: %d %.200s", code, body)
 		}
+
+		// A monitoring service account, as they are commonly granted: get, list and watch on
+		// nodes/proxy, nodes/stats and nodes/metrics. It reads logs and pods; it opens no
+		// exec, attach or port-forward, as WebSocket (a GET) or SPDY (a POST).
+		reader := readOnlyNodeToken(t, ctx, e)
+		if code, body := get("/containerLogs/default/nodeapi/counter", reader); code != http.StatusOK {
+			t.Errorf("logs with a read-only token: %d %s, want 200", code, body)
+		}
+		if code, body := get("/pods", reader); code != http.StatusOK {
+			t.Errorf("/pods with a read-only token: %d %.200s, want 200", code, body)
+		}
+		readerConfig := &rest.Config{Host: base, BearerToken: reader, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+		ex, err := remotecommand.NewWebSocketExecutor(readerConfig, "GET", base+"/exec/default/nodeapi/counter?command=id&output=1&error=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out}); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Errorf("WebSocket exec with a read-only token: %v, output %q; want 403 Forbidden", err, out.String())
+		}
+		for _, path := range []string{"/exec/default/nodeapi/counter?command=id&output=1", "/attach/default/nodeapi/counter?output=1", "/portForward/default/nodeapi?port=8080"} {
+			for _, method := range []string{"GET", "POST"} {
+				if code, body := upgrade(ctx, t, method, base+path, reader); code != http.StatusForbidden {
+					t.Errorf("%s %s upgraded with a read-only token: %d %.200s, want 403", method, path, code, body)
+				}
+			}
+		}
 	})
+}
+
+// readOnlyNodeToken returns a token of a service account allowed what monitoring is commonly
+// allowed on nodes: get, list and watch on nodes/proxy, nodes/stats and nodes/metrics.
+func readOnlyNodeToken(t *testing.T, ctx context.Context, e *env) string {
+	t.Helper()
+	rbac := e.cp.Admin.RbacV1()
+	if _, err := e.cp.Admin.CoreV1().ServiceAccounts("default").Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "scraper"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "node-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/proxy", "nodes/stats", "nodes/metrics"}, Verbs: []string{"get", "list", "watch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scraper-node-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "node-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "scraper"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := e.cp.Admin.CoreV1().ServiceAccounts("default").CreateToken(ctx, "scraper", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// upgrade sends what a WebSocket client sends to open a stream (the kubelet API's v5 channel
+// protocol) with token, and returns the answer's status and body.
+func upgrade(ctx context.Context, t *testing.T, method, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	req.Header.Set("Sec-WebSocket-Protocol", "v5.channel.k8s.io")
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(b)
 }
 
 // startNodeAPIEnv starts a control plane whose apiserver reaches the node API (its kubelet

@@ -65,9 +65,10 @@ type Identity struct {
 	certs  certificate.Manager
 	dialer *connrotation.Dialer
 
-	mu       sync.Mutex // protects inUse, expiring
+	mu       sync.Mutex // protects inUse, expiring, recorder
 	inUse    *tls.Certificate
 	expiring bool
+	recorder record.EventRecorder // set by Run
 }
 
 // New loads the node's identity. With a bootstrap kubeconfig it does not wait for a
@@ -115,11 +116,12 @@ func newBootstrapped(opts Options) (*Identity, error) {
 	} else if server, err = loadServer(opts.BootstrapKubeconfig); err != nil {
 		return nil, fmt.Errorf("neither the node kubeconfig nor the bootstrap kubeconfig is usable: %w", err)
 	}
-	store, err := certificate.NewFileStoreWithLogger(klogFor(opts.Log), PairPrefix, opts.PKIDir, opts.PKIDir, certFile, keyFile)
+	files, err := certificate.NewFileStoreWithLogger(klogFor(opts.Log), PairPrefix, opts.PKIDir, opts.PKIDir, certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("certificate store in %s: %w", opts.PKIDir, err)
 	}
 	id := &Identity{opts: opts}
+	store := clientStore(files, opts.NodeName, id.refused)
 	id.dialer = connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
 	if id.config, err = id.rotatingConfig(server); err != nil {
 		return nil, err
@@ -190,6 +192,9 @@ func (id *Identity) Run(ctx context.Context, recorder record.EventRecorder) erro
 		<-ctx.Done()
 		return nil
 	}
+	id.mu.Lock()
+	id.recorder = recorder
+	id.mu.Unlock()
 	// The manager's goroutine ends with Stop; it owns no state of ours beyond the store.
 	id.certs.Start()
 	defer id.certs.Stop()
@@ -205,6 +210,19 @@ func (id *Identity) Run(ctx context.Context, recorder record.EventRecorder) erro
 			return nil
 		case <-ticker.C:
 		}
+	}
+}
+
+// refused says that a client certificate was not used because it is not this node's: in the
+// log, and as a Warning event on the Node once Run has a recorder.
+func (id *Identity) refused(err error) {
+	id.opts.Log.Error("node client certificate: "+err.Error(), "pkiDir", id.opts.PKIDir)
+	id.mu.Lock()
+	recorder := id.recorder
+	id.mu.Unlock()
+	if recorder != nil {
+		node := &v1.ObjectReference{Kind: "Node", Name: id.opts.NodeName, UID: types.UID(id.opts.NodeName)}
+		recorder.Eventf(node, v1.EventTypeWarning, "ClientCertificateRefused", "%s", err.Error())
 	}
 }
 

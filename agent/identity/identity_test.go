@@ -49,14 +49,19 @@ func newTestCA(t *testing.T) *testCA {
 // issue returns a node client certificate and key (PEM) valid from notBefore to notAfter.
 func (ca *testCA) issue(t *testing.T, node string, serial int64, notBefore, notAfter time.Time) (certPEM, keyPEM []byte) {
 	t.Helper()
+	return ca.sign(t, &x509.Certificate{SerialNumber: big.NewInt(serial),
+		Subject:   pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		NotBefore: notBefore, NotAfter: notAfter,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+}
+
+// sign returns the certificate of tmpl, signed by ca, for a new key, and the key (PEM).
+func (ca *testCA) sign(t *testing.T, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial),
-		Subject:   pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
-		NotBefore: notBefore, NotAfter: notAfter,
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)

@@ -36,10 +36,13 @@ func NewServing(nodeName, pkiDir string, addresses func() []string, client kuber
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", pkiDir, err)
 	}
-	store, err := certificate.NewFileStoreWithLogger(klogFor(log), ServingPrefix, pkiDir, pkiDir, "", "")
+	files, err := certificate.NewFileStoreWithLogger(klogFor(log), ServingPrefix, pkiDir, pkiDir, "", "")
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate store in %s: %w", pkiDir, err)
 	}
+	store := servingStore(files, nodeName, func(err error) {
+		log.Error("node API serving certificate: "+err.Error()+"; the self-signed one is served meanwhile", "pkiDir", pkiDir)
+	})
 	mgr, err := certificate.NewManager(&certificate.Config{
 		ClientsetFn: func(*tls.Certificate) (kubernetes.Interface, error) { return client, nil },
 		GetTemplate: func() *x509.CertificateRequest {
@@ -68,15 +71,20 @@ func servingTemplate(nodeName string, addresses []string) *x509.CertificateReque
 	if len(ips) == 0 {
 		return nil
 	}
+	return &x509.CertificateRequest{
+		Subject:     pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}},
+		DNSNames:    servingNames(nodeName),
+		IPAddresses: ips,
+	}
+}
+
+// servingNames are the DNS names of the serving certificate: the node's name and its host name.
+func servingNames(nodeName string) []string {
 	names := []string{nodeName}
 	if h, err := os.Hostname(); err == nil && h != nodeName {
 		names = append(names, h)
 	}
-	return &x509.CertificateRequest{
-		Subject:     pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}},
-		DNSNames:    names,
-		IPAddresses: ips,
-	}
+	return names
 }
 
 // Current is the issued serving certificate, nil before the first one.

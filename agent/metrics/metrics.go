@@ -341,6 +341,27 @@ func (m *Metrics) WatchEventBacklog(b EventBacklog) {
 		nil, nil, metrics.ALPHA, ""), value: func() float64 { return float64(b.Dropped()) }})
 }
 
+// TokenReviewer is the node API's count of the TokenReviews its callers' tokens cost.
+type TokenReviewer interface {
+	TokenReviews() uint64
+	TokenReviewsLimited() uint64
+}
+
+// WatchTokenReviews adds the TokenReviews the node API sent for bearer tokens it had not seen,
+// and the requests it answered 429 instead because their budget was spent: a caller flooding
+// the port with made-up tokens shows here, not on the uplink's bill.
+func (m *Metrics) WatchTokenReviews(r TokenReviewer) {
+	if m == nil {
+		return
+	}
+	m.registry.CustomMustRegister(&gaugeFunc{kind: metrics.CounterValue, desc: metrics.NewDesc(namespace+"_nodeapi_token_reviews_total",
+		"TokenReviews the node API sent to the apiserver for bearer tokens in neither of its caches.",
+		nil, nil, metrics.ALPHA, ""), value: func() float64 { return float64(r.TokenReviews()) }})
+	m.registry.CustomMustRegister(&gaugeFunc{kind: metrics.CounterValue, desc: metrics.NewDesc(namespace+"_nodeapi_token_reviews_limited_total",
+		"Node API requests with a new bearer token answered 429 without a TokenReview, their rate (5 a second, bursts of 20) spent.",
+		nil, nil, metrics.ALPHA, ""), value: func() float64 { return float64(r.TokenReviewsLimited()) }})
+}
+
 // gaugeFunc is a gauge read at each scrape (or a counter, when kind says so).
 type gaugeFunc struct {
 	metrics.BaseStableCollector

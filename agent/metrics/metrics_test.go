@@ -169,6 +169,29 @@ func TestMetricsStoreAndOutbox(t *testing.T) {
 	}
 }
 
+// The node API's TokenReview counts, read at each scrape.
+func TestMetricsTokenReviews(t *testing.T) {
+	m := New()
+	r := &fakeReviewer{reviews: 3, limited: 9}
+	m.WatchTokenReviews(r)
+	f := metricstest.Scrape(t, m.Handler())
+	if got, _ := f.Value("holdfast_nodeapi_token_reviews_total"); got != 3 {
+		t.Errorf("token reviews: %v, want 3", got)
+	}
+	if got, _ := f.Value("holdfast_nodeapi_token_reviews_limited_total"); got != 9 {
+		t.Errorf("token reviews limited: %v, want 9", got)
+	}
+	r.limited = 10
+	if got, _ := metricstest.Scrape(t, m.Handler()).Value("holdfast_nodeapi_token_reviews_limited_total"); got != 10 {
+		t.Errorf("token reviews limited after one more: %v, want 10", got)
+	}
+}
+
+type fakeReviewer struct{ reviews, limited uint64 }
+
+func (f *fakeReviewer) TokenReviews() uint64        { return f.reviews }
+func (f *fakeReviewer) TokenReviewsLimited() uint64 { return f.limited }
+
 // fakeStore is a state store's counters and outbox length, as a test sets them.
 type fakeStore struct {
 	stats  offline.Stats

@@ -9,15 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	pathpkg "path"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/lru"
 )
 
 // Cache lifetimes, the kubelet's webhook defaults.
@@ -26,9 +30,21 @@ const (
 	tokenFailureCacheTTL = 10 * time.Second
 	authzAllowedTTL      = 5 * time.Minute
 	authzDeniedTTL       = 30 * time.Second
-	// maxCacheEntries bounds each cache: past it, the cache is emptied (a burst of distinct
-	// tokens must not grow the agent's memory).
+	// maxCacheEntries bounds each cache (tokens that authenticated, tokens that did not,
+	// authorization decisions), the least recently used out first. The tokens that
+	// authenticated and those that did not are kept apart, so that a flood of made-up tokens
+	// evicts made-up tokens only.
 	maxCacheEntries = 4096
+	// tokenReviewRate (per second) and tokenReviewBurst bound the TokenReviews that tokens in
+	// neither cache cost: each is a request over the uplink, which may be metered, and anyone
+	// who reaches the port can send tokens. Past it a request is answered 429 without a review
+	// (holdfast_nodeapi_token_reviews_limited_total counts them). Clients in the cluster
+	// present the same token for its lifetime and hit the cache.
+	tokenReviewRate  = 5
+	tokenReviewBurst = 20
+	// maxTokenBytes is the longest bearer token reviewed: a service account's or an OIDC token
+	// is a few KiB; each review carries the token over the uplink, and a header may be 1 MiB.
+	maxTokenBytes = 16 << 10
 	// reviewTimeout bounds one TokenReview or SubjectAccessReview.
 	reviewTimeout = 10 * time.Second
 )
@@ -46,6 +62,8 @@ var (
 	errUnauthenticated = errors.New("Unauthorized")
 	// errReviewUnavailable: the apiserver could not be asked (out of reach).
 	errReviewUnavailable = errors.New("the apiserver, which authenticates and authorizes node API requests, is out of reach")
+	// errTooManyReviews: the token is new and the TokenReview budget is spent.
+	errTooManyReviews = errors.New("too many new bearer tokens on this node: their TokenReviews are rate-limited; retry later")
 )
 
 // authenticator knows the clients: certificates of the client CA, tokens through TokenReview.
@@ -54,8 +72,18 @@ type authenticator struct {
 	client    kubernetes.Interface
 	now       func() time.Time
 
-	mu     sync.Mutex // protects tokens
-	tokens map[string]tokenResult
+	valid   *lru.Cache // token hash -> tokenResult that authenticated
+	refused *lru.Cache // token hash -> tokenResult that did not
+	limiter *rate.Limiter
+	flight  singleflight.Group // one TokenReview at a time per token
+
+	reviews, limited atomic.Uint64 // TokenReviews sent, and not sent for the rate
+}
+
+func newAuthenticator(client kubernetes.Interface, now func() time.Time) *authenticator {
+	return &authenticator{client: client, now: now,
+		valid: lru.New(maxCacheEntries), refused: lru.New(maxCacheEntries),
+		limiter: rate.NewLimiter(tokenReviewRate, tokenReviewBurst)}
 }
 
 type tokenResult struct {
@@ -109,46 +137,71 @@ func bearerToken(r *http.Request) (string, bool) {
 }
 
 func (a *authenticator) fromToken(ctx context.Context, token string) (*userInfo, error) {
-	if a.client == nil {
+	if a.client == nil || len(token) > maxTokenBytes {
 		return nil, errUnauthenticated
 	}
 	sum := sha256.Sum256([]byte(token))
 	key := hex.EncodeToString(sum[:])
-	now := a.now()
-	a.mu.Lock()
-	if res, ok := a.tokens[key]; ok && now.Before(res.expires) {
-		a.mu.Unlock()
-		if res.user == nil {
-			return nil, errUnauthenticated
+	if res, ok := a.cached(key); ok {
+		return res.answer()
+	}
+	// Requests with the same new token share one review; the first to find the budget spent
+	// answers them all.
+	v, err, _ := a.flight.Do(key, func() (any, error) {
+		if res, ok := a.cached(key); ok {
+			return res, nil
 		}
-		return res.user, nil
-	}
-	a.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
-	defer cancel()
-	tr, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("%w: TokenReview: %v", errReviewUnavailable, err)
-	}
-	res := tokenResult{expires: now.Add(tokenFailureCacheTTL)}
-	if tr.Status.Authenticated {
+		now := a.now()
+		if !a.limiter.AllowN(now, 1) {
+			a.limited.Add(1)
+			return nil, errTooManyReviews
+		}
+		a.reviews.Add(1)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+		defer cancel()
+		tr, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("%w: TokenReview: %v", errReviewUnavailable, err)
+		}
+		if !tr.Status.Authenticated {
+			res := tokenResult{expires: now.Add(tokenFailureCacheTTL)}
+			a.refused.Add(key, res)
+			return res, nil
+		}
 		u := tr.Status.User
-		res = tokenResult{expires: now.Add(tokenCacheTTL), user: &userInfo{Name: u.Username, UID: u.UID, Groups: u.Groups, Extra: map[string][]string{}}}
+		res := tokenResult{expires: now.Add(tokenCacheTTL), user: &userInfo{Name: u.Username, UID: u.UID, Groups: u.Groups, Extra: map[string][]string{}}}
 		for k, v := range u.Extra {
 			res.user.Extra[k] = v
 		}
+		a.valid.Add(key, res)
+		a.refused.Remove(key)
+		return res, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	a.mu.Lock()
-	if len(a.tokens) >= maxCacheEntries {
-		a.tokens = map[string]tokenResult{}
+	return v.(tokenResult).answer()
+}
+
+// cached returns the token's unexpired result, if a cache has one.
+func (a *authenticator) cached(key string) (tokenResult, bool) {
+	now := a.now()
+	for _, c := range []*lru.Cache{a.valid, a.refused} {
+		if v, ok := c.Get(key); ok {
+			if res := v.(tokenResult); now.Before(res.expires) {
+				return res, true
+			}
+			c.Remove(key)
+		}
 	}
-	a.tokens[key] = res
-	a.mu.Unlock()
-	if res.user == nil {
+	return tokenResult{}, false
+}
+
+func (r tokenResult) answer() (*userInfo, error) {
+	if r.user == nil {
 		return nil, errUnauthenticated
 	}
-	return res.user, nil
+	return r.user, nil
 }
 
 // attributes is what is authorized: verb on nodes/NAME/SUBRESOURCE.
@@ -160,7 +213,13 @@ type attributes struct {
 // requestAttributes maps a request to the attributes the kubelet checks, in order: the request
 // is allowed when one of them is (the kubelet's nodeAuthorizerAttributesGetter, fine-grained
 // authorization on).
-func requestAttributes(method, path string) []attributes {
+//
+// Exec, attach and port-forward are create whatever the method: they run a command in a pod or
+// open its network, and their WebSocket form is a GET, which the kubelet authorizes as get, so
+// that a caller allowed only to read (get nodes/proxy, commonly granted to monitoring) could
+// exec into every pod on the node. The path is judged as the router will see it, cleaned.
+func requestAttributes(method, urlPath string) []attributes {
+	path := pathpkg.Clean("/" + urlPath)
 	verb := ""
 	switch method {
 	case http.MethodPost:
@@ -173,6 +232,9 @@ func requestAttributes(method, path string) []attributes {
 		verb = "patch"
 	case http.MethodDelete:
 		verb = "delete"
+	}
+	if opensPod(path) {
+		verb = "create"
 	}
 	var subs []string
 	switch {
@@ -202,6 +264,17 @@ func requestAttributes(method, path string) []attributes {
 	return out
 }
 
+// opensPod says whether path is one of the streams into a pod: exec, attach, portForward (and
+// the kubelet's run, which holdfast does not serve).
+func opensPod(path string) bool {
+	for _, p := range []string{"/exec", "/attach", "/portForward", "/run"} {
+		if isSubpath(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func isSubpath(sub, path string) bool {
 	path = strings.TrimSuffix(path, "/")
 	return sub == path || strings.HasPrefix(sub, path) && sub[len(path)] == '/'
@@ -213,8 +286,7 @@ type authorizer struct {
 	nodeName string
 	now      func() time.Time
 
-	mu        sync.Mutex // protects decisions
-	decisions map[string]decision
+	decisions *lru.Cache // SubjectAccessReview spec -> decision
 }
 
 type decision struct {
@@ -241,12 +313,11 @@ func (z *authorizer) authorize(ctx context.Context, u *userInfo, a attributes) (
 	keyJSON, _ := json.Marshal(spec)
 	key := string(keyJSON)
 	now := z.now()
-	z.mu.Lock()
-	if d, ok := z.decisions[key]; ok && now.Before(d.expires) {
-		z.mu.Unlock()
-		return d.allowed, d.reason, nil
+	if v, ok := z.decisions.Get(key); ok {
+		if d := v.(decision); now.Before(d.expires) {
+			return d.allowed, d.reason, nil
+		}
 	}
-	z.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
@@ -258,11 +329,13 @@ func (z *authorizer) authorize(ctx context.Context, u *userInfo, a attributes) (
 	if d.allowed {
 		d.expires = now.Add(authzAllowedTTL)
 	}
-	z.mu.Lock()
-	if len(z.decisions) >= maxCacheEntries {
-		z.decisions = map[string]decision{}
-	}
-	z.decisions[key] = d
-	z.mu.Unlock()
+	z.decisions.Add(key, d)
 	return d.allowed, d.reason, nil
 }
+
+// TokenReviews returns how many TokenReviews the node API has sent.
+func (s *Server) TokenReviews() uint64 { return s.authn.reviews.Load() }
+
+// TokenReviewsLimited returns how many requests with a new token were answered 429 because the
+// TokenReview budget was spent.
+func (s *Server) TokenReviewsLimited() uint64 { return s.authn.limited.Load() }

@@ -10,14 +10,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/lru"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -110,8 +114,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg:     cfg,
-		authn:   &authenticator{client: cfg.Client, now: cfg.Now, tokens: map[string]tokenResult{}},
-		authz:   &authorizer{client: cfg.Client, nodeName: cfg.NodeName, now: cfg.Now, decisions: map[string]decision{}},
+		authn:   newAuthenticator(cfg.Client, cfg.Now),
+		authz:   &authorizer{client: cfg.Client, nodeName: cfg.NodeName, now: cfg.Now, decisions: lru.New(maxCacheEntries)},
 		streams: make(chan struct{}, maxStreams),
 	}
 	if cfg.ClientCAFile != "" {
@@ -136,16 +140,8 @@ func New(cfg Config) (*Server, error) {
 // root on the node already. Every request is written to the agent's log. It returns when ctx
 // ends, after the last stream.
 func (s *Server) ServeLocal(ctx context.Context, path string) error {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == os.ModeSocket {
-		_ = os.Remove(path) // a previous agent's
-	}
-	ln, err := net.Listen("unix", path)
+	ln, err := listenPrivate(path)
 	if err != nil {
-		s.cfg.Log.Error("local API not served", "socket", path, "err", err)
-		return nil
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
 		s.cfg.Log.Error("local API not served", "socket", path, "err", err)
 		return nil
 	}
@@ -166,6 +162,39 @@ func (s *Server) ServeLocal(ctx context.Context, path string) error {
 	}))
 	_ = os.Remove(path)
 	return nil
+}
+
+// listenPrivate listens on a unix socket at path that is root's alone from its first moment.
+// bind creates a socket with the process's umask, and a chmod after it leaves a window in which
+// any local user could connect, and keep the connection. The socket is bound in a new 0700
+// directory beside path, made 0600 there, then renamed into place.
+func listenPrivate(path string) (net.Listener, error) {
+	// The rename replaces a previous agent's socket at path; anything else there is refused,
+	// as bind refused it.
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != os.ModeSocket {
+		return nil, fmt.Errorf("%s exists and is not a socket (%v): move it away", path, fi.Mode().Type())
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".sock")
+	if err != nil {
+		return nil, fmt.Errorf("a private directory for the socket: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	// Closing must not unlink tmp: the socket is at path by then, removed by ServeLocal.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("put the socket in place: %w", err)
+	}
+	return ln, nil
 }
 
 // serve serves h on ln (over TLS when tlsCfg is set) until ctx ends, then closes the server
@@ -287,11 +316,19 @@ func (s *Server) withAuth(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.active.Add(1)
 		defer s.active.Done()
+		if reason := ambiguousPath(r.URL); reason != "" {
+			http.Error(w, reason, http.StatusBadRequest)
+			return
+		}
 		u, err := s.authn.authenticate(r)
 		switch {
 		case errors.Is(err, errReviewUnavailable):
 			s.cfg.Log.Warn("node API: authentication unavailable", "path", r.URL.Path, "err", err)
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		case errors.Is(err, errTooManyReviews):
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, err.Error(), http.StatusTooManyRequests)
 			return
 		case err != nil:
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
@@ -326,6 +363,23 @@ func (s *Server) withAuth(h http.Handler) http.Handler {
 		}
 		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource(s)=%v)", u.Name, verb, subs), http.StatusForbidden)
 	})
+}
+
+// ambiguousPath says why a request's path could be read two ways, or returns "". The verb and
+// subresource are judged on the decoded path, and the router matches the escaped one segment by
+// segment: a segment that decodes to "." or "..", or holds an escaped slash, would let the two
+// disagree (GET /exec/ns/pod/..%2F..%2F..%2Fpods/c reached exec authorized as get on pods, stopped
+// only by the pod UID check). No path the node API serves has either.
+func ambiguousPath(u *url.URL) string {
+	if strings.Contains(strings.ToLower(u.EscapedPath()), "%2f") {
+		return "an escaped slash in the path"
+	}
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." {
+			return "a . or .. segment in the path"
+		}
+	}
+	return ""
 }
 
 // acquireStream takes one of the stream slots, or answers 429.

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -22,10 +23,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
+	"golang.org/x/sys/unix"
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
@@ -46,7 +51,11 @@ func TestRequestAttributes(t *testing.T) {
 	}{
 		{"GET", "/containerLogs/default/web/app", []attributes{{"get", "proxy"}}},
 		{"POST", "/exec/default/web/app", []attributes{{"create", "proxy"}}},
-		{"GET", "/exec/default/web/app", []attributes{{"get", "proxy"}}},
+		{"GET", "/exec/default/web/app", []attributes{{"create", "proxy"}}},
+		{"GET", "/attach/default/web/app", []attributes{{"create", "proxy"}}},
+		{"HEAD", "/portForward/default/web", []attributes{{"create", "proxy"}}},
+		{"GET", "/pods/../exec/default/web/app", []attributes{{"create", "proxy"}}},
+		{"GET", "/execute", []attributes{{"get", "proxy"}}},
 		{"POST", "/portForward/default/web", []attributes{{"create", "proxy"}}},
 		{"GET", "/pods", []attributes{{"get", "pods"}, {"get", "proxy"}}},
 		{"GET", "/pods/", []attributes{{"get", "pods"}, {"get", "proxy"}}},
@@ -323,8 +332,10 @@ func TestBadInput(t *testing.T) {
 		{"GET", "/containerLogs/default/nope/app", 404, "does not exist"},
 		{"GET", "/containerLogs/default/web/nope", 404, "not found"},
 		{"GET", "/containerLogs/default/web/side", 400, "waiting to start"},
-		{"GET", "/containerLogs/default/web%2F..%2F..%2Fetc/app", 400, "invalid pod name"},
-		{"GET", "/containerLogs/default/web/..%2F..%2Fetc", 400, "invalid container name"},
+		// Refused before the handler, whose name checks the local socket's requests meet.
+		{"GET", "/containerLogs/default/web%2F..%2F..%2Fetc/app", 400, "an escaped slash in the path"},
+		{"GET", "/containerLogs/default/web/..%2F..%2Fetc", 400, "an escaped slash in the path"},
+		{"GET", "/containerLogs/default/web/%2E%2E/app", 400, "a . or .. segment"},
 		{"GET", "/containerLogs/default/web/app?tailLines=-5", 400, "tailLines"},
 		{"POST", "/exec/default/web/app?command=sh&output=1", 400, "not running"},
 		{"POST", "/exec/default/web/app?output=1", 400, "no command"},
@@ -377,6 +388,20 @@ func TestServingCertificate(t *testing.T) {
 	}
 }
 
+// serveLocal serves s's local API at sock until the test ends.
+func serveLocal(t *testing.T, s *Server, sock string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.ServeLocal(ctx, sock) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // The local socket serves the agent's own Go profiles (its footprint on the gateway is
 // measured with them); the network side never does (TestAuthentication's 404 above).
 func TestLocalSocketServesProfiles(t *testing.T) {
@@ -386,15 +411,7 @@ func TestLocalSocketServesProfiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "api.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.ServeLocal(ctx, sock) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	serveLocal(t, s, sock)
 	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
@@ -417,5 +434,323 @@ func TestLocalSocketServesProfiles(t *testing.T) {
 	}
 	if !strings.Contains(body, "heap profile:") || !strings.Contains(body, "# HeapInuse") {
 		t.Errorf("heap profile in text form: %.300s", body)
+	}
+}
+
+// TestReadOnlyCannotExec: exec, attach and port-forward run commands in a pod or open its
+// network whatever the HTTP method, and a WebSocket upgrade is a GET: they need create on
+// nodes/proxy, so that a caller allowed only to read (get nodes/proxy: monitoring service
+// accounts commonly are) cannot open them, by any spelling of the path. Reads stay allowed.
+// On 2df39b2 and before, a GET with the WebSocket upgrade was authorized as get.
+func TestReadOnlyCannotExec(t *testing.T) {
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
+		if tr.Spec.Token == "reader" {
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "system:serviceaccount:monitoring:scraper"}}
+		}
+		return true, tr, nil
+	})
+	var asked []string
+	var mu sync.Mutex
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview).DeepCopy()
+		ra := sar.Spec.ResourceAttributes
+		mu.Lock()
+		asked = append(asked, ra.Verb+" "+ra.Subresource)
+		mu.Unlock()
+		sar.Status.Allowed = ra.Resource == "nodes" && ra.Name == "gw" && ra.Verb == "get"
+		return true, sar, nil
+	})
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Stdin: true}}}}
+	rt := &fakeRuntime{containers: []runtime.Container{{ID: "c1", PodUID: "u1", Name: "app", State: runtime.StateRunning}}}
+	s, err := New(Config{NodeName: "gw", PKIDir: t.TempDir(), Client: cs, Pods: fakePods{pod}, Runtime: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(s.Handler())
+	defer srv.Close()
+
+	do := func(method, path string, upgrade bool) int {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer reader")
+		if upgrade {
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "websocket")
+			req.Header.Set("Sec-WebSocket-Version", "13")
+			req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+			req.Header.Set("Sec-WebSocket-Protocol", "v5.channel.k8s.io")
+		}
+		client := srv.Client()
+		client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, path := range []string{
+		"/exec/default/web/app?command=id&output=1&error=1",
+		"/exec/default/web/u1/app?command=id&output=1",
+		"/attach/default/web/app?output=1",
+		"/portForward/default/web?port=80",
+		"/portForward/default/web/u1",
+		"//exec/default/web/app?command=id&output=1",
+		"/./exec/default/web/app?command=id&output=1",
+		"/pods/../exec/default/web/app?command=id&output=1",
+		"/%65xec/default/web/app?command=id&output=1",
+		"/exec%2Fdefault/web/app?command=id&output=1",
+		// Segments the router matches escaped and the authorizer reads decoded.
+		"/exec/default/web/..%2F..%2F..%2Fpods/app?command=id&output=1",
+		"/exec/default/web/%2E%2E/app?command=id&output=1",
+		"/portForward/default/web/..%2f..%2f..",
+		"/pods/..%2Fexec/default/web/app?command=id&output=1",
+	} {
+		for _, method := range []string{"GET", "POST", "HEAD"} {
+			for _, upgrade := range []bool{true, false} {
+				// The router answers a path that is not clean with a redirect to the clean one,
+				// and a path it could read otherwise than the authorizer is refused (400): both
+				// serve nothing; what is served must have been refused.
+				if code := do(method, path, upgrade); code != http.StatusForbidden && code != http.StatusTemporaryRedirect && code != http.StatusMovedPermanently && code != http.StatusBadRequest {
+					t.Errorf("%s %s (upgrade %v) with a read-only token: %d, want 403 (or a redirect or 400 that serves nothing)", method, path, upgrade, code)
+				}
+			}
+		}
+	}
+	// What a reader is for still works.
+	for _, path := range []string{"/pods", "/healthz"} {
+		if code := do("GET", path, false); code != http.StatusOK {
+			t.Errorf("GET %s with a read-only token: %d, want 200", path, code)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, a := range asked {
+		if a != "create proxy" && a != "get pods" && a != "get proxy" && a != "get healthz" {
+			t.Errorf("asked for %q: exec, attach and port-forward are create on nodes/proxy", a)
+		}
+	}
+}
+
+// TestTokenFlood: every bearer token the node has not seen costs a TokenReview over the uplink
+// (which may be metered), and anyone who reaches the port can send tokens. 10,000 distinct
+// made-up tokens cost at most the review budget (a burst, then a steady rate; the rest are
+// answered 429), never evict a valid token's entry, and a token refused once is not reviewed
+// again while its refusal is cached; 50 requests at once with one new token cost one review.
+// On 2df39b2 the flood cost 10,000 reviews and emptied the cache of valid tokens on the way.
+func TestTokenFlood(t *testing.T) {
+	var reviews atomic.Int32
+	var down atomic.Bool
+	cs := apiReviews(&down, &reviews)
+	clock := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	var clockMu sync.Mutex
+	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+	advance := func(d time.Duration) { clockMu.Lock(); clock = clock.Add(d); clockMu.Unlock() }
+	s, err := New(Config{NodeName: "gw", PKIDir: t.TempDir(), Client: cs, Pods: fakePods{}, Runtime: &fakeRuntime{}, Now: now,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	get := func(token string) int {
+		req := httptest.NewRequest("GET", "/pods", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	if code := get("good"); code != http.StatusOK {
+		t.Fatalf("the valid token: %d", code)
+	}
+	goodReviews := reviews.Load() // its TokenReview and its SubjectAccessReview
+
+	limited := 0
+	for i := range 10000 {
+		switch code := get(fmt.Sprintf("made-up-%d", i)); code {
+		case http.StatusTooManyRequests:
+			limited++
+		case http.StatusUnauthorized:
+		default:
+			t.Fatalf("made-up token %d: %d", i, code)
+		}
+	}
+	flood := reviews.Load() - goodReviews
+	if flood > tokenReviewBurst {
+		t.Errorf("10,000 made-up tokens in no time cost %d TokenReviews, want at most the burst of %d", flood, tokenReviewBurst)
+	}
+	if limited != 10000-int(flood) {
+		t.Errorf("%d answered 429, want every request not reviewed (%d)", limited, 10000-flood)
+	}
+	if code := get("good"); code != http.StatusOK || reviews.Load() != goodReviews+flood {
+		t.Errorf("the valid token after the flood: %d, %d more reviews; want 200 from the cache", code, reviews.Load()-goodReviews-flood)
+	}
+	if got := s.TokenReviews(); got != uint64(1+flood) {
+		t.Errorf("TokenReviews() = %d, want %d", got, 1+flood)
+	}
+	if got := s.TokenReviewsLimited(); got != uint64(limited) {
+		t.Errorf("TokenReviewsLimited() = %d, want %d", got, limited)
+	}
+
+	// A second later the budget has refilled by the rate; a refused token stays refused
+	// without another review while its refusal is cached.
+	advance(time.Second)
+	before := reviews.Load()
+	if code := get("made-up-0"); code != http.StatusUnauthorized || reviews.Load() != before {
+		t.Errorf("a token refused a moment ago: %d, %d reviews; want 401 from the cache", code, reviews.Load()-before)
+	}
+	for i := range 100 {
+		get(fmt.Sprintf("second-wave-%d", i))
+	}
+	if n := reviews.Load() - before; n > tokenReviewRate+1 {
+		t.Errorf("a second later, 100 new tokens cost %d reviews, want at most the rate of %d", n, tokenReviewRate)
+	}
+
+	// A token of a megabyte is not sent over the uplink: refused unread.
+	advance(time.Minute)
+	before = reviews.Load()
+	if code := get(strings.Repeat("x", 1<<20)); code != http.StatusUnauthorized || reviews.Load() != before {
+		t.Errorf("a 1 MiB token: %d, %d reviews; want 401 and none", code, reviews.Load()-before)
+	}
+
+	// Many requests at once with the same new token: one review.
+	advance(time.Minute)
+	before = reviews.Load()
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() { get("concurrent-made-up") })
+	}
+	wg.Wait()
+	if n := reviews.Load() - before; n != 1 {
+		t.Errorf("50 requests with one new token cost %d reviews, want 1", n)
+	}
+}
+
+// TestLocalSocketPrivateFromItsFirstMoment: bind creates a unix socket with the process's
+// umask, and a chmod after it leaves a window in which any local user could connect and keep
+// the connection: root's API, exec included. The socket must never be at its path with any
+// mode but 0600: it appears there by a rename, made 0600 before. Watched with inotify under
+// umask 0: on 2df39b2 the socket was created in place (IN_CREATE), mode 0777 until the chmod.
+func TestLocalSocketPrivateFromItsFirstMoment(t *testing.T) {
+	dir := t.TempDir()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
+		t.Fatal(err)
+	}
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+
+	s, err := New(Config{NodeName: "gw", PKIDir: t.TempDir(), Pods: fakePods{}, Runtime: &fakeRuntime{}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "api.sock")
+	serveLocal(t, s, sock)
+
+	buf := make([]byte, 64<<10)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EAGAIN) {
+			if time.Now().After(deadline) {
+				t.Fatal("the socket never appeared at its path")
+			}
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			if name != "api.sock" {
+				continue
+			}
+			if ev.Mask&unix.IN_CREATE != 0 {
+				t.Fatal("the socket was created at its path, with the umask's mode until a chmod")
+			}
+			fi, err := os.Lstat(sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("the socket appeared as %v, want a socket of mode 0600", fi.Mode())
+			}
+			// What it was made in is gone once it is served.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				entries, _ := os.ReadDir(dir)
+				if len(entries) == 1 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the directory holds %d entries with the socket served, want it alone", len(entries))
+				}
+			}
+		}
+	}
+}
+
+// TestLocalSocketReplacesOnlyASocket: a previous agent's socket at the path is replaced; a file
+// that is not a socket is left as it is, and the local API is not served.
+func TestLocalSocketReplacesOnlyASocket(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "api.sock")
+	ln, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if l, err := listenPrivate(stale); err != nil {
+		t.Errorf("over a previous agent's socket: %v", err)
+	} else {
+		l.Close()
+	}
+	file := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(file, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listenPrivate(file); err == nil || !strings.Contains(err.Error(), "is not a socket") {
+		t.Errorf("over a regular file: %v, want a refusal", err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "keep me" {
+		t.Errorf("the file now holds %q", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("%d entries left in the directory, want the socket and the file", len(entries))
+	}
+}
+
+// TestRefusedTokensEvictNoValidOne: tokens that authenticated and tokens that did not are
+// cached apart, so that made-up tokens, more than a cache holds, evict none of the valid ones.
+// The review budget alone keeps a flood under the cache's size within a valid entry's lifetime;
+// here it is lifted, to attack the caches themselves.
+func TestRefusedTokensEvictNoValidOne(t *testing.T) {
+	var reviews atomic.Int32
+	var down atomic.Bool
+	a := newAuthenticator(apiReviews(&down, &reviews), time.Now)
+	a.limiter = rate.NewLimiter(rate.Inf, 0)
+	ctx := context.Background()
+	if _, err := a.fromToken(ctx, "good"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxCacheEntries + 100 {
+		if _, err := a.fromToken(ctx, fmt.Sprintf("made-up-%d", i)); !errors.Is(err, errUnauthenticated) {
+			t.Fatalf("made-up token %d: %v", i, err)
+		}
+	}
+	before := reviews.Load()
+	if u, err := a.fromToken(ctx, "good"); err != nil || u.Name != "alice" || reviews.Load() != before {
+		t.Errorf("the valid token after %d refused ones: %v, %v, %d more reviews; want alice from the cache", maxCacheEntries+100, u, err, reviews.Load()-before)
 	}
 }

@@ -219,6 +219,8 @@ func (m *Manager) setupVolume(ctx context.Context, ps *podState, pod *v1.Pod, vo
 	switch {
 	case vol.EmptyDir != nil:
 		dir := m.volumeDir(pod.UID, dirEmptyDir, vol.Name)
+		_, err := os.Lstat(dir)
+		made := errors.Is(err, fs.ErrNotExist)
 		switch vol.EmptyDir.Medium {
 		case v1.StorageMediumDefault:
 			// World-writable, as kubelet makes it: the containers may run as any user. With
@@ -235,6 +237,7 @@ func (m *Manager) setupVolume(ctx context.Context, ps *podState, pod *v1.Pod, vo
 			}
 		case v1.StorageMediumMemory:
 			// kubelet mounts it with no mode: a tmpfs root's default, world-writable and sticky.
+			made = made || (!m.opts.PlainDirs && !isTmpfs(dir))
 			if err := m.ensureTmpfs(dir, tmpfsSize(pod, vol.EmptyDir.SizeLimit, m.Allocatable()), os.ModeSticky|0o777); err != nil {
 				return volume{}, err
 			}
@@ -242,7 +245,7 @@ func (m *Manager) setupVolume(ctx context.Context, ps *podState, pod *v1.Pod, vo
 			return volume{}, fmt.Errorf("emptyDir medium %q is not supported by holdfast", vol.EmptyDir.Medium)
 		}
 		if gid := fsGroupOf(pod); gid != nil {
-			if err := applyFSGroup(dir, *gid, false); err != nil {
+			if err := applyFSGroupOnce(dir, *gid, made); err != nil {
 				return volume{}, err
 			}
 		}
