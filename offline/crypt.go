@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"syscall"
 )
 
 // KeySize is the size of a state key file: 32 random bytes, written by the
@@ -53,10 +55,38 @@ func NewKey(raw []byte) (*Key, error) {
 	}, nil
 }
 
+// ErrKeyExposed is LoadKey's error for a key file that others than its owner
+// may read or write, or that belongs to another user than root or the agent's:
+// a key anyone on the gateway can read protects nothing, and one anyone can
+// replace lets them choose it. As OpenSSH refuses such private keys, holdfast
+// refuses it rather than use it quietly.
+var ErrKeyExposed = errors.New("state key file is not private")
+
 // LoadKey reads a state key file. A missing file is an error wrapping
-// fs.ErrNotExist: the agent then keeps Secrets and tokens on tmpfs only.
+// fs.ErrNotExist: the agent then keeps Secrets and tokens on tmpfs only. A
+// file readable or writable by group or others, or owned by another user than
+// root or the agent's, is refused (ErrKeyExposed). The checks are made on the
+// opened file, so that the file checked is the file read.
 func LoadKey(path string) (*Key, error) {
-	raw, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read state key: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read state key: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("state key %s: %w: not a regular file (%s)", path, ErrInvalid, fi.Mode().Type())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("state key %s: %w: mode %04o lets group or others read or write it (chmod 600 it, and since others could read it, replace it: records sealed with it are then re-read from the apiserver)", path, ErrKeyExposed, perm)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("state key %s: %w: owned by uid %d, neither root nor the agent's uid %d", path, ErrKeyExposed, st.Uid, os.Geteuid())
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, KeySize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read state key: %w", err)
 	}

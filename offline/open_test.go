@@ -23,6 +23,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/holdfast-dev/holdfast/internal/prereq"
 )
 
 func TestReopenKeepsEverything(t *testing.T) {
@@ -639,11 +641,50 @@ func TestLoadKey(t *testing.T) {
 	if _, err := LoadKey(short); !errors.Is(err, ErrInvalid) {
 		t.Errorf("short key file: %v, want ErrInvalid", err)
 	}
+	long := filepath.Join(dir, "long")
+	must(t, os.WriteFile(long, bytes.Repeat([]byte("k"), KeySize+1), 0o600))
+	if _, err := LoadKey(long); !errors.Is(err, ErrInvalid) {
+		t.Errorf("key file of %d bytes: %v, want ErrInvalid", KeySize+1, err)
+	}
 	good := filepath.Join(dir, "good")
 	must(t, os.WriteFile(good, []byte("0123456789abcdef0123456789abcdef"), 0o600))
 	k, err := LoadKey(good)
 	must(t, err)
 	if k.ID() != testKey.ID() || k.ID() == otherKey.ID() || len(k.ID()) != 16 {
 		t.Errorf("key IDs: %s, %s, %s", k.ID(), testKey.ID(), otherKey.ID())
+	}
+	if _, err := LoadKey(dir); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a directory as key file: %v, want ErrInvalid", err)
+	}
+}
+
+// A state key that others on the gateway can read protects nothing, and one others can
+// replace lets them choose it: such a file is refused with a reason, whatever other mode
+// bits it has, as is one owned by another user.
+func TestLoadKeyRefusesExposedFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.key")
+	must(t, os.WriteFile(path, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	for perm := os.FileMode(0); perm <= 0o777; perm++ {
+		if perm&0o400 == 0 {
+			continue // the owner cannot read it: not what this test is about
+		}
+		must(t, os.Chmod(path, perm))
+		_, err := LoadKey(path)
+		if exposed := perm&0o077 != 0; exposed != errors.Is(err, ErrKeyExposed) {
+			t.Fatalf("mode %04o: %v; want refused: %v", perm, err, exposed)
+		} else if exposed && !strings.Contains(err.Error(), fmt.Sprintf("mode %04o", perm)) {
+			t.Fatalf("mode %04o refused without saying the mode: %v", perm, err)
+		}
+	}
+}
+
+func TestLoadKeyRefusesAnotherOwner(t *testing.T) {
+	prereq.Root(t, "to give the key file to another user")
+	path := filepath.Join(t.TempDir(), "state.key")
+	must(t, os.WriteFile(path, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	must(t, os.Chown(path, 12345, 0))
+	if _, err := LoadKey(path); !errors.Is(err, ErrKeyExposed) || !strings.Contains(err.Error(), "uid 12345") {
+		t.Errorf("a key file of uid 12345: %v, want refused naming the owner", err)
 	}
 }
