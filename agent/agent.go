@@ -6,7 +6,6 @@ package agent
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -370,7 +369,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return probeMgr.Run(ctx) })
 	g.Go(func() error { return statusMgr.Run(ctx) })
 	if cfg.HealthzAddress != "" {
-		g.Go(func() error { return a.serveHealthz(ctx, podMgr, statusMgr) })
+		g.Go(func() error { return a.serveHealthz(ctx, podMgr) })
 	}
 	serving := a.servingCertificate(client, hostIPs)
 	if serving != nil {
@@ -666,9 +665,11 @@ func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, st
 	})
 }
 
-// serveHealthz serves /healthz (200 when the runtime relist is healthy) and /pods (the
-// pods and their statuses as JSON) on the configured local address.
-func (a *Agent) serveHealthz(ctx context.Context, podMgr *pods.Manager, statusMgr *status.Manager) error {
+// serveHealthz serves /healthz (200 when the runtime relist is healthy) on the configured
+// address, and nothing else: like the kubelet's 10248 it answers without authentication, to
+// any local process and hostNetwork pod, so what pods run and how is only on the local API
+// socket (root only) and the authenticated node API.
+func (a *Agent) serveHealthz(ctx context.Context, podMgr *pods.Manager) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := podMgr.RelistHealthy(); err != nil {
@@ -676,10 +677,6 @@ func (a *Agent) serveHealthz(ctx context.Context, podMgr *pods.Manager, statusMg
 			return
 		}
 		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/pods", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(statusMgr.List())
 	})
 	ln, err := net.Listen("tcp", a.cfg.HealthzAddress)
 	if err != nil {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -202,6 +205,22 @@ func TestLocalCLIWithoutApiserver(t *testing.T) {
 	})
 	if out, err := cli("", "logs", pod, "-c", "nope"); err == nil || !strings.Contains(out, `container "nope" not found`) {
 		t.Errorf("logs of an unknown container: %q, %v", out, err)
+	}
+	if out, err := cli("", "pods"); err != nil || !regexp.MustCompile(`(?m)^\S+ +`+pod+` +file +Running +1/1 +0 `).MatchString(out) {
+		t.Errorf("holdfast pods: %q, %v; want %s running from its manifest", out, err, pod)
+	}
+	// The health port answers anyone on the machine (a hostNetwork pod included) without
+	// authentication: it says healthy or not, and lists nothing.
+	for _, path := range []string{"/pods", "/pods/", "/runningpods"} {
+		resp, err := http.Get("http://" + e.agent.Config.HealthzAddress + path)
+		if err != nil {
+			t.Fatalf("health port %s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || strings.Contains(string(body), pod) {
+			t.Errorf("health port %s: %s %.200q; want 404 and no pod", path, resp.Status, body)
+		}
 	}
 	// `--` ends holdfast's flags; --socket goes before it.
 	run := func(stdin string, args ...string) (string, error) {

@@ -32,7 +32,7 @@ const (
 )
 
 // isHoldfast reports whether kind is holdfast, on either backend: what the agent binary does
-// whatever its backend (its start trace and /metrics on the local socket, its /pods endpoint,
+// whatever its backend (its start trace and /metrics on the local socket, its /pods on that socket,
 // its pod cache for an offline boot) applies to both.
 func isHoldfast(kind string) bool { return kind == Holdfast || kind == HoldfastCRI }
 
@@ -61,9 +61,8 @@ type agentProc struct {
 	node string
 	dir  string
 	proc *testenv.Process
-	// healthz is holdfast's local endpoint (its /pods works with the apiserver down).
-	healthz string
-	// socket is holdfast's local API socket (its /metrics).
+	// socket is holdfast's local API socket (its /metrics, and its /pods, which works with
+	// the apiserver down).
 	socket string
 }
 
@@ -127,13 +126,12 @@ func newHoldfast(t testing.TB, kind, dir, bin, kubeconfig, profile string, cd *t
 		t.Fatal(err)
 	}
 	return &agentProc{
-		kind:    kind,
-		bin:     bin,
-		node:    node,
-		dir:     dir,
-		healthz: cfg.HealthzAddress,
-		socket:  cfg.LocalAPISocket,
-		proc:    testenv.NewProcess(kind, filepath.Join(dir, "holdfast.log"), bin, "run", "--config", cfgPath, "--log-level", "info"),
+		kind:   kind,
+		bin:    bin,
+		node:   node,
+		dir:    dir,
+		socket: cfg.LocalAPISocket,
+		proc:   testenv.NewProcess(kind, filepath.Join(dir, "holdfast.log"), bin, "run", "--config", cfgPath, "--log-level", "info"),
 	}
 }
 
@@ -166,14 +164,15 @@ func (a *agentProc) kill(t testing.TB) {
 // pid is the agent's own pid (the kubelet's: unshare and sh exec it).
 func (a *agentProc) pid() int { return a.proc.Pid() }
 
-// localPods asks holdfast's /pods endpoint, which answers from the agent's own state.
+// localPods asks holdfast's local API socket for /pods, which answers from the agent's own
+// state.
 func (a *agentProc) localPods(ctx context.Context) ([]status.PodView, error) {
-	if a.healthz == "" {
-		return nil, fmt.Errorf("%s has no local pods endpoint", a.kind)
+	if a.socket == "" {
+		return nil, fmt.Errorf("%s has no local API socket", a.kind)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return testenv.LocalPods(ctx, a.healthz)
+	return testenv.LocalPods(ctx, a.socket)
 }
 
 // localRunning counts the named pods holdfast reports Running with every container ready.

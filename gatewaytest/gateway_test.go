@@ -227,10 +227,11 @@ func describe(st v1.PodStatus) string {
 	return fmt.Sprintf("%s %s [%s]", st.Phase, st.Reason, strings.Join(parts, "; "))
 }
 
-// localPods asks the guest's holdfast for its pods (/pods, no apiserver involved) and returns
-// them with the guest's uptime when it asked: the time since power-on.
+// localPods asks the guest's holdfast for its pods (/pods on its local API socket, no
+// apiserver involved) and returns them with the guest's uptime when it asked: the time since
+// power-on.
 func (g *gateway) localPods() ([]status.PodView, time.Duration, error) {
-	out, err := g.vm.SSH("cut -d' ' -f1 /proc/uptime && curl -sf --max-time 10 http://127.0.0.1:10248/pods")
+	out, err := g.vm.SSH("cut -d' ' -f1 /proc/uptime && curl -sf --max-time 10 --unix-socket /var/lib/holdfast/api.sock http://holdfast/pods")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -239,9 +240,13 @@ func (g *gateway) localPods() ([]status.PodView, time.Duration, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("guest uptime %q: %w", uptimeLine, err)
 	}
-	var pods []status.PodView
-	if err := json.Unmarshal([]byte(body), &pods); err != nil {
+	var list v1.PodList
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
 		return nil, 0, fmt.Errorf("decode /pods: %w", err)
+	}
+	pods := make([]status.PodView, 0, len(list.Items))
+	for i := range list.Items {
+		pods = append(pods, status.ViewOf(&list.Items[i]))
 	}
 	return pods, time.Duration(seconds * float64(time.Second)), nil
 }

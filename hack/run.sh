@@ -91,6 +91,6 @@ bin/holdfast run --config firmware/config.yaml \
 agent_pid=$!
 echo "holdfast is running (log: $RUN_DIR/holdfast.log, container logs: $RUN_DIR/logs)."
 echo "Pods as holdfast reports them; Ctrl-C to stop."
-bin/holdfast pods --watch --address "$HEALTHZ" &
+bin/holdfast pods --watch --socket "$RUN_DIR/state/api.sock" &
 watch_pid=$!
 wait "$agent_pid" || true

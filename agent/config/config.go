@@ -41,7 +41,8 @@ type Config struct {
 	// StateDir holds the agent's own state (pod network records, the offline store).
 	// Defaults to /var/lib/holdfast.
 	StateDir string `json:"stateDir,omitempty"`
-	// StateKeyFile holds the state key: 32 random bytes the firmware provisions, which encrypt
+	// StateKeyFile holds the state key: 32 random bytes the firmware provisions (mode 0600,
+	// owned by root or the agent's user: a file others may read or write is refused), which encrypt
 	// the Secrets and service account tokens kept in the state store (AES-GCM), so that pods
 	// using them boot offline. Without the file they are kept on tmpfs only, and such pods wait
 	// for the apiserver after a reboot. Defaults to /etc/holdfast/state.key.
@@ -147,7 +148,8 @@ type Config struct {
 	Pods       PodsConfig       `json:"pods,omitempty"`
 	GC         GCConfig         `json:"gc,omitempty"`
 
-	// HealthzAddress is where /healthz and /pods are served (loopback only by default).
+	// HealthzAddress is where /healthz is served, without authentication (loopback only by
+	// default); the pods are listed on LocalAPISocket and the node API only.
 	// Defaults to 127.0.0.1:10248; "-" disables the endpoint.
 	HealthzAddress string `json:"healthzAddress,omitempty"`
 

@@ -178,7 +178,8 @@ func (m *Manager) Pods() []*v1.Pod {
 	return out
 }
 
-// PodView is one pod as the local /pods endpoint shows it.
+// PodView is one pod as `holdfast pods` and the tests show it: the pod's identity, where it
+// came from and its status, from the local API socket's /pods (a v1.PodList).
 type PodView struct {
 	Namespace string       `json:"namespace"`
 	Name      string       `json:"name"`
@@ -187,22 +188,13 @@ type PodView struct {
 	Status    v1.PodStatus `json:"status"`
 }
 
-// List returns every pod the manager knows, sorted by namespace and name.
-func (m *Manager) List() []PodView {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]PodView, 0, len(m.pods))
-	for uid, e := range m.pods {
-		src := manifest.SourceAPI
-		if manifest.IsStatic(e.pod) {
-			src = manifest.SourceFile
-		}
-		out = append(out, PodView{Namespace: e.pod.Namespace, Name: e.pod.Name, UID: uid, Source: src, Status: e.status})
+// ViewOf is the view of a pod as the local API socket's /pods returns it (Manager.Pods).
+func ViewOf(pod *v1.Pod) PodView {
+	src := manifest.SourceAPI
+	if manifest.IsStatic(pod) {
+		src = manifest.SourceFile
 	}
-	sort.Slice(out, func(i, j int) bool {
-		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
-	})
-	return out
+	return PodView{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Source: src, Status: pod.Status}
 }
 
 // Pending returns how many pods have a status not yet delivered to the apiserver (coalesced

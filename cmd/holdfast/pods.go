@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,14 +11,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/status"
 )
 
-// newPodsCmd lists the pods of the agent running on this machine, from its local endpoint:
+// newPodsCmd lists the pods of the agent running on this machine, from its local API socket:
 // it works with no apiserver, which is the point on an offline gateway.
 func newPodsCmd(stdout io.Writer) *cobra.Command {
-	var addr string
+	var socket string
 	var watch bool
 	cmd := &cobra.Command{
 		Use:   "pods",
@@ -26,12 +28,12 @@ func newPodsCmd(stdout io.Writer) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			last := ""
 			for {
-				out, err := renderPods(addr)
+				out, err := renderPods(cmd.Context(), newLocalClient(socket))
 				if err != nil && !watch {
 					return err
 				}
 				if err != nil {
-					out = "waiting for holdfast at " + addr + ": " + err.Error() + "\n"
+					out = "waiting for holdfast: " + err.Error() + "\n"
 				}
 				if out != last {
 					if watch {
@@ -51,26 +53,28 @@ func newPodsCmd(stdout io.Writer) *cobra.Command {
 			}
 		},
 	}
-	cmd.Flags().StringVar(&addr, "address", "127.0.0.1:10248", "the agent's healthz address")
+	cmd.Flags().StringVar(&socket, "socket", defaultLocalSocket, "the agent's local API socket (localAPISocket)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again whenever something changes")
 	return cmd
 }
 
-func renderPods(addr string) (string, error) {
-	client := http.Client{Timeout: 3 * time.Second}
-	resp, err := client.Get("http://" + addr + "/pods")
+func renderPods(ctx context.Context, c *localClient) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	resp, err := c.do(ctx, http.MethodGet, "/pods", nil)
 	if err != nil {
-		return "", fmt.Errorf("ask holdfast: %w", err)
+		return "", err
 	}
 	defer resp.Body.Close()
-	var pods []status.PodView
-	if err := json.NewDecoder(resp.Body).Decode(&pods); err != nil {
+	var list v1.PodList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		return "", fmt.Errorf("decode /pods: %w", err)
 	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSOURCE\tPHASE\tREADY\tRESTARTS\tIP\tCONTAINERS")
-	for _, p := range pods {
+	for i := range list.Items {
+		p := status.ViewOf(&list.Items[i])
 		ready, restarts := 0, int32(0)
 		var states []string
 		for _, cs := range p.Status.ContainerStatuses {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
@@ -250,28 +251,27 @@ func (a *Agent) Log() string {
 	return string(b)
 }
 
-// Pods asks the agent's local /pods endpoint.
+// Pods asks the agent's local API socket for its pods.
 func (a *Agent) Pods(ctx context.Context) ([]status.PodView, error) {
-	return LocalPods(ctx, a.Config.HealthzAddress)
+	return LocalPods(ctx, a.Config.LocalAPISocket)
 }
 
-// LocalPods asks the /pods endpoint of the holdfast whose healthz server listens on address:
-// the pods as the agent itself sees them, with or without an apiserver.
-func LocalPods(ctx context.Context, address string) ([]status.PodView, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+address+"/pods", nil)
+// LocalPods asks the local API socket of a holdfast for /pods: the pods as the agent itself
+// sees them, with or without an apiserver (what `holdfast pods` shows).
+func LocalPods(ctx context.Context, socket string) ([]status.PodView, error) {
+	body, err := LocalGet(ctx, socket, "/pods")
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
+	var list v1.PodList
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, fmt.Errorf("decode /pods on %s: %w", socket, err)
 	}
-	defer resp.Body.Close()
-	var pods []status.PodView
-	if err := json.NewDecoder(resp.Body).Decode(&pods); err != nil {
-		return nil, err
+	views := make([]status.PodView, 0, len(list.Items))
+	for i := range list.Items {
+		views = append(views, status.ViewOf(&list.Items[i]))
 	}
-	return pods, nil
+	return views, nil
 }
 
 // LocalGet GETs path from the local API socket of an agent, as `curl --unix-socket` on the
