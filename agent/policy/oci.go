@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,7 +119,7 @@ type fetcher struct {
 // digest pinned), then its one Wasm layer (verified against the manifest's
 // descriptor, size included, and bounded by maxModuleBytes). Each endpoint of
 // the registry is tried in turn.
-func (f fetcher) fetch(ctx context.Context, r ociRef) ([]byte, error) {
+func (f fetcher) fetch(ctx context.Context, r ociRef) (artifact, error) {
 	timeout := f.opts.PullTimeout
 	if timeout <= 0 {
 		timeout = DefaultPullTimeout
@@ -128,7 +130,7 @@ func (f fetcher) fetch(ctx context.Context, r ociRef) ([]byte, error) {
 	if f.opts.Hosts != nil {
 		var err error
 		if hosts, err = f.opts.Hosts(ctx, r.ref.Registry); err != nil {
-			return nil, err
+			return artifact{}, err
 		}
 	}
 	creds := f.credentials()
@@ -140,7 +142,7 @@ func (f fetcher) fetch(ctx context.Context, r ociRef) ([]byte, error) {
 		}
 		errs = append(errs, fmt.Errorf("host %s: %w", h.Host, err))
 	}
-	return nil, errors.Join(errs...)
+	return artifact{}, errors.Join(errs...)
 }
 
 // credentials reads the node's credentials file at each pull, as image pulls
@@ -166,7 +168,7 @@ func (f fetcher) credentials() auth.CredentialFunc {
 	}
 }
 
-func fetchFrom(ctx context.Context, h RegistryHost, creds auth.CredentialFunc, r ociRef) ([]byte, error) {
+func fetchFrom(ctx context.Context, h RegistryHost, creds auth.CredentialFunc, r ociRef) (artifact, error) {
 	client := h.Client
 	if client == nil {
 		client = http.DefaultClient
@@ -178,28 +180,104 @@ func fetchFrom(ctx context.Context, h RegistryHost, creds auth.CredentialFunc, r
 	}
 	desc, manifestBytes, err := oras.FetchBytes(ctx, repo, r.digest.String(), oras.FetchBytesOptions{MaxBytes: maxManifestBytes})
 	if err != nil {
-		return nil, fmt.Errorf("fetch manifest: %w", err)
+		return artifact{}, fmt.Errorf("fetch manifest: %w", err)
 	}
 	// oras verifies what it reads against the descriptor it resolved; the
 	// digest pinned is checked here, so that no resolution step stands
 	// between the configuration and the bytes.
-	if got := digest.FromBytes(manifestBytes); got != r.digest {
-		return nil, fmt.Errorf("manifest digest is %s, not the %s pinned", got, r.digest)
-	}
-	layer, err := wasmLayer(desc.MediaType, manifestBytes)
+	layer, err := pinnedLayer(r, desc.MediaType, manifestBytes)
 	if err != nil {
-		return nil, err
-	}
-	if layer.Size > maxModuleBytes {
-		return nil, fmt.Errorf("module layer %s is %d bytes, over the %d MiB limit", layer.Digest, layer.Size, maxModuleBytes>>20)
+		return artifact{}, err
 	}
 	// FetchAll checks the size and the digest of the layer's bytes against
 	// the manifest's descriptor, which the pinned digest covers.
 	b, err := orascontent.FetchAll(ctx, repo.Blobs(), layer)
 	if err != nil {
-		return nil, fmt.Errorf("fetch module layer %s: %w", layer.Digest, err)
+		return artifact{}, fmt.Errorf("fetch module layer %s: %w", layer.Digest, err)
 	}
-	return b, nil
+	return artifact{mediaType: desc.MediaType, manifest: manifestBytes, module: b}, nil
+}
+
+// pinnedLayer checks an artifact's manifest against r (its digest is the one
+// pinned) and returns the module's layer in it, bounded by maxModuleBytes.
+func pinnedLayer(r ociRef, mediaType string, manifestBytes []byte) (ocispec.Descriptor, error) {
+	if got := digest.FromBytes(manifestBytes); got != r.digest {
+		return ocispec.Descriptor{}, fmt.Errorf("manifest digest is %s, not the %s pinned", got, r.digest)
+	}
+	layer, err := wasmLayer(mediaType, manifestBytes)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	if layer.Size > maxModuleBytes {
+		return ocispec.Descriptor{}, fmt.Errorf("module layer %s is %d bytes, over the %d MiB limit", layer.Digest, layer.Size, maxModuleBytes>>20)
+	}
+	return layer, nil
+}
+
+// artifact is a policy module as pulled, with the manifest that pins it. The
+// store keeps both (encodeArtifact), so that every load, not only the pull,
+// checks the module against the digest the configuration pins: a module
+// altered on the disk, or put there under another's digest, is never run.
+type artifact struct {
+	mediaType string // the manifest's, as the registry served it ("": the manifest's own field)
+	manifest  []byte
+	module    []byte
+}
+
+// verify checks a against r: its manifest has the digest pinned, and its
+// module is that manifest's one Wasm layer, digest and size.
+func (a artifact) verify(r ociRef) error {
+	layer, err := pinnedLayer(r, a.mediaType, a.manifest)
+	if err != nil {
+		return err
+	}
+	if got := digest.FromBytes(a.module); got != layer.Digest || int64(len(a.module)) != layer.Size {
+		return fmt.Errorf("module is %d bytes of digest %s; its manifest names %d bytes of digest %s", len(a.module), got, layer.Size, layer.Digest)
+	}
+	return nil
+}
+
+// artifactMagic opens a stored artifact. Records kept before 2026-12-05 are
+// the module's bytes alone (a Wasm module opens with "\x00asm"): they cannot be
+// checked against their digest, so they are pulled again.
+const artifactMagic = "holdfast policy artifact 1\n"
+
+// encodeArtifact is the store's record of a: the magic, the media type and
+// the manifest, each after its length (uvarint), then the module.
+func encodeArtifact(a artifact) []byte {
+	b := make([]byte, 0, len(artifactMagic)+2*binary.MaxVarintLen64+len(a.mediaType)+len(a.manifest)+len(a.module))
+	b = append(b, artifactMagic...)
+	b = binary.AppendUvarint(b, uint64(len(a.mediaType)))
+	b = append(b, a.mediaType...)
+	b = binary.AppendUvarint(b, uint64(len(a.manifest)))
+	b = append(b, a.manifest...)
+	return append(b, a.module...)
+}
+
+// decodeArtifact reads a record of encodeArtifact.
+func decodeArtifact(b []byte) (artifact, error) {
+	rest, ok := bytes.CutPrefix(b, []byte(artifactMagic))
+	if !ok {
+		return artifact{}, errors.New("the record holds no manifest to check the module against (kept by an older holdfast, or not by holdfast)")
+	}
+	field := func(what string, limit int) ([]byte, error) {
+		n, size := binary.Uvarint(rest)
+		if size <= 0 || n > uint64(limit) || n > uint64(len(rest)-size) {
+			return nil, fmt.Errorf("the record's %s is cut or over %d bytes", what, limit)
+		}
+		f := rest[size : size+int(n)]
+		rest = rest[size+int(n):]
+		return f, nil
+	}
+	mediaType, err := field("media type", 256)
+	if err != nil {
+		return artifact{}, err
+	}
+	manifest, err := field("manifest", maxManifestBytes)
+	if err != nil {
+		return artifact{}, err
+	}
+	return artifact{mediaType: string(mediaType), manifest: manifest, module: rest}, nil
 }
 
 // wasmLayer finds the module in a policy artifact's manifest: exactly one

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -97,8 +98,14 @@ func TestFetch(t *testing.T) {
 	}
 
 	got, err := f.fetch(ctx, ref(pinned))
-	if err != nil || string(got) != string(module) {
-		t.Fatalf("fetch = %q, %v", got, err)
+	if err != nil || string(got.module) != string(module) {
+		t.Fatalf("fetch = %q, %v", got.module, err)
+	}
+	if err := got.verify(ref(pinned)); err != nil {
+		t.Errorf("the artifact fetched does not verify: %v", err)
+	}
+	if back, err := decodeArtifact(encodeArtifact(got)); err != nil || back.verify(ref(pinned)) != nil || string(back.module) != string(module) {
+		t.Errorf("the artifact as stored and read back: %+v, %v", back, err)
 	}
 	if _, err := f.fetch(ctx, ref(digest.FromString("another manifest"))); err == nil || !strings.Contains(err.Error(), "fetch manifest") {
 		t.Errorf("fetch of a digest the registry lacks: %v", err)
@@ -231,6 +238,110 @@ func TestOCIPolicyLifecycle(t *testing.T) {
 		t.Fatalf("after the rollback: %+v", d)
 	}
 	waitStored(t, store, deny.String()) // all served: the broken one collected
+}
+
+// TestStoredModuleCheckedAtEveryLoad: whoever can write the state store (a stolen and
+// returned disk, a process with the agent's rights) cannot make the agent run a module other
+// than the one policies.yaml pins. A record whose module was swapped for another valid module,
+// a record of another digest copied under the pinned one, and a bare module (as holdfast kept
+// them before) are each refused at load with a reason, and pulled again while the registry
+// answers; with no registry the policy is not loaded and its failurePolicy decides.
+func TestStoredModuleCheckedAtEveryLoad(t *testing.T) {
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
+	ctx := context.Background()
+	f := newFixture(t)
+	allow := reg.PushArtifact(ctx, "policies/p:allow", MediaTypeWasmLayer, f.wat("allow"))
+	deny := reg.PushArtifact(ctx, "policies/p:deny", MediaTypeWasmLayer, f.wat("deny"))
+	store := offline.NewMemStore(nil)
+	f.config(fmt.Sprintf("- {name: p, kind: admission, module: %q}\n", "oci://"+reg.Host+"/policies/p@"+deny.String()))
+	// The allow module's record as the puller keeps it, under its own digest.
+	allowRef, err := parseOCIRef("oci://" + reg.Host + "/policies/p@" + allow.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowArtifact, err := fetcher{opts: RegistryOptions{Hosts: plainHTTP, PullTimeout: 10 * time.Second}}.fetch(ctx, allowRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowRecord := encodeArtifact(allowArtifact)
+
+	// open opens a manager on the store, as an agent starts; run: with its puller. The manager
+	// stops at the end of the attack it serves.
+	open := func(run bool) (*Manager, func()) {
+		m, err := Open(ctx, Options{Dir: f.dir, CacheDir: wasmtest.CacheDir(t, "wazero"), ReloadDelay: 50 * time.Millisecond,
+			Modules: store, Registry: RegistryOptions{Hosts: plainHTTP, PullTimeout: 10 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := func() { m.Close(context.Background()) }
+		if run {
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- m.Run(runCtx) }()
+			stop = func() { cancel(); <-done; m.Close(context.Background()) }
+		}
+		return m, stop
+	}
+	waitServing := func(m *Manager, module []byte) {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, "policy serving "+wasm.Digest(module), func() error {
+			st, _ := m.Status()
+			if len(st) != 1 || st[0].Digest != wasm.Digest(module) || st[0].Error != "" {
+				return fmt.Errorf("status %+v", st)
+			}
+			return nil
+		})
+	}
+	m, stop := open(true)
+	waitServing(m, f.wat("deny"))
+	stop()
+	genuine, err := store.GetPolicyModule(deny.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped, err := decodeArtifact(genuine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped.module = f.wat("allow")
+	attacks := []struct {
+		name   string
+		record []byte
+		reason string
+	}{
+		{"module swapped for another", encodeArtifact(swapped), "its manifest names"},
+		{"another digest's record copied", allowRecord, "not the " + deny.String() + " pinned"},
+		{"bare module", f.wat("allow"), "no manifest"},
+	}
+	for _, a := range attacks {
+		// While the registry answers: refused, and the genuine module pulled again.
+		if err := store.PutPolicyModule(deny.String(), a.record); err != nil {
+			t.Fatal(err)
+		}
+		m, stop := open(true)
+		if d := m.Admit(ctx, pod(), node); d.Allowed {
+			t.Errorf("%s: the altered record was run: %+v", a.name, d)
+		}
+		waitServing(m, f.wat("deny"))
+		stop()
+		if got, _ := store.GetPolicyModule(deny.String()); !bytes.Equal(got, genuine) {
+			t.Errorf("%s: the record was not replaced by the genuine one", a.name)
+		}
+	}
+	reg.Stop()
+	for _, a := range attacks {
+		// With no registry: refused, said, and the failurePolicy (Fail) decides.
+		if err := store.PutPolicyModule(deny.String(), a.record); err != nil {
+			t.Fatal(err)
+		}
+		m, stop := open(false)
+		d := m.Admit(ctx, pod(), node)
+		st, _ := m.Status()
+		stop()
+		if d.Allowed || d.Reason != ReasonError || len(st) != 1 || !strings.Contains(st[0].Error, "is not the module pinned") || !strings.Contains(st[0].Error, a.reason) {
+			t.Errorf("%s, offline: decision %+v, status %+v; want the policy refused because %q", a.name, d, st, a.reason)
+		}
+	}
 }
 
 // waitStored waits until the store holds exactly the digests given (sorted).

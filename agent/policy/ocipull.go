@@ -87,16 +87,40 @@ func (m *Manager) moduleBytes(path string) ([]byte, error) {
 	if m.opts.Modules == nil {
 		return nil, errors.New("a module from a registry needs the agent's state store to keep it")
 	}
-	b, err := m.opts.Modules.GetPolicyModule(r.digest.String())
+	b, err := m.storedModule(r)
 	if err == nil {
 		return b, nil
 	}
-	// Absent, or damaged and quarantined by the store: either way the puller
-	// fetches it (again).
+	// Absent, damaged and quarantined by the store, or not the module pinned:
+	// either way the puller fetches it (again).
 	if pullErr := m.pulls.lastErr(r.digest.String()); pullErr != nil {
-		return nil, fmt.Errorf("pull: %w", pullErr)
+		return nil, fmt.Errorf("%w; pull: %w", err, pullErr)
 	}
-	return nil, errPullPending
+	if errors.Is(err, errNotStored) {
+		return nil, errPullPending
+	}
+	return nil, err
+}
+
+// errNotStored: the store has no module of that digest.
+var errNotStored = errors.New("not in the state store")
+
+// storedModule returns the module of r the store keeps, checked against the
+// digest r pins (artifact.verify) at every load: the store's checksums catch
+// a damaged record, not one written on purpose.
+func (m *Manager) storedModule(r ociRef) ([]byte, error) {
+	b, err := m.opts.Modules.GetPolicyModule(r.digest.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotStored, err)
+	}
+	a, err := decodeArtifact(b)
+	if err == nil {
+		err = a.verify(r)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the copy in the state store is not the module pinned, refused: %w", err)
+	}
+	return a.module, nil
 }
 
 // pullLoop pulls the registry modules the configuration names and the store
@@ -143,12 +167,14 @@ func (m *Manager) pullMissing(ctx context.Context) (changed, failed bool) {
 	}
 	for _, r := range m.current.Load().refs {
 		key := r.digest.String()
-		if _, err := m.opts.Modules.GetPolicyModule(key); err == nil {
+		if _, err := m.storedModule(r); err == nil {
 			continue
+		} else if !errors.Is(err, errNotStored) {
+			m.logger.Warn("policy module in the state store refused; pulling it again", "module", r.String(), "err", err)
 		}
-		b, err := m.pulls.fetcher.fetch(ctx, r)
+		a, err := m.pulls.fetcher.fetch(ctx, r)
 		if err == nil {
-			if err = m.opts.Modules.PutPolicyModule(key, b); err != nil {
+			if err = m.opts.Modules.PutPolicyModule(key, encodeArtifact(a)); err != nil {
 				err = fmt.Errorf("keep in the state store: %w", err)
 			}
 		}
@@ -159,7 +185,7 @@ func (m *Manager) pullMissing(ctx context.Context) (changed, failed bool) {
 			failed = true
 			m.logger.Warn("policy module not pulled", "module", r.String(), "err", err)
 		} else {
-			m.logger.Info("policy module pulled", "module", r.String(), "bytes", len(b))
+			m.logger.Info("policy module pulled", "module", r.String(), "bytes", len(a.module))
 		}
 		prev := m.pulls.lastErr(key)
 		m.pulls.setErr(key, err)
