@@ -4,6 +4,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -43,6 +44,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/services"
 	"github.com/holdfast-dev/holdfast/agent/sources"
+	"github.com/holdfast-dev/holdfast/agent/statekey"
 	"github.com/holdfast-dev/holdfast/agent/stats"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/agent/systemd"
@@ -457,14 +459,19 @@ func statusLine(pods int, apiReachable func() error) string {
 	return fmt.Sprintf("%d pods, apiserver reachable", pods)
 }
 
-// loadStateKey reads the key that encrypts the Secrets and tokens kept in the state store. A
-// gateway without one still runs; it only keeps them on tmpfs, and says what that costs.
+// loadStateKey reads the key that encrypts the Secrets and tokens kept in the state store,
+// unsealed by the TPM if one is configured. A gateway without one still runs; it only keeps
+// them on tmpfs, and says what that costs.
 func (a *Agent) loadStateKey() *offline.Key {
 	path := a.cfg.StateKeyFile
-	key, err := offline.LoadKey(path)
+	key, made, err := statekey.Load(path, a.cfg.StateKeyTPM)
 	switch {
 	case err == nil:
-		a.log.Info("state key loaded: Secrets and service account tokens are kept encrypted for offline reboots", "file", path, "keyID", key.ID())
+		if made {
+			a.log.Info("new state key made and sealed by the TPM", "file", path, "tpm", a.cfg.StateKeyTPM)
+		}
+		a.log.Info("state key loaded: Secrets and service account tokens are kept encrypted for offline reboots", "file", path,
+			"keyID", key.ID(), "sealedBy", cmp.Or(a.cfg.StateKeyTPM, "none (the file is the key)"))
 		return key
 	case errors.Is(err, fs.ErrNotExist):
 		a.log.Warn("no state key file: Secrets and service account tokens are kept on tmpfs only; after a reboot, pods that use them wait for the apiserver",

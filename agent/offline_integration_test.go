@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 func quickBackoff(c *config.Config) {
@@ -299,8 +300,15 @@ func (e *env) readPodView(containerID string) (podView, error) {
 // reach: tasks, network namespaces and every tmpfs (Secret and token volumes, emptyDir Memory)
 // are gone. Every pod, written as users write them, runs again with its data, from the agent's
 // state alone; when the apiserver answers again the token is renewed and the API converges.
+// The gateway has a TPM (a software one): the state key the Secrets and tokens are sealed with
+// is the raw key file the test env provisions, sealed by the TPM in place at the first start
+// and unsealed by it after the reboot.
 func TestOfflineRebootBootsFromCache(t *testing.T) {
-	e := startEnv(t, true, quickBackoff)
+	tpm := testenv.StartSWTPM(t)
+	e := startEnv(t, true, func(c *config.Config) {
+		quickBackoff(c)
+		c.StateKeyTPM = tpm.Socket
+	})
 	ctx := context.Background()
 	core := e.cp.Admin.CoreV1()
 	publishRootCA(t, e, "default")
@@ -337,6 +345,9 @@ func TestOfflineRebootBootsFromCache(t *testing.T) {
 		}
 	}
 
+	if b, err := os.ReadFile(e.agent.Config.StateKeyFile); err != nil || len(b) == offline.KeySize {
+		t.Fatalf("the state key file is still the raw key (%d bytes, %v): not sealed by the TPM", len(b), err)
+	}
 	e.cp.Stop()
 	testenv.Reboot(e.cd, e.agent)
 	e.agent.Start()

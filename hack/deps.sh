@@ -18,6 +18,7 @@ packages=(
 	wabt                         # wat2wasm, for tiny hand-written Wasm test modules
 	clang                        # C to wasm32 test modules
 	lld                          # wasm-ld for clang
+	swtpm                        # a software TPM 2.0, for the tests of the state key sealed by a TPM
 )
 if (($# > 0)); then
 	packages=("$@")

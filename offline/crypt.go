@@ -62,12 +62,30 @@ func NewKey(raw []byte) (*Key, error) {
 // refuses it rather than use it quietly.
 var ErrKeyExposed = errors.New("state key file is not private")
 
-// LoadKey reads a state key file. A missing file is an error wrapping
-// fs.ErrNotExist: the agent then keeps Secrets and tokens on tmpfs only. A
-// file readable or writable by group or others, or owned by another user than
-// root or the agent's, is refused (ErrKeyExposed). The checks are made on the
-// opened file, so that the file checked is the file read.
+// LoadKey reads a state key file of KeySize raw bytes (ReadKeyFile). A
+// missing file is an error wrapping fs.ErrNotExist: the agent then keeps
+// Secrets and tokens on tmpfs only.
 func LoadKey(path string) (*Key, error) {
+	raw, err := ReadKeyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	k, err := NewKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("state key %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// maxKeyFile bounds what ReadKeyFile reads: a raw key, or one sealed by a TPM
+// (a few hundred bytes).
+const maxKeyFile = 64 << 10
+
+// ReadKeyFile reads a file that holds the state key, raw or sealed. A file
+// readable or writable by group or others, or owned by another user than root
+// or the agent's, is refused (ErrKeyExposed). The checks are made on the
+// opened file, so that the file checked is the file read.
+func ReadKeyFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read state key: %w", err)
@@ -86,15 +104,14 @@ func LoadKey(path string) (*Key, error) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
 		return nil, fmt.Errorf("state key %s: %w: owned by uid %d, neither root nor the agent's uid %d", path, ErrKeyExposed, st.Uid, os.Geteuid())
 	}
-	raw, err := io.ReadAll(io.LimitReader(f, KeySize+1))
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 	if err != nil {
 		return nil, fmt.Errorf("read state key: %w", err)
 	}
-	k, err := NewKey(raw)
-	if err != nil {
-		return nil, fmt.Errorf("state key %s: %w", path, err)
+	if len(b) > maxKeyFile {
+		return nil, fmt.Errorf("state key %s: %w: over %d bytes", path, ErrInvalid, maxKeyFile)
 	}
-	return k, nil
+	return b, nil
 }
 
 // ID names the key without revealing it: the first 8 bytes of a value

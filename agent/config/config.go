@@ -47,6 +47,11 @@ type Config struct {
 	// using them boot offline. Without the file they are kept on tmpfs only, and such pods wait
 	// for the apiserver after a reboot. Defaults to /etc/holdfast/state.key.
 	StateKeyFile string `json:"stateKeyFile,omitempty"`
+	// StateKeyTPM names the gateway's TPM 2.0 (the kernel's resource manager, /dev/tpmrm0;
+	// or a TPM simulator's unix socket) to seal the state key with: StateKeyFile then holds
+	// the key sealed by that TPM, of no use on another machine. A missing file gets a new key,
+	// sealed; a raw key file is sealed in place (the same key). Empty: the file is the raw key.
+	StateKeyTPM string `json:"stateKeyTPM,omitempty"`
 	// ManifestDir is the static pod manifest directory. Defaults to /etc/holdfast/manifests.
 	// Empty after defaulting only if set to "-" (no static pods).
 	ManifestDir string `json:"manifestDir,omitempty"`
@@ -550,6 +555,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPods < 0 {
 		errs = append(errs, fmt.Errorf("maxPods %d is negative", c.MaxPods))
+	}
+	if c.StateKeyTPM != "" && !filepath.IsAbs(c.StateKeyTPM) {
+		errs = append(errs, fmt.Errorf("stateKeyTPM %q is not an absolute path (the TPM, e.g. /dev/tpmrm0)", c.StateKeyTPM))
+	}
+	if c.StateKeyTPM != "" && c.StateKeyFile == "" {
+		errs = append(errs, errors.New("stateKeyTPM needs stateKeyFile, where the key sealed by the TPM is kept"))
 	}
 	if c.Runtime != RuntimeContainerd && c.Runtime != RuntimeCRI {
 		errs = append(errs, fmt.Errorf("runtime %q is neither %q nor %q", c.Runtime, RuntimeContainerd, RuntimeCRI))

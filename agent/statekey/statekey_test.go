@@ -1,0 +1,142 @@
+package statekey
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/offline"
+)
+
+// The stolen disk: a state key sealed by a gateway's TPM is of no use on another machine. The
+// key file copied next to another TPM does not unseal, and the file itself holds no key
+// offline.LoadKey would take; on its own TPM it gives the same key at every start.
+func TestSealedKeyNeedsItsTPM(t *testing.T) {
+	gateway, thief := testenv.StartSWTPM(t), testenv.StartSWTPM(t)
+	path := filepath.Join(t.TempDir(), "state.key")
+
+	key, made, err := Load(path, gateway.Socket)
+	if err != nil || !made {
+		t.Fatalf("first start with a TPM: made %v, %v; want a new key, sealed", made, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 || !bytes.HasPrefix(b, []byte(sealedMagic)) {
+		t.Errorf("key file: mode %v, %q...; want 0600 and sealed", fi.Mode().Perm(), b[:min(len(b), 48)])
+	}
+	again, made, err := Load(path, gateway.Socket)
+	if err != nil || made || again.ID() != key.ID() {
+		t.Fatalf("second start: key %v (made %v), %v; want key %s again", idOf(again), made, err, key.ID())
+	}
+
+	stolen := filepath.Join(t.TempDir(), "state.key")
+	if err := os.WriteFile(stolen, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if k, _, err := Load(stolen, thief.Socket); !errors.Is(err, ErrWrongTPM) {
+		t.Errorf("the key file next to another TPM: key %v, %v; want ErrWrongTPM", idOf(k), err)
+	}
+	if k, err := offline.LoadKey(stolen); err == nil {
+		t.Errorf("the sealed file read as a raw key gave key %s", k.ID())
+	}
+}
+
+// Whatever byte of the sealed file is altered, the TPM gives the sealed key or an error,
+// never another key: the file's integrity is the TPM's to check, and holdfast's framing must
+// not turn damage into a different key.
+func TestAlteredSealedKeyNeverGivesAnotherKey(t *testing.T) {
+	tpm := testenv.StartSWTPM(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.key")
+	key, _, err := Load(path, tpm.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for i := len(sealedMagic); i < len(sealed); i++ {
+		altered := bytes.Clone(sealed)
+		altered[i] ^= 1 << (i % 8)
+		if err := os.WriteFile(path, altered, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		k, made, err := Load(path, tpm.Socket)
+		switch {
+		case made:
+			t.Fatalf("byte %d altered: a new key was made over the damaged file", i)
+		case err == nil && k.ID() != key.ID():
+			t.Fatalf("byte %d altered: key %s, not the sealed %s", i, k.ID(), key.ID())
+		case err != nil:
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("no alteration of %d bytes was refused", len(sealed)-len(sealedMagic))
+	}
+	t.Logf("%d of %d single-bit alterations refused, the rest gave the sealed key", refused, len(sealed)-len(sealedMagic))
+}
+
+// A gateway that had a raw key file before its TPM was configured keeps its key: the file is
+// sealed in place, and what the key sealed in the store stays readable.
+func TestRawKeySealedInPlace(t *testing.T) {
+	tpm := testenv.StartSWTPM(t)
+	path := filepath.Join(t.TempDir(), "state.key")
+	raw := make([]byte, offline.KeySize)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, err := offline.LoadKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, made, err := Load(path, tpm.Socket)
+	if err != nil || made || key.ID() != before.ID() {
+		t.Fatalf("raw key with a TPM configured: key %v (made %v), %v; want %s, sealed", idOf(key), made, err, before.ID())
+	}
+	b, _ := os.ReadFile(path)
+	if !bytes.HasPrefix(b, []byte(sealedMagic)) || bytes.Contains(b, raw) {
+		t.Errorf("the key file still holds the raw key, or is not sealed")
+	}
+	if k, _, err := Load(path, tpm.Socket); err != nil || k.ID() != before.ID() {
+		t.Errorf("after sealing: key %v, %v; want %s", idOf(k), err, before.ID())
+	}
+}
+
+// A sealed key file others may read is refused as a raw one is (it names the TPM object
+// that holds the key); so is a TPM path that is not there.
+func TestSealedKeyRefusals(t *testing.T) {
+	tpm := testenv.StartSWTPM(t)
+	path := filepath.Join(t.TempDir(), "state.key")
+	if _, _, err := Load(path, tpm.Socket); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Load(path, tpm.Socket); !errors.Is(err, offline.ErrKeyExposed) {
+		t.Errorf("sealed key file of mode 0644: %v, want ErrKeyExposed", err)
+	}
+	if _, _, err := Load(filepath.Join(t.TempDir(), "state.key"), "/nonexistent/tpmrm0"); err == nil || !strings.Contains(err.Error(), "open the TPM") {
+		t.Errorf("no TPM at the path configured: %v", err)
+	}
+}
+
+func idOf(k *offline.Key) string {
+	if k == nil {
+		return "<none>"
+	}
+	return k.ID()
+}
