@@ -251,9 +251,13 @@ func (m *Manager) setup(ctx context.Context, podUID, namespace, name string, por
 		opts = append(opts, gocni.WithCapabilityPortMap(ports))
 	}
 	res, err := c.Setup(ctx, containerID, path, opts...)
-	if err != nil && m.releaseStale(ctx, "") > 0 {
-		// The addresses the set-aside attachments hold may be what IPAM lacked: with them
-		// released, once more.
+	// What IPAM refused may be held by attachments this boot does not use: the previous
+	// boots' (set aside; released now), or, when the pod had no record at all, one no record
+	// remembers under this very container ID (the state directory lost or wiped, IPAM's
+	// allocations kept: host-local then refuses a "duplicate allocation"). With them
+	// released (this attempt's DEL releases the latter), once more. A first ADD pays nothing
+	// for it; only one that failed does.
+	if err != nil && (m.releaseStale(ctx, "") > 0 || old == nil) {
 		if derr := m.del(ctx, c, podUID, namespace, name, pn); derr == nil {
 			res, err = c.Setup(ctx, containerID, path, opts...)
 		}

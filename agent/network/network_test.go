@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -228,5 +229,67 @@ func TestConcurrentSetups(t *testing.T) {
 		if n.m.Get(fmt.Sprintf("concurrent-%d", i)) == nil {
 			t.Errorf("pod %d has no network record", i)
 		}
+	}
+}
+
+// The agent's records of a pod's network are gone (a state directory wiped or lost, as the
+// demo's make run wiped it between runs) but IPAM's allocation under the pod's CNI container
+// ID is not: the next setup releases it and attaches the pod, rather than failing with
+// host-local's "duplicate allocation is not allowed" until a later retry. Real bridge and
+// host-local plugins, their allocations in a directory of the test's.
+func TestSetupWhenIPAMOutlivedTheRecord(t *testing.T) {
+	prereq.Root(t, "network namespaces and a bridge")
+	const pluginDir = "/usr/lib/cni"
+	if _, err := os.Stat(filepath.Join(pluginDir, "host-local")); err != nil {
+		t.Fatalf("CNI plugins (Debian package containernetworking-plugins, installed by hack/deps.sh): %v", err)
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "conf")
+	if err := os.Mkdir(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const bridge = "hfipamtest0"
+	conflist := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ipamtest","plugins":[{"type":"bridge","bridge":%q,"isGateway":true,
+		"ipam":{"type":"host-local","dataDir":%q,"ranges":[[{"subnet":"10.231.7.0/29"}]]}}]}`, bridge, filepath.Join(dir, "ipam"))
+	if err := os.WriteFile(filepath.Join(conf, "10-ipamtest.conflist"), []byte(conflist), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	netns := filepath.Join(dir, "netns")
+	newManager := func() *Manager { return NewManager(conf, []string{pluginDir}, netns, filepath.Join(dir, "state")) }
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir(netns)
+		for _, e := range entries {
+			_ = RemoveNetNS(filepath.Join(netns, e.Name()))
+		}
+		_ = exec.Command("ip", "link", "delete", bridge).Run()
+	})
+	ctx := context.Background()
+	const uid = "5e1f-uid"
+	first, err := newManager().setup(ctx, uid, "default", "web", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent's state and the namespace go; IPAM's directory stays.
+	if err := RemoveNetNS(first.NetNSPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "state")); err != nil {
+		t.Fatal(err)
+	}
+	m := newManager()
+	pn, err := m.setup(ctx, uid, "default", "web", nil)
+	if err != nil {
+		t.Fatalf("setup after the records were lost: %v", err)
+	}
+	if len(pn.IPs) != 1 {
+		t.Fatalf("IPs %v, want one", pn.IPs)
+	}
+	// One allocation held, the pod's current one: the lost one was released, not leaked.
+	held, _ := filepath.Glob(filepath.Join(dir, "ipam", "ipamtest", "10.*"))
+	if len(held) != 1 || filepath.Base(held[0]) != pn.IPs[0] {
+		t.Errorf("IPAM holds %v, want only the pod's %s", held, pn.IPs[0])
+	}
+	if err := m.Teardown(ctx, uid, "default", "web"); err != nil {
+		t.Fatal(err)
 	}
 }
