@@ -297,8 +297,8 @@ func (m *Manager) Update(pod *v1.Pod) {
 		w = newWorker(m, pod)
 		m.workers[pod.UID] = w
 		m.startWorkerLocked(w)
-	} else {
-		w.setPod(pod)
+	} else if !w.setPod(pod) {
+		return
 	}
 	w.poke()
 }

@@ -15,6 +15,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/credentials"
@@ -178,13 +179,20 @@ type termination struct {
 // A source delivering again a pod it removed (same UID: a static manifest put back while its
 // pod terminates) is remembered; the manager starts it again once the termination is over,
 // as kubelet restarts such a pod.
-func (w *worker) setPod(pod *v1.Pod) {
+// setPod hands the worker the pod's latest version and reports whether it must sync for it.
+// An update that changes only what the node reports (the status, and the write's resource
+// version and managed fields: the echo of the worker's own status patch, most of the time)
+// needs no sync, as the kubelet reconciles status-only updates without one: the worker keeps
+// it as the baseline of the next status it computes. Waking the worker for each echo made a
+// loop of any failure whose message changes from one try to the next.
+func (w *worker) setPod(pod *v1.Pod) (wake bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.removed && !w.orphan && pod.DeletionTimestamp == nil {
 		w.readded = pod
-		return
+		return true
 	}
+	wake = specOrMetaChanged(w.pod, pod)
 	w.pod = pod
 	if t := w.terminating; t != nil && pod.DeletionTimestamp != nil && gracePeriod(pod) < t.grace {
 		t.cancel()
@@ -192,6 +200,16 @@ func (w *worker) setPod(pod *v1.Pod) {
 	if pod.DeletionTimestamp != nil {
 		w.cancelRunLocked()
 	}
+	return wake
+}
+
+// specOrMetaChanged reports whether b differs from a in more than its status, resource
+// version and managed fields.
+func specOrMetaChanged(a, b *v1.Pod) bool {
+	am, bm := a.ObjectMeta, b.ObjectMeta // shallow copies, to clear what a status write changes
+	am.ResourceVersion, bm.ResourceVersion = "", ""
+	am.ManagedFields, bm.ManagedFields = nil, nil
+	return !apiequality.Semantic.DeepEqual(am, bm) || !apiequality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
 
 // cancelRunLocked cancels the sync in progress, if one runs, because the pod is deleted.

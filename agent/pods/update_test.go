@@ -1,0 +1,67 @@
+package pods
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A pod update that changes only what the node itself reports (status, and the resource
+// version and managed fields of the write) does not wake the pod's worker: it is the echo of
+// the worker's own status patch. Before, every echo synced the pod again, and a failing
+// sandbox whose error changed each try (a CRI runtime names a new sandbox ID) was retried in
+// a loop bounded by the API round trip: sandbox, netns, CNI ADD and DEL, an event and a PATCH
+// per turn. The worker still sees the latest status (the baseline of the next one it
+// computes); any other change wakes it.
+func TestStatusOnlyUpdateDoesNotWakeTheWorker(t *testing.T) {
+	m := NewManager(Config{}, nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1", ResourceVersion: "1", Labels: map[string]string{"app": "web"}},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "busybox"}}},
+	}
+	w := newWorker(m, pod)
+	m.workers[pod.UID] = w // not started: the test reads its signal itself
+	woken := func() bool {
+		select {
+		case <-w.signal:
+			return true
+		default:
+			return false
+		}
+	}
+
+	echo := pod.DeepCopy()
+	echo.ResourceVersion = "2"
+	echo.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "holdfast", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}}
+	echo.Status = v1.PodStatus{Phase: v1.PodPending, Conditions: []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue}},
+		ContainerStatuses: []v1.ContainerStatus{{Name: "app", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{
+			Reason: ReasonCreatePodSandboxError, Message: "sandbox 4f2a: failed"}}}}}
+	m.Update(echo)
+	if woken() {
+		t.Error("a status-only update woke the worker")
+	}
+	if got := w.latestPod(); got.ResourceVersion != "2" || got.Status.Phase != v1.PodPending {
+		t.Errorf("the worker's pod after the status update: rv %s, status %+v; want the latest", got.ResourceVersion, got.Status)
+	}
+
+	for _, c := range []struct {
+		name   string
+		change func(*v1.Pod)
+	}{
+		{"a label", func(p *v1.Pod) { p.Labels["app"] = "web2" }},
+		{"an annotation", func(p *v1.Pod) { p.Annotations = map[string]string{"a": "b"} }},
+		{"the image", func(p *v1.Pod) { p.Spec.Containers[0].Image = "busybox:2" }},
+		{"a deletion", func(p *v1.Pod) { now := metav1.NewTime(time.Unix(1, 0)); p.DeletionTimestamp = &now }},
+	} {
+		next := w.latestPod().DeepCopy()
+		next.ResourceVersion += "0"
+		c.change(next)
+		m.Update(next)
+		if !woken() {
+			t.Errorf("an update of %s did not wake the worker", c.name)
+		}
+	}
+}
