@@ -43,12 +43,16 @@ type FileSource struct {
 	QuietPeriod time.Duration // defaults to 300ms
 	Rescan      time.Duration // defaults to 20s: the safety net for missed notifications
 
+	// readDir lists the directory (fsutil.ReadDirNoAtime; a test's failing disk).
+	readDir func(string) ([]os.DirEntry, error)
+
 	ready atomic.Bool
 	pods  map[string]*v1.Pod // by file path; owned by Run's goroutine
 	bad   map[string]string  // file path -> last error reported, to log each problem once
 }
 
-// Ready reports whether the initial scan is done: the source has delivered all its pods.
+// Ready reports whether a scan of the whole directory succeeded: the source has delivered all
+// its pods. Until then the pods manager takes no container for an orphan.
 func (s *FileSource) Ready() bool { return s.ready.Load() }
 
 // Run scans the directory, then follows it until ctx ends.
@@ -71,8 +75,12 @@ func (s *FileSource) Run(ctx context.Context) error {
 	if err := watcher.Add(s.Dir); err != nil {
 		return fmt.Errorf("watch %s: %w", s.Dir, err)
 	}
-	s.scan()
-	s.ready.Store(true)
+	if s.readDir == nil {
+		s.readDir = fsutil.ReadDirNoAtime
+	}
+	// A directory that cannot be read is not an empty one: ready only once a scan read it,
+	// tried again at every tick until then (a failing card, a directory being replaced).
+	s.ready.Store(s.scan() == nil)
 
 	pending := map[string]time.Time{} // path -> last event
 	tick := time.NewTicker(s.QuietPeriod / 3)
@@ -93,8 +101,13 @@ func (s *FileSource) Run(ctx context.Context) error {
 				return fmt.Errorf("watcher of %s closed", s.Dir)
 			}
 			s.Log.Warn("static manifest watch error; rescanning", "dir", s.Dir, "err", err)
-			s.scan()
+			if s.scan() == nil {
+				s.ready.Store(true)
+			}
 		case <-tick.C:
+			if !s.ready.Load() && s.scan() == nil {
+				s.ready.Store(true)
+			}
 			for p, at := range pending {
 				if time.Since(at) >= s.QuietPeriod {
 					delete(pending, p)
@@ -102,19 +115,25 @@ func (s *FileSource) Run(ctx context.Context) error {
 				}
 			}
 		case <-rescan.C:
-			s.scan()
+			if s.scan() == nil {
+				s.ready.Store(true)
+			}
 		}
 	}
 }
 
-// scan reads every manifest and removes pods whose file is gone.
-func (s *FileSource) scan() {
-	entries, err := fsutil.ReadDirNoAtime(s.Dir)
+// scan reads every manifest and removes pods whose file is gone. A directory it cannot list
+// changes nothing (unreadable is not empty: every pod keeps running) and is its error.
+func (s *FileSource) scan() error {
+	entries, err := s.readDir(s.Dir)
 	if err != nil {
-		// Unreadable is not empty: keep every pod running.
-		s.Log.Error("read static manifest dir; keeping current static pods", "dir", s.Dir, "err", err)
-		return
+		if msg := err.Error(); s.bad[s.Dir] != msg { // once per distinct error, not every tick
+			s.bad[s.Dir] = msg
+			s.Log.Error("read static manifest dir; keeping current static pods", "dir", s.Dir, "err", err)
+		}
+		return err
 	}
+	delete(s.bad, s.Dir)
 	seen := map[string]bool{}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
@@ -131,6 +150,7 @@ func (s *FileSource) scan() {
 			s.syncFile(p)
 		}
 	}
+	return nil
 }
 
 // ignored says whether a file name is not a manifest: hidden files, editor swap and backup

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -133,4 +134,52 @@ func TestIgnored(t *testing.T) {
 			t.Errorf("ignored(%q) = %v, want %v", name, got, want)
 		}
 	}
+}
+
+// The manifest directory cannot be read at boot (an I/O error of a failing card, a directory
+// being replaced): the source is not ready, so that the pods manager takes no running
+// container of a static pod for an orphan and kills it; it becomes ready, with the pods, once
+// a read succeeds. Before, the failed first read marked the source ready with no pods.
+func TestUnreadableManifestDirAtBootIsNotReady(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(fmt.Sprintf(podManifest, "a", "v1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	failing := true
+	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
+	src := &FileSource{Dir: dir, NodeName: "n1", Sink: sink, Log: slog.New(slog.DiscardHandler), QuietPeriod: 50 * time.Millisecond, Rescan: time.Hour,
+		readDir: func(d string) ([]os.DirEntry, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if failing {
+				return nil, &os.PathError{Op: "readdirent", Path: d, Err: syscall.EIO}
+			}
+			return os.ReadDir(d)
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // several retries
+	if src.Ready() {
+		t.Fatal("the source is ready although its directory was never read")
+	}
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	waitFor(t, "ready with the pod once the directory reads", func() error {
+		if !src.Ready() {
+			return fmt.Errorf("not ready")
+		}
+		if n := sink.names(); n["a-n1"] == "" {
+			return fmt.Errorf("pods %v", n)
+		}
+		return nil
+	})
 }
