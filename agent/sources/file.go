@@ -186,6 +186,15 @@ func (s *FileSource) syncFile(path string) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return // gone since the stat (or a dangling symlink): its removal event follows
 	}
+	if err == nil {
+		if other := s.definedBy(pod, path); other != "" {
+			// As the kubelet refuses a duplicate pod name within a source: two static pods of
+			// one name would share one mirror pod, each replacing the other's in a loop. The
+			// file read first keeps it (at boot: the first by name); this one is reported, and
+			// read again by the next scan once the other is gone.
+			err = fmt.Errorf("pod %s/%s is already defined by %s: static pod names must be unique", pod.Namespace, pod.Name, displayPath(other))
+		}
+	}
 	if err != nil {
 		msg := err.Error()
 		if s.bad[path] != msg {
@@ -214,6 +223,16 @@ func (s *FileSource) syncFile(path string) {
 		s.Log.Info("static pod found", "path", path, "pod", pod.Name)
 	}
 	s.Sink.Update(pod)
+}
+
+// definedBy returns the file of another static pod with pod's namespace and name, "" if none.
+func (s *FileSource) definedBy(pod *v1.Pod, path string) string {
+	for p, other := range s.pods {
+		if p != path && other.Namespace == pod.Namespace && other.Name == pod.Name {
+			return p
+		}
+	}
+	return ""
 }
 
 // displayPath is path as events and messages show it: as it is, or quoted when it holds a

@@ -3,9 +3,11 @@ package sources
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -182,4 +184,79 @@ func TestUnreadableManifestDirAtBootIsNotReady(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Two manifests that name the same pod (a copy left beside the original, web.yaml and
+// web.yaml.new renamed to web2.yaml): the first file by name runs it and the other is
+// refused with a reason, as the kubelet refuses a duplicate name in a source. Before, both
+// ran, and each one's mirror pod replaced the other's in a loop. Once the first file is gone
+// the other runs.
+func TestDuplicateStaticPodNameRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []struct{ name, version string }{{"a.yaml", "v1"}, {"b.yaml", "v2"}} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(fmt.Sprintf(podManifest, "web", f.version)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs strings.Builder
+	var logMu sync.Mutex
+	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
+	src := &FileSource{Dir: dir, NodeName: "n1", Sink: sink, Log: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil)),
+		QuietPeriod: 50 * time.Millisecond, Rescan: 200 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	command := func() string {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		if len(sink.pods) != 1 {
+			return fmt.Sprintf("%d pods", len(sink.pods))
+		}
+		for _, p := range sink.pods {
+			return p.Spec.Containers[0].Command[0]
+		}
+		return ""
+	}
+	waitFor(t, "a.yaml's pod alone", func() error {
+		if c := command(); c != "v1" {
+			return fmt.Errorf("running %q, want a.yaml's v1 alone", c)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond) // rescans: b.yaml still refused
+	if c := command(); c != "v1" {
+		t.Fatalf("after rescans: %q", c)
+	}
+	logMu.Lock()
+	logged := logs.String()
+	logMu.Unlock()
+	if !strings.Contains(logged, "already defined by "+filepath.Join(dir, "a.yaml")) {
+		t.Errorf("no reason logged for b.yaml: %s", logged)
+	}
+	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b.yaml's pod once a.yaml is gone", func() error {
+		if c := command(); c != "v2" {
+			return fmt.Errorf("running %q", c)
+		}
+		return nil
+	})
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

@@ -364,7 +364,17 @@ func (m *Manager) ensureMirror(ctx context.Context, static *v1.Pod, known types.
 	if absent(err) {
 		err = apierrors.NewNotFound(v1.Resource("pods"), static.Name)
 	}
+	isMirror := false
+	if err == nil {
+		_, isMirror = existing.Annotations[manifest.MirrorAnnotation]
+	}
 	switch {
+	case err == nil && (!isMirror || existing.Spec.NodeName != m.nodeName):
+		// A pod someone created under the static pod's name (or another node's mirror): not
+		// this node's to delete, whatever it is. The static pod runs without a mirror, as with
+		// the kubelet, whose create then fails too.
+		return nil, fmt.Errorf("pod %s/%s (uid %s) holds the static pod's name and is not this node's mirror pod: no mirror is made while it exists (delete or rename it)",
+			static.Namespace, static.Name, existing.UID)
 	case err == nil && existing.Annotations[manifest.MirrorAnnotation] == hash && existing.DeletionTimestamp == nil:
 		return existing, nil
 	case err == nil:

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -17,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/holdfast-dev/holdfast/agent/manifest"
 )
 
 // A status computed from a pod that had not seen a condition another writer set (a readiness
@@ -119,5 +122,56 @@ func TestUnreachableApiserverEndsTheRound(t *testing.T) {
 	answer = nil
 	if m.syncAll(ctx) || m.Pending() != 0 {
 		t.Errorf("apiserver back: %d pending, want 0", m.Pending())
+	}
+}
+
+// A pod someone created under a static pod's name is not the node's mirror to replace: the
+// status manager never deletes it (before, it force-deleted any pod of that name, whoever
+// made it), says why no mirror is made, and makes one once that pod is gone. A mirror of
+// another version of the manifest is still replaced.
+func TestMirrorNeverReplacesAPodItDidNotMake(t *testing.T) {
+	static := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-gw", Namespace: "default", UID: "static-uid", Annotations: map[string]string{
+			manifest.ConfigSourceAnnotation: manifest.SourceFile, manifest.ConfigHashAnnotation: "hash-v2"}},
+		Spec: v1.PodSpec{NodeName: "gw", Containers: []v1.Container{{Name: "c", Image: "busybox"}}},
+	}
+	bystander := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-gw", Namespace: "default", UID: "someone-elses"},
+		Spec: v1.PodSpec{NodeName: "gw"}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "node-uid"}}
+	client := fake.NewSimpleClientset(bystander, node)
+	var deleted []string
+	client.PrependReactor("delete", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		deleted = append(deleted, action.(k8stesting.DeleteAction).GetName())
+		return false, nil, nil
+	})
+	var logs strings.Builder
+	m := NewManager(client, nil, "gw", slog.New(slog.NewTextHandler(&logs, nil)))
+	m.SetPodStatus(static, v1.PodStatus{Phase: v1.PodRunning})
+	ctx := context.Background()
+	m.syncAll(ctx)
+	if len(deleted) != 0 {
+		t.Fatalf("deleted %v: a pod the node did not make", deleted)
+	}
+	if got, err := client.CoreV1().Pods("default").Get(ctx, "web-gw", metav1.GetOptions{}); err != nil || got.UID != "someone-elses" {
+		t.Fatalf("the bystander pod: %v, %v", got, err)
+	}
+	if !strings.Contains(logs.String(), "is not this node's mirror pod") {
+		t.Errorf("no reason logged: %s", logs.String())
+	}
+
+	// Once it is gone the mirror is made; a mirror of an older manifest is replaced.
+	if err := client.CoreV1().Pods("default").Delete(ctx, "web-gw", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	old := bystander.DeepCopy()
+	old.UID, old.Annotations = "old-mirror", map[string]string{manifest.MirrorAnnotation: "hash-v1"}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted = nil
+	m.syncAll(ctx)
+	got, err := client.CoreV1().Pods("default").Get(ctx, "web-gw", metav1.GetOptions{})
+	if err != nil || got.Annotations[manifest.MirrorAnnotation] != "hash-v2" || len(deleted) != 1 {
+		t.Fatalf("after the old mirror: %+v, %v, deleted %v; want it replaced by the mirror of hash-v2", got, err, deleted)
 	}
 }
