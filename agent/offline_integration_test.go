@@ -510,7 +510,10 @@ func TestStaticPodMirror(t *testing.T) {
 		t.Errorf("mirror owner %+v", first.OwnerReferences)
 	}
 
-	if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: int64p(0)}); err != nil {
+	// Deleted as kubectl deletes it, with the pod's grace period: nothing runs a mirror to
+	// report its end, so the node deletes it for good and makes it again (before, it stayed
+	// Terminating).
+	if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var second *v1.Pod
@@ -520,7 +523,10 @@ func TestStaticPodMirror(t *testing.T) {
 			return err
 		}
 		if p.UID == first.UID {
-			return fmt.Errorf("still the first mirror")
+			return fmt.Errorf("still the first mirror (deletionTimestamp %v)", p.DeletionTimestamp)
+		}
+		if p.DeletionTimestamp != nil {
+			return fmt.Errorf("the new mirror is being deleted")
 		}
 		second = p
 		return nil

@@ -40,8 +40,9 @@ type APISource struct {
 	// Recorder, if set, gets a Warning event on a pod the state store could not cache (a full
 	// state file system): the one place its operator looks.
 	Recorder record.EventRecorder
-	// OnMirrorDeleted is told when a mirror pod disappears from the apiserver, so that the
-	// status side re-creates it while its static pod runs.
+	// OnMirrorDeleted is told when a mirror pod disappears from the apiserver or is being
+	// deleted, so that the status side deletes it for good and re-creates it while its static
+	// pod runs.
 	OnMirrorDeleted func(pod *v1.Pod)
 
 	synced  cache.InformerSynced
@@ -117,7 +118,16 @@ func (s *APISource) Start() informers.SharedInformerFactory {
 
 func (s *APISource) update(obj any) {
 	pod, ok := obj.(*v1.Pod)
-	if !ok || isMirror(pod) {
+	if !ok {
+		return
+	}
+	if isMirror(pod) {
+		// A mirror pod someone deleted gracefully (kubectl delete) would stay Terminating:
+		// nothing runs it to report its end. As the kubelet, the node deletes it for good and
+		// makes it again while its static pod runs.
+		if pod.DeletionTimestamp != nil && s.OnMirrorDeleted != nil {
+			s.OnMirrorDeleted(pod)
+		}
 		return
 	}
 	s.cache(pod)
