@@ -292,7 +292,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if client != nil {
 		api := &sources.APISource{Client: client, NodeName: cfg.NodeName, Sink: podMgr, Store: store,
-			Log: a.log.With("component", "apisource"), Recorder: recorder, OnMirrorDeleted: statusMgr.MirrorDeleted}
+			Log: a.log.With("component", "apisource"), Recorder: recorder, OnMirrorDeleted: statusMgr.MirrorDeleted,
+			Orphans: &sources.OrphanedMirrors{AllReady: podMgr.SourcesReady, StaticPodRuns: podMgr.RunsStaticPod, DeleteOrphan: statusMgr.DeleteOrphanedMirror}}
 		// Boot from the cache first, with no apiserver call on the path; the informer then
 		// reconciles when the apiserver answers.
 		if n := api.Restore(); n > 0 {
@@ -523,7 +524,7 @@ func (a *Agent) openPolicies(ctx context.Context, store offline.Store, recorder 
 	}
 	pm, err := policy.Open(ctx, policy.Options{
 		Dir:      a.cfg.PolicyDir,
-		CacheDir: filepath.Join(a.cfg.StateDir, "wasm-cache"),
+		CacheDir: a.cfg.PolicyCacheDir,
 		Logger:   a.log.With("component", "policy"),
 		Metrics:  a.metrics,
 		// Modules delivered from registries (module: oci://...) are kept for offline boots,

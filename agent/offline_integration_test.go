@@ -301,13 +301,16 @@ func (e *env) readPodView(containerID string) (podView, error) {
 // are gone. Every pod, written as users write them, runs again with its data, from the agent's
 // state alone; when the apiserver answers again the token is renewed and the API converges.
 // The gateway has a TPM (a software one): the state key the Secrets and tokens are sealed with
-// is the raw key file the test env provisions, sealed by the TPM in place at the first start
-// and unsealed by it after the reboot.
+// is made at the first start and sealed by the TPM (the raw key file the test env provisions
+// is removed, as an operator turning the TPM on does), and unsealed by it after the reboot.
 func TestOfflineRebootBootsFromCache(t *testing.T) {
 	tpm := testenv.StartSWTPM(t)
 	e := startEnv(t, true, func(c *config.Config) {
 		quickBackoff(c)
 		c.StateKeyTPM = tpm.Socket
+		if err := os.Remove(c.StateKeyFile); err != nil {
+			t.Fatal(err)
+		}
 	})
 	ctx := context.Background()
 	core := e.cp.Admin.CoreV1()
@@ -345,8 +348,8 @@ func TestOfflineRebootBootsFromCache(t *testing.T) {
 		}
 	}
 
-	if b, err := os.ReadFile(e.agent.Config.StateKeyFile); err != nil || len(b) == offline.KeySize {
-		t.Fatalf("the state key file is still the raw key (%d bytes, %v): not sealed by the TPM", len(b), err)
+	if b, err := os.ReadFile(e.agent.Config.StateKeyFile); err != nil || len(b) <= offline.KeySize {
+		t.Fatalf("the state key file (%d bytes, %v) is not a key sealed by the TPM", len(b), err)
 	}
 	e.cp.Stop()
 	testenv.Reboot(e.cd, e.agent)
@@ -474,7 +477,8 @@ func TestCorruptStateDatabase(t *testing.T) {
 }
 
 // TestStaticPodMirror: a static pod gets a mirror pod whose status tracks it; deleting the
-// mirror re-creates it; editing the file updates both; removing the file removes both.
+// mirror (as kubectl does) re-creates it; editing the file updates both; removing the file
+// while the agent is down removes both once it is back.
 func TestStaticPodMirror(t *testing.T) {
 	e := startEnv(t, true, quickBackoff)
 	ctx := context.Background()
@@ -550,9 +554,13 @@ func TestStaticPodMirror(t *testing.T) {
 		return nil
 	})
 
+	// The file removed while the agent is down: at its next start nothing runs the static pod,
+	// and its mirror is an orphan to delete (before, it stayed in the API for good).
+	e.agent.Stop()
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
+	e.agent.Start()
 	testenv.Eventually(t, 60*time.Second, "mirror removed with the file", func() error {
 		_, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

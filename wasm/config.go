@@ -116,7 +116,7 @@ func (l Limits) withDefaults(d Limits) Limits {
 // Config configures an Engine. It is immutable: each With method returns a
 // copy, so a Config can be shared and specialised safely.
 //
-//	cfg := wasm.NewConfig().WithCacheDir("/var/lib/holdfast/wasm-cache")
+//	cfg := wasm.NewConfig().WithCacheDir("/run/holdfast/wasm-cache")
 //	eng, err := wasm.NewEngine(ctx, cfg)
 type Config struct {
 	cacheDir     string
@@ -136,7 +136,9 @@ func NewConfig() Config { return Config{} }
 // WithCacheDir keeps compiled modules in dir (wazero's compilation cache), so
 // that a restart loads a module in about 0.1 s instead of recompiling it
 // (about 1.5 s for a Go module). The directory is created if missing.
-// Defaults to "" (compile in memory only).
+// Defaults to "" (compile in memory only). Its entries are machine code the
+// engine runs, checked by a CRC only: keep dir where only the agent writes,
+// and not on a disk an attacker can hold (the agent's default is on tmpfs).
 func (c Config) WithCacheDir(dir string) Config { c.cacheDir = dir; return c }
 
 // WithLogger receives the guests' log lines, each with a "module" attribute.

@@ -50,7 +50,8 @@ type Config struct {
 	// StateKeyTPM names the gateway's TPM 2.0 (the kernel's resource manager, /dev/tpmrm0;
 	// or a TPM simulator's unix socket) to seal the state key with: StateKeyFile then holds
 	// the key sealed by that TPM, of no use on another machine. A missing file gets a new key,
-	// sealed; a raw key file is sealed in place (the same key). Empty: the file is the raw key.
+	// sealed; a raw key file is refused (remove it to have a new key made: what the old one
+	// sealed is read again from the apiserver). Empty: the file is the raw key.
 	StateKeyTPM string `json:"stateKeyTPM,omitempty"`
 	// ManifestDir is the static pod manifest directory. Defaults to /etc/holdfast/manifests.
 	// Empty after defaulting only if set to "-" (no static pods).
@@ -63,6 +64,13 @@ type Config struct {
 	// kind, settings, grants, failurePolicy, limits) and the modules. Defaults to
 	// /etc/holdfast/policies; without a policies.yaml there are no policies.
 	PolicyDir string `json:"policyDir,omitempty"`
+	// PolicyCacheDir keeps the policies' compiled machine code (wazero's compilation cache),
+	// so that an agent restart does not compile them again. Its entries are checked by a
+	// CRC only, and run inside the agent: whoever can write them runs code as the agent,
+	// whatever digest the module was verified against. So the default is on tmpfs
+	// (/run/holdfast/wasm-cache), out of reach of whoever holds the disk while the gateway is
+	// off, at the cost of a compile after each reboot. "-" turns the cache off.
+	PolicyCacheDir string `json:"policyCacheDir,omitempty"`
 	// PodLogDir is the root of container logs, laid out as kubelet does:
 	// NAMESPACE_NAME_UID/CONTAINER/ATTEMPT.log. Defaults to /var/log/pods.
 	PodLogDir string `json:"podLogDir,omitempty"`
@@ -403,6 +411,10 @@ func (c *Config) applyDefaults() {
 	setDefault(&c.SeccompProfileRoot, filepath.Join(c.StateDir, "seccomp"))
 	setDefault(&c.ImagePreloadDir, "/usr/lib/holdfast/images")
 	setDefault(&c.PolicyDir, "/etc/holdfast/policies")
+	setDefault(&c.PolicyCacheDir, "/run/holdfast/wasm-cache")
+	if c.PolicyCacheDir == "-" {
+		c.PolicyCacheDir = ""
+	}
 	if c.ImagePreloadDir == "-" {
 		c.ImagePreloadDir = ""
 	}

@@ -358,6 +358,24 @@ func (m *Manager) Remove(uid types.UID, reason string) {
 	w.poke()
 }
 
+// RunsStaticPod reports whether a static pod of that namespace and name has a worker that was
+// not told to remove it: its mirror pod is not an orphan.
+func (m *Manager) RunsStaticPod(namespace, name string) bool {
+	m.mu.Lock()
+	ws := make([]*worker, 0, len(m.workers))
+	for _, w := range m.workers {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	for _, w := range ws {
+		pod, removed, _ := w.snapshot()
+		if !removed && manifest.IsStatic(pod) && pod.Namespace == namespace && pod.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // Known reports whether a pod UID is handled by a worker (running or terminating).
 func (m *Manager) Known(uid types.UID) bool {
 	m.mu.Lock()

@@ -9,9 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// A pod update that changes only what the node itself reports (status, and the resource
-// version and managed fields of the write) does not wake the pod's worker: it is the echo of
-// the worker's own status patch. Before, every echo synced the pod again, and a failing
+// A pod update that changes only what the node itself reports of its containers (the status
+// but its conditions, and the resource version and managed fields of the write) does not wake
+// the pod's worker: it is the echo of the worker's own status patch. Before, every echo synced the pod again, and a failing
 // sandbox whose error changed each try (a CRI runtime names a new sandbox ID) was retried in
 // a loop bounded by the API round trip: sandbox, netns, CNI ADD and DEL, an event and a PATCH
 // per turn. The worker still sees the latest status (the baseline of the next one it
@@ -21,6 +21,7 @@ func TestStatusOnlyUpdateDoesNotWakeTheWorker(t *testing.T) {
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1", ResourceVersion: "1", Labels: map[string]string{"app": "web"}},
 		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "busybox"}}},
+		Status:     v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue}}},
 	}
 	w := newWorker(m, pod)
 	m.workers[pod.UID] = w // not started: the test reads its signal itself
@@ -55,6 +56,14 @@ func TestStatusOnlyUpdateDoesNotWakeTheWorker(t *testing.T) {
 		{"an annotation", func(p *v1.Pod) { p.Annotations = map[string]string{"a": "b"} }},
 		{"the image", func(p *v1.Pod) { p.Spec.Containers[0].Image = "busybox:2" }},
 		{"a deletion", func(p *v1.Pod) { now := metav1.NewTime(time.Unix(1, 0)); p.DeletionTimestamp = &now }},
+		// Status changes the node must act on: a readiness gate another controller set, and
+		// Ready=False the node lifecycle controller wrote while the node was away.
+		{"a readiness gate's condition", func(p *v1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: "example.com/lb-ready", Status: v1.ConditionTrue})
+		}},
+		{"the Ready condition", func(p *v1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: "NodeNotReady"})
+		}},
 	} {
 		next := w.latestPod().DeepCopy()
 		next.ResourceVersion += "0"

@@ -133,6 +133,7 @@ func (w *worker) noteStart(pod *v1.Pod, c *v1.Container, err error) time.Duratio
 		// that. The message does not change from one try to the next, so pokes from the
 		// pod's own status updates do not turn into a loop. The timer is the fallback
 		// should the poke never come.
+		delete(w.startFailed, c.Name)
 		return startRetryDelay
 	default:
 		w.startFailed[c.Name] = w.m.now()
@@ -180,11 +181,14 @@ type termination struct {
 // pod terminates) is remembered; the manager starts it again once the termination is over,
 // as kubelet restarts such a pod.
 // setPod hands the worker the pod's latest version and reports whether it must sync for it.
-// An update that changes only what the node reports (the status, and the write's resource
-// version and managed fields: the echo of the worker's own status patch, most of the time)
-// needs no sync, as the kubelet reconciles status-only updates without one: the worker keeps
-// it as the baseline of the next status it computes. Waking the worker for each echo made a
-// loop of any failure whose message changes from one try to the next.
+// An update that changes only what the node reports of its containers (the status but its
+// conditions, and the write's resource version and managed fields: the echo of the worker's
+// own status patch, most of the time) needs no sync: the worker keeps it as the baseline of
+// the next status it computes. Waking the worker for each echo made a loop of any failure
+// whose message changes from one try to the next (a CRI sandbox ID). A change of conditions
+// does wake it, as the kubelet reconciles readiness: a readiness gate another controller set
+// makes the pod Ready, and Ready=False written by the node lifecycle controller while the
+// node was away is the node's to correct.
 func (w *worker) setPod(pod *v1.Pod) (wake bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -192,7 +196,7 @@ func (w *worker) setPod(pod *v1.Pod) (wake bool) {
 		w.readded = pod
 		return true
 	}
-	wake = specOrMetaChanged(w.pod, pod)
+	wake = specOrMetaChanged(w.pod, pod) || !apiequality.Semantic.DeepEqual(w.pod.Status.Conditions, pod.Status.Conditions)
 	w.pod = pod
 	if t := w.terminating; t != nil && pod.DeletionTimestamp != nil && gracePeriod(pod) < t.grace {
 		t.cancel()

@@ -44,6 +44,11 @@ type APISource struct {
 	// deleted, so that the status side deletes it for good and re-creates it while its static
 	// pod runs.
 	OnMirrorDeleted func(pod *v1.Pod)
+	// Orphans, if set, finds the node's mirror pods whose static pod does not run here (a
+	// manifest removed while the agent or the apiserver was away) and hands each to
+	// DeleteOrphan, once AllReady says every source has delivered its pods: as the kubelet
+	// deletes orphaned mirror pods in its cleanups.
+	Orphans *OrphanedMirrors
 
 	synced  cache.InformerSynced
 	indexer cache.Indexer
@@ -246,6 +251,7 @@ func (s *APISource) Run(ctx context.Context, factory informers.SharedInformerFac
 	if cache.WaitForCacheSync(ctx.Done(), s.synced) {
 		s.Log.Info("apiserver pod source synced", "after", time.Since(start).Round(time.Millisecond))
 		s.reconcileCache()
+		s.deleteOrphanedMirrors(ctx)
 	}
 	retry := time.NewTicker(cacheRetry)
 	defer retry.Stop()
@@ -256,7 +262,39 @@ func (s *APISource) Run(ctx context.Context, factory informers.SharedInformerFac
 			return nil
 		case <-retry.C:
 			s.retryUncached()
+			s.deleteOrphanedMirrors(ctx)
 		}
+	}
+}
+
+// OrphanedMirrors says which mirror pods have lost their static pod, and deletes them.
+type OrphanedMirrors struct {
+	// AllReady reports whether every source has delivered its pods: before, a static pod
+	// not delivered yet would look gone.
+	AllReady func() bool
+	// StaticPodRuns reports whether a static pod of that namespace and name runs here.
+	StaticPodRuns func(namespace, name string) bool
+	// DeleteOrphan deletes a mirror pod, if it is still that one (its UID).
+	DeleteOrphan func(ctx context.Context, mirror *v1.Pod) error
+}
+
+// deleteOrphanedMirrors deletes the mirror pods of the informer's view whose static pod does
+// not run here.
+func (s *APISource) deleteOrphanedMirrors(ctx context.Context) {
+	o := s.Orphans
+	if o == nil || s.indexer == nil || !o.AllReady() {
+		return
+	}
+	for _, obj := range s.indexer.List() {
+		pod, ok := obj.(*v1.Pod)
+		if !ok || !isMirror(pod) || o.StaticPodRuns(pod.Namespace, pod.Name) {
+			continue
+		}
+		if err := o.DeleteOrphan(ctx, pod); err != nil {
+			s.Log.Warn("delete orphaned mirror pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			continue
+		}
+		s.Log.Info("orphaned mirror pod deleted: its static pod does not run here", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
@@ -30,19 +31,28 @@ import (
 	"github.com/holdfast-dev/holdfast/offline"
 )
 
-// sealedMagic opens a key file sealed by a TPM; what follows is the sealed object's public
-// and private parts, each after its length (uvarint).
+// sealedMagic opens a key file sealed by a TPM; what follows is the name of the storage root
+// key it was sealed under, then the sealed object's public and private parts, each after its
+// length (uvarint).
 const sealedMagic = "holdfast state key sealed by TPM 2.0, v1\n"
 
 // ErrWrongTPM is the error for a sealed key file the TPM cannot unseal: sealed by another TPM
 // (the disk was moved, or copied), or altered.
 var ErrWrongTPM = errors.New("the TPM cannot unseal the state key")
 
+// ErrRawKeyWithTPM is Load's error for a raw key file where the key sealed by the TPM is
+// expected. It is never sealed in place: whoever could write the disk could otherwise choose
+// the key (replace the sealed file with a raw key of theirs, which would then be sealed and
+// used), and a raw key that once lay on the flash stays readable in its freed blocks. Remove
+// the file to make a new key, sealed: what the old key sealed (Secrets, tokens) is read again
+// from the apiserver.
+var ErrRawKeyWithTPM = errors.New("the state key file holds a raw key, not one sealed by the TPM")
+
 // Load returns the state key of path. With tpmPath "" the file holds the key's raw bytes
 // (offline.LoadKey). Otherwise tpmPath names the TPM (the kernel's resource manager,
 // /dev/tpmrm0, or a TPM simulator's unix socket) and the file holds the key sealed by it: a
-// missing file gets a new key, sealed; a raw key file is sealed in its place, the same key,
-// so that the records it sealed stay readable. made reports that a new key was made.
+// missing file gets a new key, sealed; a raw key file is refused (ErrRawKeyWithTPM). made
+// reports that a new key was made.
 func Load(path, tpmPath string) (key *offline.Key, made bool, err error) {
 	if tpmPath == "" {
 		key, err = offline.LoadKey(path)
@@ -55,20 +65,20 @@ func Load(path, tpmPath string) (key *offline.Key, made bool, err error) {
 		if _, err := rand.Read(raw); err != nil {
 			return nil, false, fmt.Errorf("make a state key: %w", err)
 		}
-		if err := sealTo(path, tpmPath, raw); err != nil {
+		switch err := sealTo(path, tpmPath, raw); {
+		case errors.Is(err, fs.ErrExist):
+			// Another start made one meanwhile (the key is read before the database's lock
+			// is taken): that one is the key.
+			return Load(path, tpmPath)
+		case err != nil:
 			return nil, false, err
 		}
 		key, err = offline.NewKey(raw)
 		return key, true, err
 	case err != nil:
 		return nil, false, err
-	case len(b) == offline.KeySize:
-		// A raw key from before the TPM was configured: the same key, sealed.
-		if err := sealTo(path, tpmPath, b); err != nil {
-			return nil, false, fmt.Errorf("seal the existing state key %s: %w", path, err)
-		}
-		key, err = offline.NewKey(b)
-		return key, false, err
+	case !bytes.HasPrefix(b, []byte(sealedMagic)):
+		return nil, false, fmt.Errorf("state key %s: %w (stateKeyTPM is set): remove it to have a new key made and sealed; what the old key sealed is then read again from the apiserver", path, ErrRawKeyWithTPM)
 	}
 	raw, err := unsealFrom(b, tpmPath)
 	if err != nil {
@@ -81,8 +91,9 @@ func Load(path, tpmPath string) (key *offline.Key, made bool, err error) {
 	return key, false, nil
 }
 
-// sealTo seals raw with the TPM and writes it to path (0600, replacing what was there at
-// once: a crash leaves the old file or the new one).
+// sealTo seals raw with the TPM and makes path hold it (0600). It never replaces a file: if
+// path exists meanwhile, the error wraps fs.ErrExist. Durable: a power cut right after leaves
+// the file, or no file and no record sealed with the new key.
 func sealTo(path, tpmPath string, raw []byte) error {
 	tpm, err := openTPM(tpmPath)
 	if err != nil {
@@ -93,27 +104,44 @@ func sealTo(path, tpmPath string, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("seal the state key with the TPM at %s: %w", tpmPath, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := createDurably(path, blob); err != nil {
 		return fmt.Errorf("write the sealed state key: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	return nil
+}
+
+// createDurably makes path hold data, mode 0600, unless it exists (an error wrapping
+// fs.ErrExist): written to a temporary file, synced, linked into place (a link, unlike a
+// rename, fails on an existing name), and the directory synced.
+func createDurably(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
-		return fmt.Errorf("write the sealed state key: %w", err)
+		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(blob); err == nil {
+	_, err = tmp.Write(data)
+	if err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
 	if err != nil {
-		return fmt.Errorf("write the sealed state key: %w", err)
+		return err
 	}
-	return nil
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return err // *LinkError wrapping EEXIST, which errors.Is(fs.ErrExist) sees
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 func unsealFrom(b []byte, tpmPath string) ([]byte, error) {
@@ -125,21 +153,43 @@ func unsealFrom(b []byte, tpmPath string) ([]byte, error) {
 	return unseal(tpm, b)
 }
 
-// openTPM opens the TPM at path: a unix socket is a simulator's (swtpm), anything else a
-// character device.
-func openTPM(path string) (transport.TPMCloser, error) {
+// tpmMu serializes this process's use of TPMs: a TPM without a resource manager (a
+// simulator's socket, /dev/tpm0) takes one client at a time and has room for few objects and
+// sessions; the kernel's /dev/tpmrm0 does the same between processes.
+var tpmMu sync.Mutex
+
+// lockedTPM is a TPM held under tpmMu until closed.
+type lockedTPM struct{ transport.TPMCloser }
+
+func (t lockedTPM) Close() error {
+	defer tpmMu.Unlock()
+	return t.TPMCloser.Close()
+}
+
+// openTPM opens the TPM at path, for this process alone until it is closed: a unix socket is
+// a simulator's (swtpm), anything else a character device.
+func openTPM(path string) (tpm transport.TPMCloser, err error) {
+	tpmMu.Lock()
+	defer func() {
+		if err != nil {
+			tpmMu.Unlock()
+		} else {
+			tpm = lockedTPM{tpm}
+		}
+	}()
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("open the TPM: %w", err)
+		// %v, not %w: a TPM device that is not there is not a missing key file (the agent
+		// would say it has none and make do without).
+		return nil, fmt.Errorf("open the TPM: %v", err)
 	}
-	var tpm transport.TPMCloser
 	if fi.Mode()&fs.ModeSocket != 0 {
 		tpm, err = linuxudstpm.Open(path)
 	} else {
 		tpm, err = linuxtpm.Open(path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open the TPM at %s: %w", path, err)
+		return nil, fmt.Errorf("open the TPM at %s: %v", path, err)
 	}
 	return tpm, nil
 }
@@ -168,8 +218,14 @@ func seal(tpm transport.TPM, raw []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer flush(tpm, parent.ObjectHandle)
+	srkPub, err := parent.OutPublic.Contents()
+	if err != nil {
+		return nil, fmt.Errorf("storage root key: %w", err)
+	}
 	rsp, err := tpm2.Create{
-		ParentHandle: tpm2.NamedHandle{Handle: parent.ObjectHandle, Name: parent.Name},
+		// The key crosses the bus encrypted, in a session salted to the SRK.
+		ParentHandle: tpm2.AuthHandle{Handle: parent.ObjectHandle, Name: parent.Name,
+			Auth: tpm2.HMAC(tpm2.TPMAlgSHA256, 16, tpm2.AESEncryption(128, tpm2.EncryptIn), tpm2.Salted(parent.ObjectHandle, *srkPub))},
 		InSensitive: tpm2.TPM2BSensitiveCreate{Sensitive: &tpm2.TPMSSensitiveCreate{
 			Data: tpm2.NewTPMUSensitiveCreate(&tpm2.TPM2BSensitiveData{Buffer: raw}),
 		}},
@@ -187,16 +243,17 @@ func seal(tpm transport.TPM, raw []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create the sealed object: %w", err)
 	}
-	pub, priv := tpm2.Marshal(rsp.OutPublic), tpm2.Marshal(rsp.OutPrivate)
-	b := append([]byte(sealedMagic), binary.AppendUvarint(nil, uint64(len(pub)))...)
-	b = append(b, pub...)
-	b = binary.AppendUvarint(b, uint64(len(priv)))
-	return append(b, priv...), nil
+	b := []byte(sealedMagic)
+	for _, part := range [][]byte{parent.Name.Buffer, tpm2.Marshal(rsp.OutPublic), tpm2.Marshal(rsp.OutPrivate)} {
+		b = binary.AppendUvarint(b, uint64(len(part)))
+		b = append(b, part...)
+	}
+	return b, nil
 }
 
 // unseal returns the key a sealed key file holds.
 func unseal(tpm transport.TPM, b []byte) ([]byte, error) {
-	pub, priv, err := splitSealed(b)
+	srkName, pub, priv, err := splitSealed(b)
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +262,11 @@ func unseal(tpm transport.TPM, b []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer flush(tpm, parent.ObjectHandle)
+	// The SRK the key was sealed under, not one a device between the agent and the TPM
+	// answers with to learn the session's salt.
+	if !bytes.Equal(parent.Name.Buffer, srkName) {
+		return nil, fmt.Errorf("%w: the TPM's storage root key is not the one the key was sealed under", ErrWrongTPM)
+	}
 	loaded, err := tpm2.Load{
 		ParentHandle: tpm2.NamedHandle{Handle: parent.ObjectHandle, Name: parent.Name},
 		InPrivate:    *priv,
@@ -233,35 +295,24 @@ func unseal(tpm transport.TPM, b []byte) ([]byte, error) {
 }
 
 // splitSealed reads the parts of a sealed key file.
-func splitSealed(b []byte) (*tpm2.TPM2BPublic, *tpm2.TPM2BPrivate, error) {
+func splitSealed(b []byte) (srkName []byte, pub *tpm2.TPM2BPublic, priv *tpm2.TPM2BPrivate, err error) {
 	rest, ok := bytes.CutPrefix(b, []byte(sealedMagic))
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: neither %d raw bytes nor a key sealed by a TPM", offline.ErrInvalid, offline.KeySize)
+		return nil, nil, nil, fmt.Errorf("%w: not a key sealed by a TPM", offline.ErrInvalid)
 	}
-	part := func(what string) ([]byte, error) {
+	var parts [3][]byte
+	for i, what := range []string{"storage root key name", "public part", "private part"} {
 		n, size := binary.Uvarint(rest)
 		if size <= 0 || n > uint64(len(rest)-size) {
-			return nil, fmt.Errorf("%w: the sealed key's %s is cut", offline.ErrInvalid, what)
+			return nil, nil, nil, fmt.Errorf("%w: the sealed key's %s is cut", offline.ErrInvalid, what)
 		}
-		p := rest[size : size+int(n)]
-		rest = rest[size+int(n):]
-		return p, nil
+		parts[i], rest = rest[size:size+int(n)], rest[size+int(n):]
 	}
-	pubBytes, err := part("public part")
-	if err != nil {
-		return nil, nil, err
+	if pub, err = tpm2.Unmarshal[tpm2.TPM2BPublic](parts[1]); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: the sealed key's public part: %w", offline.ErrInvalid, err)
 	}
-	privBytes, err := part("private part")
-	if err != nil {
-		return nil, nil, err
+	if priv, err = tpm2.Unmarshal[tpm2.TPM2BPrivate](parts[2]); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: the sealed key's private part: %w", offline.ErrInvalid, err)
 	}
-	pub, err := tpm2.Unmarshal[tpm2.TPM2BPublic](pubBytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: the sealed key's public part: %w", offline.ErrInvalid, err)
-	}
-	priv, err := tpm2.Unmarshal[tpm2.TPM2BPrivate](privBytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: the sealed key's private part: %w", offline.ErrInvalid, err)
-	}
-	return pub, priv, nil
+	return parts[0], pub, priv, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/holdfast-dev/holdfast/internal/testenv"
@@ -86,32 +87,39 @@ func TestAlteredSealedKeyNeverGivesAnotherKey(t *testing.T) {
 	t.Logf("%d of %d single-bit alterations refused, the rest gave the sealed key", refused, len(sealed)-len(sealedMagic))
 }
 
-// A gateway that had a raw key file before its TPM was configured keeps its key: the file is
-// sealed in place, and what the key sealed in the store stays readable.
-func TestRawKeySealedInPlace(t *testing.T) {
+// A raw key file where the sealed one is expected is refused, never sealed in place: whoever
+// could write the disk would otherwise choose the key (put a raw key of theirs in the sealed
+// file's place; the agent would seal it and seal every Secret with it). A key cut to 32 bytes
+// (the first bytes of the sealed file's header, which everybody knows) is refused the same
+// way. Removed, a new key is made and sealed.
+func TestRawKeyRefusedWithTPM(t *testing.T) {
 	tpm := testenv.StartSWTPM(t)
 	path := filepath.Join(t.TempDir(), "state.key")
 	raw := make([]byte, offline.KeySize)
 	if _, err := rand.Read(raw); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
+	for _, planted := range [][]byte{raw, []byte(sealedMagic)[:offline.KeySize]} {
+		if err := os.WriteFile(path, planted, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if k, made, err := Load(path, tpm.Socket); !errors.Is(err, ErrRawKeyWithTPM) || made {
+			t.Fatalf("a raw key file %q with a TPM configured: key %v (made %v), %v; want ErrRawKeyWithTPM", planted[:8], idOf(k), made, err)
+		}
+		if b, _ := os.ReadFile(path); !bytes.Equal(b, planted) {
+			t.Fatal("the raw key file was changed")
+		}
 	}
-	before, err := offline.LoadKey(path)
+	chosen, err := offline.NewKey(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
 	key, made, err := Load(path, tpm.Socket)
-	if err != nil || made || key.ID() != before.ID() {
-		t.Fatalf("raw key with a TPM configured: key %v (made %v), %v; want %s, sealed", idOf(key), made, err, before.ID())
-	}
-	b, _ := os.ReadFile(path)
-	if !bytes.HasPrefix(b, []byte(sealedMagic)) || bytes.Contains(b, raw) {
-		t.Errorf("the key file still holds the raw key, or is not sealed")
-	}
-	if k, _, err := Load(path, tpm.Socket); err != nil || k.ID() != before.ID() {
-		t.Errorf("after sealing: key %v, %v; want %s", idOf(k), err, before.ID())
+	if err != nil || !made || key.ID() == chosen.ID() {
+		t.Fatalf("after removing the raw key: key %v (made %v), %v; want a new key", idOf(key), made, err)
 	}
 }
 
@@ -139,4 +147,40 @@ func idOf(k *offline.Key) string {
 		return "<none>"
 	}
 	return k.ID()
+}
+
+// Two starts that find no key file at once (the key is read before the database's lock is
+// taken) end with one key: the first file made is the key, never replaced by the other's.
+func TestConcurrentFirstStartsAgreeOnOneKey(t *testing.T) {
+	tpm := testenv.StartSWTPM(t)
+	path := filepath.Join(t.TempDir(), "state.key")
+	const starts = 4
+	ids := make(chan string, starts)
+	errs := make(chan error, starts)
+	var wg sync.WaitGroup
+	for range starts {
+		wg.Go(func() {
+			k, _, err := Load(path, tpm.Socket)
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids <- k.ID()
+		})
+	}
+	wg.Wait()
+	close(ids)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	final, _, err := Load(path, tpm.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range ids {
+		if id != final.ID() {
+			t.Errorf("a start used key %s; the file holds %s", id, final.ID())
+		}
+	}
 }

@@ -415,6 +415,21 @@ func (m *Manager) ensureMirror(ctx context.Context, static *v1.Pod, known types.
 	return created, nil
 }
 
+// DeleteOrphanedMirror deletes a mirror pod whose static pod does not run here, if it is still
+// that pod (its UID): a newer mirror made meanwhile is left alone.
+func (m *Manager) DeleteOrphanedMirror(ctx context.Context, mirror *v1.Pod) error {
+	if m.client == nil {
+		return nil
+	}
+	zero := int64(0)
+	err := m.client.CoreV1().Pods(mirror.Namespace).Delete(ctx, mirror.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero,
+		Preconditions: metav1.NewUIDPreconditions(string(mirror.UID))})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete mirror pod %s/%s: %w", mirror.Namespace, mirror.Name, err)
+	}
+	return nil
+}
+
 // deleteMirror deletes the mirror of a static pod that stopped, if it is still the one made
 // for that version of the manifest.
 func (m *Manager) deleteMirror(ctx context.Context, static *v1.Pod, mirrorUID types.UID) error {

@@ -123,6 +123,7 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 		ManifestDir:     filepath.Join(dir, "manifests"),
 		PodLogDir:       filepath.Join(dir, "pods"),
 		ImagePreloadDir: "-",
+		PolicyCacheDir:  filepath.Join(dir, "wasm-cache"),
 		HealthzAddress:  addr,
 		Port:            &apiPort,
 		// The test machines' disks are shared with others, whose files can take them past the
