@@ -19,8 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/component-helpers/node/util/sysctl"
 	"sigs.k8s.io/yaml"
-
-	"github.com/holdfast-dev/holdfast/agent/eviction"
 )
 
 // Config is the agent's whole configuration. Every field has a default (see Default) so an
@@ -473,7 +471,7 @@ func (c *Config) applyDefaults() {
 	if c.EvictionHard == nil {
 		c.EvictionHard = map[string]string{}
 	}
-	for signal, v := range eviction.DefaultHard {
+	for signal, v := range DefaultEvictionHard {
 		if _, ok := c.EvictionHard[signal]; !ok {
 			c.EvictionHard[signal] = v
 		}
@@ -706,8 +704,8 @@ func (c *Config) ContainerLogMaxSizeBytes() int64 {
 }
 
 // EvictionThresholds are the hard and soft eviction thresholds, defaults included.
-func (c *Config) EvictionThresholds() ([]eviction.Threshold, error) {
-	return eviction.ParseThresholds(c.EvictionHard, c.EvictionSoft, c.EvictionSoftGracePeriod)
+func (c *Config) EvictionThresholds() ([]EvictionThreshold, error) {
+	return ParseEvictionThresholds(c.EvictionHard, c.EvictionSoft, c.EvictionSoftGracePeriod)
 }
 
 // reservable are the resources systemReserved and kubeReserved may name.

@@ -158,7 +158,7 @@ func (m *Manager) Synchronize(ctx context.Context) *v1.Pod {
 	now := m.cfg.Now()
 	var met []Threshold
 	for _, t := range m.cfg.Thresholds {
-		if t.Met(obs[t.Signal]) {
+		if thresholdMet(t, obs[t.Signal]) {
 			met = append(met, t)
 		}
 	}
@@ -172,7 +172,7 @@ func (m *Manager) Synchronize(ctx context.Context) *v1.Pod {
 	})
 	t := evictable[0]
 	m.log.Info("eviction threshold met", "threshold", t.String(), "available", obs[t.Signal].Available, "capacity", obs[t.Signal].Capacity)
-	if t.Signal.disk() && m.reclaimer != nil {
+	if t.Signal.Disk() && m.reclaimer != nil {
 		if done := m.reclaim(ctx, t); done {
 			return nil
 		}
@@ -227,7 +227,7 @@ func (m *Manager) reclaim(ctx context.Context, t Threshold) bool {
 	if err != nil {
 		return false
 	}
-	if t.Met(obs[t.Signal]) {
+	if thresholdMet(t, obs[t.Signal]) {
 		return false
 	}
 	m.log.Info("node-level reclaim relieved the threshold; no pod evicted", "threshold", t.String())
@@ -321,7 +321,7 @@ func (m *Manager) waitForCleanup(ctx context.Context, pod *v1.Pod) {
 func Message(t Threshold, o Observation, pod *v1.Pod, stats StatsFunc) string {
 	res := t.Signal.Resource()
 	msg := fmt.Sprintf(nodeLowMessageFmt, res)
-	available := resource.NewQuantity(o.Available, format(t.Signal))
+	available := resource.NewQuantity(o.Available, t.Signal.Format())
 	msg += fmt.Sprintf(thresholdMetMessageFmt, t.QuantityFor(o.Capacity), available)
 	if res != v1.ResourceMemory {
 		return msg

@@ -61,7 +61,7 @@ func (h HostStats) Stats(ctx context.Context, pods []*v1.Pod, signal Signal) Sta
 	for _, pod := range pods {
 		var s PodStats
 		var ok bool
-		if signal.disk() {
+		if signal.Disk() {
 			s, ok = h.diskStats(pod)
 		} else {
 			s, ok = h.usageStats(ctx, pod)

@@ -84,7 +84,7 @@ func TestThresholdMet(t *testing.T) {
 		{disk, Observation{Available: 100, Capacity: 1000}, false},
 		{disk, Observation{}, false}, // not observed
 	} {
-		if got := tc.th.Met(tc.o); got != tc.want {
+		if got := thresholdMet(tc.th, tc.o); got != tc.want {
 			t.Errorf("%s met by %+v = %v, want %v", tc.th, tc.o, got, tc.want)
 		}
 	}
