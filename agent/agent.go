@@ -490,7 +490,7 @@ func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
 	switch {
 	case r.Recovered != nil:
 		a.log.Error("state database was unusable: moved aside and started empty; rebuilding from containerd, manifests and the apiserver",
-			"path", r.Path, "kind", r.Recovered.Kind, "movedTo", r.Recovered.MovedTo, "err", r.Recovered.Err)
+			"path", r.Path, "kind", r.Recovered.Kind, "movedTo", r.Recovered.MovedTo, "err", r.Recovered.Err, "olderCopiesRemoved", r.Recovered.Removed)
 		return []v1.NodeCondition{{
 			Type:    node.ConditionStateRecovered,
 			Status:  v1.ConditionTrue,

@@ -1,6 +1,7 @@
 package offline
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -75,7 +77,14 @@ type Recovery struct {
 	MovedTo string
 	// Size is the old file's size in bytes.
 	Size int64
+	// Removed are older copies deleted to keep KeptCorruptCopies of them.
+	Removed []string
 }
+
+// KeptCorruptCopies is how many unusable database files are kept for inspection, the newest:
+// a failing card that corrupts the database at every boot must not fill the state file
+// system with copies, which would then take the pods' volumes and the new database down too.
+const KeptCorruptCopies = 3
 
 // RecoveryKind classifies why a database file was unusable.
 type RecoveryKind string
@@ -191,6 +200,7 @@ func openLocked(path string, opts Options, report *OpenReport) (*bolt.DB, error)
 		return nil, fmt.Errorf("the file is unusable (%s: %v) and moving it aside failed: %w", problem.Kind, problem.Err, err)
 	}
 	problem.MovedTo = moved
+	problem.Removed = removeOldCopies(path, KeptCorruptCopies)
 	report.Recovered = problem
 	report.Created = true
 	report.MigratedFrom = 0
@@ -383,12 +393,65 @@ func createFresh(path string, opts Options) (*bolt.DB, error) {
 	return db, nil
 }
 
+// removeOldCopies deletes the moved-aside copies of path but the newest keep, newest by the
+// time in their name and then by their counter, and returns the ones deleted. A copy that
+// cannot be deleted is left; the next recovery tries again.
+func removeOldCopies(path string, keep int) []string {
+	copies, err := filepath.Glob(globQuote(path) + ".corrupt-*")
+	if err != nil || len(copies) <= keep {
+		return nil
+	}
+	order := func(name string) (string, int) {
+		stamp, n, _ := strings.Cut(strings.TrimPrefix(name, path+".corrupt-"), "-")
+		counter, err := strconv.Atoi(n)
+		if err != nil {
+			counter = 1 // the first of its second
+		}
+		return stamp, counter
+	}
+	slices.SortFunc(copies, func(a, b string) int {
+		sa, ca := order(a)
+		sb, cb := order(b)
+		return cmp.Or(strings.Compare(sa, sb), cmp.Compare(ca, cb))
+	})
+	var removed []string
+	for _, c := range copies[:len(copies)-keep] {
+		if err := os.Remove(c); err == nil {
+			removed = append(removed, c)
+		}
+	}
+	return removed
+}
+
+// globQuote escapes the characters filepath.Glob would read as a pattern.
+func globQuote(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // moveAside renames path to "<path>.corrupt-<UTC timestamp>" (with a
-// counter if that exists) and fsyncs the directory.
+// counter above any of that second's copies if that exists, so that the
+// counter orders them even after older ones were removed) and fsyncs the
+// directory.
 func moveAside(path string, now time.Time) (string, error) {
 	base := path + ".corrupt-" + now.UTC().Format("20060102T150405Z")
 	target := base
-	for i := 2; ; i++ {
+	if others, _ := filepath.Glob(globQuote(base) + "*"); len(others) > 0 {
+		highest := 1
+		for _, o := range others {
+			if n, err := strconv.Atoi(strings.TrimPrefix(o, base+"-")); err == nil {
+				highest = max(highest, n)
+			}
+		}
+		target = base + "-" + strconv.Itoa(highest+1)
+	}
+	for i := 2; ; i++ { // never over a file, whatever its name says
 		if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
 			break
 		}

@@ -688,3 +688,39 @@ func TestLoadKeyRefusesAnotherOwner(t *testing.T) {
 		t.Errorf("a key file of uid 12345: %v, want refused naming the owner", err)
 	}
 }
+
+// A card that corrupts the database at every boot does not fill the state file system with
+// copies: the newest KeptCorruptCopies are kept (by the time in their name, then by their
+// counter: -10 is newer than -9), the older are deleted and reported. Before, every copy was
+// kept for good.
+func TestCorruptCopiesBounded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	first := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
+	var removed []string
+	recover := func(when time.Time) {
+		t.Helper()
+		must(t, os.WriteFile(path, []byte("garbage"), 0o600))
+		s, rep := openTestStore(t, path, Options{Now: func() time.Time { return when }})
+		must(t, s.Close())
+		removed = append(removed, rep.Recovered.Removed...)
+	}
+	for range 11 { // base, -2 ... -11 within one second
+		recover(first)
+	}
+	recover(first.Add(time.Hour))
+	base := path + ".corrupt-20261102T093000Z"
+	left, err := filepath.Glob(path + ".corrupt-*")
+	must(t, err)
+	slices.Sort(left)
+	want := []string{base + "-10", base + "-11", path + ".corrupt-20261102T103000Z"}
+	if strings.Join(left, " ") != strings.Join(want, " ") {
+		t.Errorf("copies left %v, want %v", left, want)
+	}
+	if len(removed) != 9 || slices.Contains(removed, base+"-10") {
+		t.Errorf("removed %v: want the 9 oldest", removed)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the new database: %v", err)
+	}
+}
