@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 const staticPod = `apiVersion: v1
@@ -116,6 +117,36 @@ func TestStandaloneStaticPods(t *testing.T) {
 		}
 		return nil
 	})
+	// Nothing of the two versions is left in the store: before, a record per version of a
+	// manifest was kept for good.
+	e.agent.Stop()
+	if names := e.storedPods(t); len(names) != 0 {
+		t.Errorf("records left in the state store: %v", names)
+	}
+}
+
+// storedPods opens the state database of the stopped agent and returns the pods it holds
+// records of (name/UID).
+func (e *env) storedPods(t *testing.T) []string {
+	t.Helper()
+	key, err := offline.LoadKey(e.agent.Config.StateKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, _, err := offline.Open(filepath.Join(e.agent.Config.StateDir, "state.db"), offline.Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	recs, _, err := store.LoadPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range recs {
+		names = append(names, r.Pod.Name+"/"+string(r.UID))
+	}
+	return names
 }
 
 func containerIDs[T any](m map[string]T) []string {

@@ -29,6 +29,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/expansion"
 	"github.com/holdfast-dev/holdfast/internal/failpoint"
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // resyncPeriod bounds how long a pod goes without a sync even when nothing signals it
@@ -341,6 +342,15 @@ func (w *worker) syncTermination(ctx context.Context, log *slog.Logger, observed
 		log.Warn("terminate pod", "err", err)
 		w.syncErr = err
 		return time.Second
+	}
+	if w.m.store != nil {
+		// Gone from its source and from the node: its record goes too, or the store keeps
+		// it for good (a record per version of a static manifest) and an offline boot may run
+		// it again (the record the first sync's admission wrote back after the source had
+		// removed the pod).
+		if err := w.m.store.DeletePod(pod.UID); err != nil && !errors.Is(err, offline.ErrNotFound) {
+			log.Warn("remove the record of a terminated pod", "err", err)
+		}
 	}
 	w.finished = true
 	return 0
