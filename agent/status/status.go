@@ -64,7 +64,10 @@ func NewManager(client kubernetes.Interface, store offline.Store, nodeName strin
 }
 
 // RestoreOutbox loads the statuses an earlier run could not deliver; Run delivers them in
-// the order they were first recorded, coalesced to the latest per pod.
+// the order they were first recorded, coalesced to the latest per pod. The statuses of a pod
+// the store has no record of any more (deleted from the API, its record removed, before they
+// were delivered) are dropped: the pod is no longer the node's, and the Node authorizer
+// refuses them (403) for as long as they are retried, which was for good.
 func (m *Manager) RestoreOutbox() int {
 	if m.store == nil {
 		return 0
@@ -79,17 +82,27 @@ func (m *Manager) RestoreOutbox() int {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	restored := 0
 	for _, p := range pending {
 		if _, ok := m.pods[p.UID]; ok {
 			continue
 		}
+		if _, err := m.store.GetPod(p.UID); errors.Is(err, offline.ErrNotFound) {
+			if err := m.store.AckStatuses(p.UID, p.LastSeq); err != nil {
+				m.log.Warn("drop the statuses of a pod no longer on this node", "pod", p.Namespace+"/"+p.Name, "err", err)
+			} else {
+				m.log.Info("statuses of a pod no longer on this node dropped", "pod", p.Namespace+"/"+p.Name, "uid", p.UID)
+			}
+			continue
+		}
+		restored++
 		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID}}
 		m.pods[p.UID] = &entry{pod: pod, status: p.Status, seq: p.LastSeq, dirty: true}
 	}
-	if len(pending) > 0 {
+	if restored > 0 {
 		m.poke()
 	}
-	return len(pending)
+	return restored
 }
 
 // MirrorDeleted is told that a mirror pod disappeared from the apiserver; if its static pod

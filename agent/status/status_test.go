@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // A status computed from a pod that had not seen a condition another writer set (a readiness
@@ -173,5 +175,37 @@ func TestMirrorNeverReplacesAPodItDidNotMake(t *testing.T) {
 	got, err := client.CoreV1().Pods("default").Get(ctx, "web-gw", metav1.GetOptions{})
 	if err != nil || got.Annotations[manifest.MirrorAnnotation] != "hash-v2" || len(deleted) != 1 {
 		t.Fatalf("after the old mirror: %+v, %v, deleted %v; want it replaced by the mirror of hash-v2", got, err, deleted)
+	}
+}
+
+// Statuses left in the outbox for a pod the store no longer has a record of (deleted from the
+// API while the node was away, its record removed by the full list that proved it) are
+// dropped at the next start: the Node authorizer refuses them (403) for as long as they are
+// tried, which was every 10 s for good. A pod with a record keeps its pending status.
+func TestOutboxOfAPodGoneIsDropped(t *testing.T) {
+	store := offline.NewMemStore(nil)
+	kept := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kept", UID: "kept-uid"}}
+	if err := store.PutPod(offline.SourceAPI, kept); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*v1.Pod{kept, {ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gone", UID: "gone-uid"}}} {
+		if _, err := store.AppendStatus(offline.StatusUpdate{UID: p.UID, Namespace: p.Namespace, Name: p.Name,
+			Status: v1.PodStatus{Phase: v1.PodRunning}, Timestamp: time.Unix(1, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := NewManager(fake.NewSimpleClientset(), store, "gw", slog.New(slog.DiscardHandler))
+	if n := m.RestoreOutbox(); n != 1 {
+		t.Errorf("restored %d pods' statuses, want 1", n)
+	}
+	pending, _, err := store.PendingStatuses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || pending[0].UID != "kept-uid" {
+		t.Errorf("outbox after the restore: %+v, want the kept pod's alone", pending)
+	}
+	if m.Pending() != 1 {
+		t.Errorf("statuses waiting for delivery: %d, want 1", m.Pending())
 	}
 }
