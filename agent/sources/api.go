@@ -84,7 +84,11 @@ func (s *APISource) Restore() int {
 	return n
 }
 
-// Ready reports whether the informer has delivered the complete list of the node's pods.
+// Ready reports whether the source's handler has been handed every pod of the informer's
+// first complete list: not the informer's own HasSynced, which holds as soon as the list is in
+// its store, before the handler has delivered it (client-go: it "doesn't tell you if an
+// individual handler is synced"). Ready too early, the pods manager would take the running
+// containers of pods not delivered yet for orphans.
 func (s *APISource) Ready() bool { return s.synced != nil && s.synced() }
 
 // Start registers the informer; Run runs it. They are split so that Ready can be asked
@@ -95,7 +99,7 @@ func (s *APISource) Start() informers.SharedInformerFactory {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", s.NodeName).String()
 		}))
 	inf := factory.Core().V1().Pods().Informer()
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.update(obj) },
 		UpdateFunc: func(_, obj any) { s.update(obj) },
 		DeleteFunc: func(obj any) {
@@ -116,7 +120,14 @@ func (s *APISource) Start() informers.SharedInformerFactory {
 			s.Sink.Remove(pod.UID, "pod deleted in the API")
 		},
 	})
-	s.synced = inf.HasSynced
+	s.synced = func() bool { return false }
+	if err != nil {
+		// Only for an informer already stopped, which a new factory's is not; never ready
+		// is the safe side: no container is taken for an orphan.
+		s.Log.Error("register the pod source's handler", "err", err)
+	} else {
+		s.synced = reg.HasSynced
+	}
 	s.indexer = inf.GetIndexer()
 	return factory
 }

@@ -2,16 +2,20 @@ package sources
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // A mirror pod deleted gracefully (kubectl delete pod, 30 s of grace) is handed to the status
@@ -72,4 +76,59 @@ func TestOrphanedMirrorsDeleted(t *testing.T) {
 	if len(deleted) != 1 || deleted[0] != "removed-gw/removed-gw-uid" {
 		t.Fatalf("deleted %v, want removed-gw's mirror alone, by its UID", deleted)
 	}
+}
+
+// blockingSink holds the first delivery until released.
+type blockingSink struct {
+	recordingSink
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (s *blockingSink) Update(p *v1.Pod) {
+	s.once.Do(func() {
+		close(s.entered)
+		<-s.release
+	})
+	s.recordingSink.Update(p)
+}
+
+// The source is ready once its handler was handed every pod of the first list, not as soon as
+// the informer holds the list: until then the pods manager would take the running containers
+// of pods not delivered yet for orphans, and kill them. Before, the informer's own HasSynced
+// said ready while the handler still held the first pod.
+func TestReadyOnlyOnceTheHandlerDelivered(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"}, Spec: v1.PodSpec{NodeName: "gw"}}
+	sink := &blockingSink{recordingSink: recordingSink{pods: map[types.UID]*v1.Pod{}}, entered: make(chan struct{}), release: make(chan struct{})}
+	s := &APISource{Client: fake.NewSimpleClientset(pod), NodeName: "gw", Sink: sink, Store: offline.NewMemStore(nil), Log: slog.New(slog.DiscardHandler)}
+	factory := s.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	factory.Start(ctx.Done())
+	release := sync.OnceFunc(func() { close(sink.release) })
+	defer func() {
+		release() // a failed test must not leave the handler blocked: Shutdown waits for it
+		cancel()
+		factory.Shutdown()
+	}()
+	<-sink.entered
+	inf := factory.Core().V1().Pods().Informer()
+	waitFor(t, "the informer holds the list", func() error {
+		if !inf.HasSynced() {
+			return fmt.Errorf("not synced")
+		}
+		return nil
+	})
+	if s.Ready() {
+		t.Fatal("ready while the handler has not delivered the first pod")
+	}
+	release()
+	waitFor(t, "ready once delivered", func() error {
+		if !s.Ready() {
+			return fmt.Errorf("not ready")
+		}
+		if len(sink.names()) != 1 {
+			return fmt.Errorf("pods %v", sink.names())
+		}
+		return nil
+	})
 }
