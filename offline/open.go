@@ -200,7 +200,7 @@ func openLocked(path string, opts Options, report *OpenReport) (*bolt.DB, error)
 		return nil, fmt.Errorf("the file is unusable (%s: %v) and moving it aside failed: %w", problem.Kind, problem.Err, err)
 	}
 	problem.MovedTo = moved
-	problem.Removed = removeOldCopies(path, KeptCorruptCopies)
+	problem.Removed = removeOldCopies(path, moved, KeptCorruptCopies)
 	report.Recovered = problem
 	report.Created = true
 	report.MigratedFrom = 0
@@ -393,12 +393,19 @@ func createFresh(path string, opts Options) (*bolt.DB, error) {
 	return db, nil
 }
 
-// removeOldCopies deletes the moved-aside copies of path but the newest keep, newest by the
-// time in their name and then by their counter, and returns the ones deleted. A copy that
-// cannot be deleted is left; the next recovery tries again.
-func removeOldCopies(path string, keep int) []string {
-	copies, err := filepath.Glob(globQuote(path) + ".corrupt-*")
-	if err != nil || len(copies) <= keep {
+// removeOldCopies deletes the moved-aside copies of path but the one just made and the
+// newest keep-1 others, newest by the time in their name and then by their counter, and
+// returns the ones deleted. The one just made is kept whatever its name says: a gateway
+// without a real-time clock may boot at a time before the older copies'. A copy that cannot
+// be deleted is left; the next recovery tries again.
+func removeOldCopies(path, justMade string, keep int) []string {
+	all, err := filepath.Glob(globQuote(path) + ".corrupt-*")
+	if err != nil {
+		return nil
+	}
+	copies := slices.DeleteFunc(all, func(c string) bool { return c == justMade })
+	keep-- // the one just made
+	if len(copies) <= keep {
 		return nil
 	}
 	order := func(name string) (string, int) {

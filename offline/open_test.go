@@ -724,3 +724,26 @@ func TestCorruptCopiesBounded(t *testing.T) {
 		t.Errorf("the new database: %v", err)
 	}
 }
+
+// A gateway without a real-time clock can boot at a time before its older copies': the copy
+// just made is kept whatever its name says, and the report never names a file that is gone.
+func TestCorruptCopyJustMadeKeptWhenTheClockWentBack(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	later := time.Date(2026, 11, 2, 9, 30, 0, 0, time.UTC)
+	for i := range KeptCorruptCopies {
+		must(t, os.WriteFile(path, []byte("garbage"), 0o600))
+		s, _ := openTestStore(t, path, Options{Now: func() time.Time { return later.Add(time.Duration(i) * time.Hour) }})
+		must(t, s.Close())
+	}
+	must(t, os.WriteFile(path, []byte("garbage"), 0o600))
+	s, rep := openTestStore(t, path, Options{Now: func() time.Time { return time.Unix(0, 0) }}) // booted at 1970
+	must(t, s.Close())
+	if _, err := os.Stat(rep.Recovered.MovedTo); err != nil {
+		t.Fatalf("the copy just made (%s) is gone: %v", rep.Recovered.MovedTo, err)
+	}
+	left, _ := filepath.Glob(path + ".corrupt-*")
+	if len(left) != KeptCorruptCopies {
+		t.Errorf("copies left %v, want %d", left, KeptCorruptCopies)
+	}
+}

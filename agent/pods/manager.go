@@ -358,8 +358,10 @@ func (m *Manager) Remove(uid types.UID, reason string) {
 	w.poke()
 }
 
-// RunsStaticPod reports whether a static pod of that namespace and name has a worker that was
-// not told to remove it: its mirror pod is not an orphan.
+// RunsStaticPod reports whether a static pod of that namespace and name has a worker, running
+// or terminating: its mirror pod is not an orphan. A terminating one's mirror is the status
+// side's to delete once the pod is down (as the kubelet skips the mirrors of terminating
+// pods); deleted before, it would be made again while the pod still reports, in a loop.
 func (m *Manager) RunsStaticPod(namespace, name string) bool {
 	m.mu.Lock()
 	ws := make([]*worker, 0, len(m.workers))
@@ -368,8 +370,8 @@ func (m *Manager) RunsStaticPod(namespace, name string) bool {
 	}
 	m.mu.Unlock()
 	for _, w := range ws {
-		pod, removed, _ := w.snapshot()
-		if !removed && manifest.IsStatic(pod) && pod.Namespace == namespace && pod.Name == name {
+		pod, _, _ := w.snapshot()
+		if manifest.IsStatic(pod) && pod.Namespace == namespace && pod.Name == name {
 			return true
 		}
 	}

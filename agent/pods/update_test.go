@@ -74,3 +74,24 @@ func TestStatusOnlyUpdateDoesNotWakeTheWorker(t *testing.T) {
 		}
 	}
 }
+
+// Containers found at start that no source claimed yet are torn down by an orphan worker; if
+// the pod's source delivers it meanwhile (a manifest read late, a relist), the pod is started
+// again once the teardown is done. Before, the orphan worker took the pod and kept its removal
+// flag: the pod stayed stopped until its manifest was edited or the agent restarted.
+func TestPodDeliveredToAnOrphanWorkerStartsAgain(t *testing.T) {
+	m := NewManager(Config{}, nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+	stub := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1", Name: "sensor-gw", Namespace: "default"}}
+	w := newWorker(m, stub)
+	w.removed, w.orphan = true, true
+	m.workers[stub.UID] = w
+	pod := stub.DeepCopy()
+	pod.Spec.Containers = []v1.Container{{Name: "reader", Image: "busybox"}}
+	m.Update(pod)
+	w.mu.Lock()
+	readded := w.readded
+	w.mu.Unlock()
+	if readded != pod {
+		t.Fatalf("the pod delivered to an orphan worker is not kept to start again: readded %v", readded)
+	}
+}

@@ -193,7 +193,10 @@ type termination struct {
 func (w *worker) setPod(pod *v1.Pod) (wake bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.removed && !w.orphan && pod.DeletionTimestamp == nil {
+	if w.removed && pod.DeletionTimestamp == nil {
+		// Delivered again while it terminates: started afresh once the termination is done.
+		// An orphan worker too (containers found at start that no source claimed yet): its
+		// pod's source has delivered it after all, and must not find it stopped for good.
 		w.readded = pod
 		return true
 	}
@@ -343,11 +346,16 @@ func (w *worker) syncTermination(ctx context.Context, log *slog.Logger, observed
 		w.syncErr = err
 		return time.Second
 	}
-	if w.m.store != nil {
+	w.mu.Lock()
+	removed := w.removed
+	w.mu.Unlock()
+	if w.m.store != nil && removed {
 		// Gone from its source and from the node: its record goes too, or the store keeps
 		// it for good (a record per version of a static manifest) and an offline boot may run
 		// it again (the record the first sync's admission wrote back after the source had
-		// removed the pod).
+		// removed the pod). Not for an API pod the node terminated because it is being
+		// deleted: its final status may still wait in the outbox, which keeps the statuses of
+		// pods with a record; the API source deletes the record when the API deletes the pod.
 		if err := w.m.store.DeletePod(pod.UID); err != nil && !errors.Is(err, offline.ErrNotFound) {
 			log.Warn("remove the record of a terminated pod", "err", err)
 		}

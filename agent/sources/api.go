@@ -146,6 +146,17 @@ func (s *APISource) update(obj any) {
 		}
 		return
 	}
+	if pod.Annotations[manifest.ConfigSourceAnnotation] != manifest.SourceAPI {
+		// As the kubelet marks every pod with its source: a pod author's
+		// kubernetes.io/config.source: file would make an API pod pass for a static pod
+		// (critical: never evicted, admitted under pressure; no status reported). The
+		// informer's object is shared, so a copy is marked.
+		pod = pod.DeepCopy()
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[manifest.ConfigSourceAnnotation] = manifest.SourceAPI
+	}
 	s.cache(pod)
 	s.Sink.Update(pod)
 }

@@ -132,3 +132,25 @@ func TestReadyOnlyOnceTheHandlerDelivered(t *testing.T) {
 		return nil
 	})
 }
+
+// An API pod whose author wrote kubernetes.io/config.source: file is marked as the API's, as
+// the kubelet marks every pod with its source: it must not pass for a static pod (critical,
+// never evicted; no status reported). The informer's shared object is left as it is.
+func TestAPIPodMarkedWithItsSource(t *testing.T) {
+	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
+	s := &APISource{Sink: sink, Store: offline.NewMemStore(nil), Log: slog.New(slog.DiscardHandler)}
+	forged := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1",
+		Annotations: map[string]string{manifest.ConfigSourceAnnotation: manifest.SourceFile}}}
+	s.update(forged)
+	got := sink.pods["u1"]
+	if got == nil || manifest.IsStatic(got) || got.Annotations[manifest.ConfigSourceAnnotation] != manifest.SourceAPI {
+		t.Fatalf("delivered %+v; want the pod marked as the API's", got)
+	}
+	if forged.Annotations[manifest.ConfigSourceAnnotation] != manifest.SourceFile {
+		t.Error("the informer's object was changed")
+	}
+	rec, err := s.Store.GetPod("u1")
+	if err != nil || manifest.IsStatic(rec.Pod) {
+		t.Errorf("cached %+v, %v; want the pod marked as the API's", rec.Pod, err)
+	}
+}

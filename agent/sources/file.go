@@ -176,6 +176,7 @@ func (s *FileSource) syncFile(path string) {
 			delete(s.pods, path)
 			s.Log.Info("static manifest removed; stopping its pod", "path", path, "pod", old.Name)
 			s.Sink.Remove(old.UID, "static manifest "+displayPath(path)+" was removed")
+			s.resyncDuplicatesOf(old)
 		}
 		return
 	}
@@ -187,12 +188,20 @@ func (s *FileSource) syncFile(path string) {
 		return // gone since the stat (or a dangling symlink): its removal event follows
 	}
 	if err == nil {
-		if other := s.definedBy(pod, path); other != "" {
+		if other := s.definedBy(pod, path); other != "" && other < path {
 			// As the kubelet refuses a duplicate pod name within a source: two static pods of
 			// one name would share one mirror pod, each replacing the other's in a loop. The
-			// file read first keeps it (at boot: the first by name); this one is reported, and
-			// read again by the next scan once the other is gone.
+			// first file by name has it, as at every boot, whatever came first.
 			err = fmt.Errorf("pod %s/%s is already defined by %s: static pod names must be unique", pod.Namespace, pod.Name, displayPath(other))
+		} else if other != "" {
+			// This file comes first by name: it takes the name from the other, which is
+			// reported as the duplicate from now on (as the next boot would have it).
+			displaced := s.pods[other]
+			delete(s.pods, other)
+			msg := fmt.Sprintf("pod %s/%s is already defined by %s: static pod names must be unique", pod.Namespace, pod.Name, displayPath(path))
+			s.bad[other] = msg
+			s.Log.Error("invalid static manifest; its pod stops", "path", other, "pod", displaced.Name, "err", msg)
+			s.Sink.Remove(displaced.UID, "static manifest "+displayPath(path)+" defines the same pod and comes first by name")
 		}
 	}
 	if err != nil {
@@ -223,6 +232,23 @@ func (s *FileSource) syncFile(path string) {
 		s.Log.Info("static pod found", "path", path, "pod", pod.Name)
 	}
 	s.Sink.Update(pod)
+}
+
+// resyncDuplicatesOf reads again, at once, the files refused as duplicates of a pod that is
+// gone, so that the next in line runs it without waiting for a rescan (a rename of the file
+// that had the name is a removal and a creation, in either order).
+func (s *FileSource) resyncDuplicatesOf(gone *v1.Pod) {
+	prefix := fmt.Sprintf("pod %s/%s is already defined by ", gone.Namespace, gone.Name)
+	var paths []string
+	for p, msg := range s.bad {
+		if p != s.Dir && strings.HasPrefix(msg, prefix) {
+			paths = append(paths, p)
+		}
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		s.syncFile(p)
+	}
 }
 
 // definedBy returns the file of another static pod with pod's namespace and name, "" if none.

@@ -190,7 +190,8 @@ func TestUnreadableManifestDirAtBootIsNotReady(t *testing.T) {
 // web.yaml.new renamed to web2.yaml): the first file by name runs it and the other is
 // refused with a reason, as the kubelet refuses a duplicate name in a source. Before, both
 // ran, and each one's mirror pod replaced the other's in a loop. Once the first file is gone
-// the other runs.
+// the other runs, at once; a new file that comes first by name takes the name, as the next
+// boot would give it to that file.
 func TestDuplicateStaticPodNameRefused(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []struct{ name, version string }{{"a.yaml", "v1"}, {"b.yaml", "v2"}} {
@@ -244,6 +245,16 @@ func TestDuplicateStaticPodNameRefused(t *testing.T) {
 	}
 	waitFor(t, "b.yaml's pod once a.yaml is gone", func() error {
 		if c := command(); c != "v2" {
+			return fmt.Errorf("running %q", c)
+		}
+		return nil
+	})
+	// A file that comes first by name takes the name, as the next boot would give it.
+	if err := os.WriteFile(filepath.Join(dir, "0.yaml"), []byte(fmt.Sprintf(podManifest, "web", "v3")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "0.yaml's pod in b.yaml's place", func() error {
+		if c := command(); c != "v3" {
 			return fmt.Errorf("running %q", c)
 		}
 		return nil
