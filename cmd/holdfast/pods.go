@@ -27,8 +27,9 @@ func newPodsCmd(stdout io.Writer) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			last := ""
+			c := newLocalClient(socket) // one for the watch: its connection is kept, not one a second
 			for {
-				out, err := renderPods(cmd.Context(), newLocalClient(socket))
+				out, err := renderPods(cmd.Context(), c)
 				if err != nil && !watch {
 					return err
 				}

@@ -278,7 +278,12 @@ func LocalPods(ctx context.Context, socket string) ([]status.PodView, error) {
 // LocalGet GETs path from the local API socket of an agent, as `curl --unix-socket` on the
 // gateway would, with no apiserver involved, and returns the body of a 200.
 func LocalGet(ctx context.Context, socket, path string) ([]byte, error) {
+	// One connection per call, closed with it: a transport per call that kept its idle
+	// connection would leave it open on the agent until the server's idle timeout (2 min),
+	// and tests that poll would read the agent's open files and goroutines grow
+	// (TestLinkFlapping did, after the pod list moved to the socket).
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 		},
