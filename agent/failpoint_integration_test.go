@@ -125,9 +125,9 @@ func (e *env) stopAtFailpoint(t *testing.T, arm, marker string) {
 	e.agent.Kill()
 }
 
-// requireStoreHasPods opens the state database of the killed agent as the next start would,
-// and checks that it needed no recovery and holds every named pod, admitted.
-func (e *env) requireStoreHasPods(t *testing.T, names []string) {
+// openStore opens the state database of the stopped or killed agent as its next start would;
+// the test closes it.
+func (e *env) openStore(t *testing.T) (*offline.BoltStore, offline.OpenReport) {
 	t.Helper()
 	key, err := offline.LoadKey(e.agent.Config.StateKeyFile)
 	if err != nil {
@@ -135,8 +135,16 @@ func (e *env) requireStoreHasPods(t *testing.T, names []string) {
 	}
 	store, report, err := offline.Open(filepath.Join(e.agent.Config.StateDir, "state.db"), offline.Options{Key: key})
 	if err != nil {
-		t.Fatalf("open the state database after a kill: %v", err)
+		t.Fatalf("open the agent's state database: %v", err)
 	}
+	return store, report
+}
+
+// requireStoreHasPods opens the state database of the killed agent as the next start would,
+// and checks that it needed no recovery and holds every named pod, admitted.
+func (e *env) requireStoreHasPods(t *testing.T, names []string) {
+	t.Helper()
+	store, report := e.openStore(t)
 	defer store.Close()
 	if report.Recovered != nil || len(report.Quarantined) > 0 {
 		t.Errorf("the state database after a kill: %s", report)

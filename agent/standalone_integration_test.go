@@ -17,7 +17,6 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
-	"github.com/holdfast-dev/holdfast/offline"
 )
 
 const staticPod = `apiVersion: v1
@@ -129,14 +128,7 @@ func TestStandaloneStaticPods(t *testing.T) {
 // records of (name/UID).
 func (e *env) storedPods(t *testing.T) []string {
 	t.Helper()
-	key, err := offline.LoadKey(e.agent.Config.StateKeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, _, err := offline.Open(filepath.Join(e.agent.Config.StateDir, "state.db"), offline.Options{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, _ := e.openStore(t)
 	defer store.Close()
 	recs, _, err := store.LoadPods()
 	if err != nil {

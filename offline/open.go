@@ -399,11 +399,7 @@ func createFresh(path string, opts Options) (*bolt.DB, error) {
 // without a real-time clock may boot at a time before the older copies'. A copy that cannot
 // be deleted is left; the next recovery tries again.
 func removeOldCopies(path, justMade string, keep int) []string {
-	all, err := filepath.Glob(globQuote(path) + ".corrupt-*")
-	if err != nil {
-		return nil
-	}
-	copies := slices.DeleteFunc(all, func(c string) bool { return c == justMade })
+	copies := slices.DeleteFunc(copiesWithPrefix(path+".corrupt-"), func(c string) bool { return c == justMade })
 	keep-- // the one just made
 	if len(copies) <= keep {
 		return nil
@@ -430,16 +426,19 @@ func removeOldCopies(path, justMade string, keep int) []string {
 	return removed
 }
 
-// globQuote escapes the characters filepath.Glob would read as a pattern.
-func globQuote(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
+// copiesWithPrefix lists the files of prefix's directory whose path starts with prefix.
+func copiesWithPrefix(prefix string) []string {
+	entries, err := os.ReadDir(filepath.Dir(prefix))
+	if err != nil {
+		return nil
 	}
-	return b.String()
+	var out []string
+	for _, e := range entries {
+		if p := filepath.Join(filepath.Dir(prefix), e.Name()); strings.HasPrefix(p, prefix) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // moveAside renames path to "<path>.corrupt-<UTC timestamp>" (with a
@@ -449,7 +448,7 @@ func globQuote(s string) string {
 func moveAside(path string, now time.Time) (string, error) {
 	base := path + ".corrupt-" + now.UTC().Format("20060102T150405Z")
 	target := base
-	if others, _ := filepath.Glob(globQuote(base) + "*"); len(others) > 0 {
+	if others := copiesWithPrefix(base); len(others) > 0 {
 		highest := 1
 		for _, o := range others {
 			if n, err := strconv.Atoi(strings.TrimPrefix(o, base+"-")); err == nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,35 @@ import (
 	"github.com/holdfast-dev/holdfast/wasm"
 	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )
+
+// serveTCP serves every connection to a listener on loopback with handle, each in a goroutine
+// of its own that closes it after, until the test ends (the listener closed and every handler
+// returned), and returns the listener's port.
+func serveTCP(t *testing.T, handle func(net.Conn)) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				handle(c)
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	return ln.Addr().(*net.TCPAddr).Port
+}
 
 // lockedBuffer collects the engine's log.
 type lockedBuffer struct {

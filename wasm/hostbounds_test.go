@@ -140,28 +140,13 @@ func TestHostAnswersWithinLimit(t *testing.T) {
 		fmt.Fprint(w, payload("<"))
 	}))
 	defer pod.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte(payload("\x00")))
-			c.Close()
-		}
-	}()
+	tcpPort := serveTCP(t, func(c net.Conn) { c.Write([]byte(payload("\x00"))) })
 	rootfs := t.TempDir()
 	if err := os.WriteFile(filepath.Join(rootfs, "ctl"), []byte(payload("\x01")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	e := newEngine(t, wasm.Limits{HostResponseBytes: limit, OutputBytes: 1 << 20})
 	m := hostcall(t, e)
-	tcpPort := ln.Addr().(*net.TCPAddr).Port
 	cases := []struct {
 		name, export, req, field, char string
 		opts                           []wasm.CallOption

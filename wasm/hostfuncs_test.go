@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -100,29 +101,14 @@ func TestHostHTTP(t *testing.T) {
 }
 
 func TestHostTCP(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64)
-				n, _ := c.Read(buf)
-				if strings.HasPrefix(string(buf[:n]), "PING") {
-					c.Write([]byte("+PONG\r\nand more that is not read"))
-					time.Sleep(2 * time.Second) // keep the connection open
-				}
-			}()
+	p := serveTCP(t, func(c net.Conn) {
+		buf := make([]byte, 64)
+		n, _ := c.Read(buf)
+		if strings.HasPrefix(string(buf[:n]), "PING") {
+			c.Write([]byte("+PONG\r\nand more that is not read"))
+			io.Copy(io.Discard, c) // kept open until the call closes it
 		}
-	}()
-	p := ln.Addr().(*net.TCPAddr).Port
+	})
 	e := newEngine(t, wasm.Limits{})
 	m := hostcall(t, e)
 	call := func(req string, opts ...wasm.CallOption) map[string]any {
@@ -207,26 +193,14 @@ func TestProbeExamples(t *testing.T) {
 		fmt.Fprintf(w, `{"checks":{"db":{"status":%q}}}`, healthStatus)
 	}))
 	defer pod.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			buf := make([]byte, 16)
-			n, _ := c.Read(buf)
-			if string(buf[:n]) == "PING\r\n" {
-				c.Write([]byte("+PONG\r\n"))
-			}
-			c.Close()
+	tcpPort := serveTCP(t, func(c net.Conn) {
+		buf := make([]byte, 16)
+		n, _ := c.Read(buf)
+		if string(buf[:n]) == "PING\r\n" {
+			c.Write([]byte("+PONG\r\n"))
 		}
-	}()
-	httpPort, tcpPort := port(t, pod.URL), ln.Addr().(*net.TCPAddr).Port
+	})
+	httpPort := port(t, pod.URL)
 	rootfs := t.TempDir()
 	os.MkdirAll(filepath.Join(rootfs, "tmp"), 0o755)
 	heartbeat := filepath.Join(rootfs, "tmp/heartbeat")
@@ -284,7 +258,7 @@ func TestProbeExamples(t *testing.T) {
 	if ok, msg := probe(noClock, hbSettings, files); ok || !strings.Contains(msg, `grant it "clock"`) {
 		t.Fatalf("heartbeat without clock: %v %s", ok, msg)
 	}
-	_, err = e.Load(context.Background(), wasm.Spec{Name: "heartbeat-nofile", Wasm: goModule(t, "policies/examples/probe/heartbeat-file"), Grants: []wasm.Grant{wasm.GrantClock}})
+	_, err := e.Load(context.Background(), wasm.Spec{Name: "heartbeat-nofile", Wasm: goModule(t, "policies/examples/probe/heartbeat-file"), Grants: []wasm.Grant{wasm.GrantClock}})
 	wantKind(t, err, wasm.ErrUngrantedImport)
 }
 

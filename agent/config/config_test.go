@@ -222,3 +222,20 @@ func TestNodeAPIPort(t *testing.T) {
 		}
 	}
 }
+
+// The policies' compiled code is machine code the agent runs, checked by a CRC only: by
+// default it is kept on tmpfs, never under the state directory, where whoever holds the disk
+// could plant an entry for a module whose digest checks out.
+func TestPolicyCacheNotOnTheStateDisk(t *testing.T) {
+	c, err := Parse([]byte("nodeName: gw\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(c.PolicyCacheDir, "/run/") || strings.HasPrefix(c.PolicyCacheDir, c.StateDir) {
+		t.Errorf("policyCacheDir %q by default, state dir %q: want it on tmpfs (/run)", c.PolicyCacheDir, c.StateDir)
+	}
+	off, err := Parse([]byte("nodeName: gw\npolicyCacheDir: \"-\"\n"), nil)
+	if err != nil || off.PolicyCacheDir != "" {
+		t.Errorf(`policyCacheDir "-": %q, %v; want the cache off`, off.PolicyCacheDir, err)
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -263,16 +265,18 @@ func (m *Manager) Resync(uid types.UID) {
 	}
 }
 
+// workerList is the workers of the moment, to go through without holding the manager's lock
+// (a worker's own lock is taken inside).
+func (m *Manager) workerList() []*worker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Values(m.workers))
+}
+
 // ResyncAll asks every worker for a sync now: something all pods may wait on (the cluster's
 // services) became available.
 func (m *Manager) ResyncAll() {
-	m.mu.Lock()
-	ws := make([]*worker, 0, len(m.workers))
-	for _, w := range m.workers {
-		ws = append(ws, w)
-	}
-	m.mu.Unlock()
-	for _, w := range ws {
+	for _, w := range m.workerList() {
 		w.poke()
 	}
 }
@@ -363,13 +367,7 @@ func (m *Manager) Remove(uid types.UID, reason string) {
 // side's to delete once the pod is down (as the kubelet skips the mirrors of terminating
 // pods); deleted before, it would be made again while the pod still reports, in a loop.
 func (m *Manager) RunsStaticPod(namespace, name string) bool {
-	m.mu.Lock()
-	ws := make([]*worker, 0, len(m.workers))
-	for _, w := range m.workers {
-		ws = append(ws, w)
-	}
-	m.mu.Unlock()
-	for _, w := range ws {
+	for _, w := range m.workerList() {
 		pod, _, _ := w.snapshot()
 		if manifest.IsStatic(pod) && pod.Namespace == namespace && pod.Name == name {
 			return true

@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/holdfast-dev/holdfast/agent/manifest"
 )
 
 // A pod update that changes only what the node itself reports of its containers (the status
@@ -93,5 +95,33 @@ func TestPodDeliveredToAnOrphanWorkerStartsAgain(t *testing.T) {
 	w.mu.Unlock()
 	if readded != pod {
 		t.Fatalf("the pod delivered to an orphan worker is not kept to start again: readded %v", readded)
+	}
+}
+
+// A static pod's mirror is an orphan only once no worker has the pod: while its worker
+// terminates it (manifest removed, a long grace period or a teardown that keeps failing), the
+// mirror is the status side's to delete when the pod is down. Counted as gone, it was deleted
+// by the sweep and made again by the status side every 30 s.
+func TestRunsStaticPodWhileItTerminates(t *testing.T) {
+	m := NewManager(Config{}, nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+	static := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "s1", Name: "sensor-gw", Namespace: "default",
+		Annotations: map[string]string{manifest.ConfigSourceAnnotation: manifest.SourceFile}}}
+	api := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "a1", Name: "web", Namespace: "default"}}
+	for _, p := range []*v1.Pod{static, api} {
+		m.workers[p.UID] = newWorker(m, p) // not started
+	}
+	if !m.RunsStaticPod("default", "sensor-gw") {
+		t.Error("a running static pod is not counted")
+	}
+	m.workers["s1"].removed = true // its manifest was removed: the worker terminates it
+	if !m.RunsStaticPod("default", "sensor-gw") {
+		t.Error("a terminating static pod is not counted: its mirror would be deleted and made again")
+	}
+	if m.RunsStaticPod("default", "web") || m.RunsStaticPod("kube-system", "sensor-gw") {
+		t.Error("an API pod, or another namespace, counted as a static pod")
+	}
+	delete(m.workers, "s1") // terminated
+	if m.RunsStaticPod("default", "sensor-gw") {
+		t.Error("a static pod whose worker is gone still counted")
 	}
 }

@@ -176,7 +176,7 @@ func (s *FileSource) syncFile(path string) {
 			delete(s.pods, path)
 			s.Log.Info("static manifest removed; stopping its pod", "path", path, "pod", old.Name)
 			s.Sink.Remove(old.UID, "static manifest "+displayPath(path)+" was removed")
-			s.resyncDuplicatesOf(old)
+			s.resyncRefused()
 		}
 		return
 	}
@@ -234,14 +234,14 @@ func (s *FileSource) syncFile(path string) {
 	s.Sink.Update(pod)
 }
 
-// resyncDuplicatesOf reads again, at once, the files refused as duplicates of a pod that is
-// gone, so that the next in line runs it without waiting for a rescan (a rename of the file
-// that had the name is a removal and a creation, in either order).
-func (s *FileSource) resyncDuplicatesOf(gone *v1.Pod) {
-	prefix := fmt.Sprintf("pod %s/%s is already defined by ", gone.Namespace, gone.Name)
+// resyncRefused reads again, at once, the files refused so far, so that a duplicate of a pod
+// that is gone runs it without waiting for a rescan (a rename of the file that had the name
+// is a removal and a creation, in either order). A file still refused for the same reason is
+// not reported again.
+func (s *FileSource) resyncRefused() {
 	var paths []string
-	for p, msg := range s.bad {
-		if p != s.Dir && strings.HasPrefix(msg, prefix) {
+	for p := range s.bad {
+		if p != s.Dir {
 			paths = append(paths, p)
 		}
 	}

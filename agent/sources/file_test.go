@@ -62,6 +62,19 @@ func waitFor(t *testing.T, what string, cond func() error) {
 	}
 }
 
+// runSource runs src until the test ends, and fails the test if Run did not end cleanly.
+func runSource(t *testing.T, src *FileSource) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 const podManifest = "apiVersion: v1\nkind: Pod\nmetadata: {name: %s}\nspec: {containers: [{name: c, image: busybox:1, command: [%q]}]}\n"
 
 func TestFileSource(t *testing.T) {
@@ -80,15 +93,7 @@ func TestFileSource(t *testing.T) {
 
 	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
 	src := &FileSource{Dir: dir, NodeName: "n1", Sink: sink, Log: slog.New(slog.DiscardHandler), QuietPeriod: 50 * time.Millisecond, Rescan: time.Hour}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	runSource(t, src)
 
 	waitFor(t, "initial scan", func() error {
 		if !src.Ready() {
@@ -159,15 +164,7 @@ func TestUnreadableManifestDirAtBootIsNotReady(t *testing.T) {
 			}
 			return os.ReadDir(d)
 		}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	runSource(t, src)
 	time.Sleep(300 * time.Millisecond) // several retries
 	if src.Ready() {
 		t.Fatal("the source is ready although its directory was never read")
@@ -204,15 +201,7 @@ func TestDuplicateStaticPodNameRefused(t *testing.T) {
 	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
 	src := &FileSource{Dir: dir, NodeName: "n1", Sink: sink, Log: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil)),
 		QuietPeriod: 50 * time.Millisecond, Rescan: 200 * time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	runSource(t, src)
 	command := func() string {
 		sink.mu.Lock()
 		defer sink.mu.Unlock()

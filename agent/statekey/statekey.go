@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/google/go-tpm/tpm2"
@@ -28,6 +27,7 @@ import (
 	"github.com/google/go-tpm/tpm2/transport/linuxtpm"
 	"github.com/google/go-tpm/tpm2/transport/linuxudstpm"
 
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 	"github.com/holdfast-dev/holdfast/offline"
 )
 
@@ -104,44 +104,10 @@ func sealTo(path, tpmPath string, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("seal the state key with the TPM at %s: %w", tpmPath, err)
 	}
-	if err := createDurably(path, blob); err != nil {
+	if err := fsutil.CreateFileExclusive(path, blob, 0o600); err != nil {
 		return fmt.Errorf("write the sealed state key: %w", err)
 	}
 	return nil
-}
-
-// createDurably makes path hold data, mode 0600, unless it exists (an error wrapping
-// fs.ErrExist): written to a temporary file, synced, linked into place (a link, unlike a
-// rename, fails on an existing name), and the directory synced.
-func createDurably(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		return err // *LinkError wrapping EEXIST, which errors.Is(fs.ErrExist) sees
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func unsealFrom(b []byte, tpmPath string) ([]byte, error) {

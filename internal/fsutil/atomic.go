@@ -22,6 +22,19 @@ func WriteJSONAtomic(path string, v any) error {
 // dir, so a power cut leaves either the old content or the new one. The directory is created
 // (0700) if missing.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return placeDurably(path, data, perm, os.Rename)
+}
+
+// CreateFileExclusive makes path hold data with permissions perm, unless path exists (an
+// error wrapping fs.ErrExist): temp file, fsync, link into place (a link, unlike a rename,
+// fails on an existing name), fsync dir. Two writers racing for one name agree on one content.
+func CreateFileExclusive(path string, data []byte, perm os.FileMode) error {
+	return placeDurably(path, data, perm, os.Link)
+}
+
+// placeDurably writes data to a synced temporary file beside path, puts it in place with
+// place(temp, path), and syncs the directory. The directory is created (0700) if missing.
+func placeDurably(path string, data []byte, perm os.FileMode, place func(oldpath, newpath string) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
@@ -46,8 +59,8 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", path, err)
 	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("rename %s: %w", path, err)
+	if err := place(f.Name(), path); err != nil {
+		return fmt.Errorf("put %s in place: %w", path, err)
 	}
 	d, err := os.Open(dir)
 	if err != nil {
