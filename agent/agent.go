@@ -93,7 +93,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The state database first: its lock keeps a second agent on the same state directory
 	// from touching anything (the logger, the PKI, the containers) before it gives up.
 	stateKey := a.loadStateKey()
-	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{Key: stateKey})
+	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{Key: stateKey, SealConfigMaps: a.cfg.SealConfigMaps})
 	if err != nil {
 		return fmt.Errorf("%w (is another holdfast running with state dir %s?)", err, cfg.StateDir)
 	}
@@ -465,14 +465,25 @@ func statusLine(pods int, apiReachable func() error) string {
 // them on tmpfs, and says what that costs.
 func (a *Agent) loadStateKey() *offline.Key {
 	path := a.cfg.StateKeyFile
+	if name := a.cfg.StateKeyCredential; name != "" {
+		var err error
+		if path, err = statekey.CredentialPath(name); err != nil {
+			a.log.Error("state key unusable: Secrets and service account tokens are kept on tmpfs only; after a reboot, pods that use them wait for the apiserver", "err", err)
+			return nil
+		}
+	}
 	key, made, err := statekey.Load(path, a.cfg.StateKeyTPM)
 	switch {
 	case err == nil:
 		if made {
 			a.log.Info("new state key made and sealed by the TPM", "file", path, "tpm", a.cfg.StateKeyTPM)
 		}
-		a.log.Info("state key loaded: Secrets and service account tokens are kept encrypted for offline reboots", "file", path,
-			"keyID", key.ID(), "sealedBy", cmp.Or(a.cfg.StateKeyTPM, "none (the file is the key)"))
+		sealedBy := cmp.Or(a.cfg.StateKeyTPM, "none (the file is the key)")
+		if a.cfg.StateKeyCredential != "" {
+			sealedBy = "systemd (credential " + a.cfg.StateKeyCredential + ")"
+		}
+		a.log.Info("state key loaded: Secrets, service account tokens and pod records are kept encrypted for offline reboots", "file", path,
+			"keyID", key.ID(), "sealedBy", sealedBy, "sealConfigMaps", a.cfg.SealConfigMaps)
 		return key
 	case errors.Is(err, fs.ErrNotExist):
 		a.log.Warn("no state key file: Secrets and service account tokens are kept on tmpfs only; after a reboot, pods that use them wait for the apiserver",
@@ -508,6 +519,9 @@ func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
 	}
 	for key, reason := range r.Quarantined {
 		a.log.Warn("state record quarantined", "key", key, "reason", reason)
+	}
+	if r.Sealed > 0 {
+		a.log.Info("state records kept in the clear before the state key was configured are now encrypted with it", "records", r.Sealed)
 	}
 	return nil
 }

@@ -48,6 +48,8 @@ replace "$bundle/bin/holdfast" "$root/usr/bin/holdfast" 0755
 replace "$bundle/bin/holdfast-logger" "$root/usr/bin/holdfast-logger" 0755
 replace "$bundle/systemd/holdfast.service" "$root/etc/systemd/system/holdfast.service" 0644
 replace "$bundle/README.md" "$root/usr/share/doc/holdfast/README.md" 0644
+# An example, for operators who hand the state key over as a systemd credential.
+replace "$bundle/systemd/state-key-credential.conf" "$root/usr/share/doc/holdfast/examples/state-key-credential.conf" 0644
 
 keep "$bundle/config.yaml" "$root/etc/holdfast/config.yaml" 0644
 for f in "$bundle"/cni/*; do

@@ -12,7 +12,7 @@ bundle=$tmp/bundle root=$tmp/root
 mkdir -p "$bundle"/{bin,systemd,cni,manifests,policies,images}
 printf '#!/bin/sh\necho v1\n' >"$bundle/bin/holdfast"
 printf '#!/bin/sh\necho logger v1\n' >"$bundle/bin/holdfast-logger"
-cp firmware/systemd/holdfast.service "$bundle/systemd/"
+cp firmware/systemd/holdfast.service firmware/systemd/state-key-credential.conf "$bundle/systemd/"
 cp firmware/config.yaml firmware/README.md firmware/install.sh "$bundle/"
 cp firmware/cni/* "$bundle/cni/"
 cp firmware/manifests/*.yaml "$bundle/manifests/"
@@ -22,7 +22,7 @@ fail() { echo "install_test.sh: $*" >&2; exit 1; }
 snapshot() { (cd "$root" && find . -printf '%p %m %l\n' | sort && find . -type f -exec sha256sum {} + | sort); }
 
 sh "$bundle/install.sh" --root "$root" >/dev/null
-for f in usr/bin/holdfast usr/bin/holdfast-logger etc/systemd/system/holdfast.service \
+for f in usr/bin/holdfast usr/bin/holdfast-logger etc/systemd/system/holdfast.service usr/share/doc/holdfast/examples/state-key-credential.conf \
 	etc/holdfast/config.yaml etc/cni/net.d/10-holdfast.conflist usr/share/doc/holdfast/README.md; do
 	[[ -f $root/$f ]] || fail "first install: $f missing"
 done

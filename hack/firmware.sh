@@ -75,7 +75,7 @@ for arch in $ARCHES; do
 	check_size "$dir/bin/holdfast" "$HOLDFAST_BUDGET"
 	check_size "$dir/bin/holdfast-logger" "$LOGGER_BUDGET"
 	mkdir -p "$dir"/{systemd,cni,manifests,policies,images}
-	cp firmware/systemd/holdfast.service "$dir/systemd/"
+	cp firmware/systemd/holdfast.service firmware/systemd/state-key-credential.conf "$dir/systemd/"
 	cp firmware/config.yaml firmware/README.md "$dir/"
 	cp firmware/install.sh "$dir/"
 	chmod 0755 "$dir/install.sh"

@@ -27,8 +27,9 @@ type BoltStore struct {
 	lock  *fileLock
 	now   func() time.Time
 	batch *batcher
-	// key seals Secrets and tokens; nil if the agent has no state key.
-	key *Key
+	// seal: the state key (nil if the agent has none), which seals Secrets, tokens and pod
+	// records, and whether it seals ConfigMaps too.
+	seal sealing
 
 	// closed is set once by Close; methods check it first.
 	closed atomic.Bool
@@ -230,14 +231,16 @@ func writableBucket(tx *bolt.Tx, path [][]byte, create bool) (*bolt.Bucket, erro
 
 // readOrQuarantine runs read in a read transaction; if it reports bad
 // records, it runs again in a write transaction where it quarantines them,
-// so the result returned always matches what was quarantined.
+// so the result returned always matches what was quarantined. The records
+// sealed with another key are in the result too (ErrKeyMismatch), but cost
+// no write transaction: they stay where they are.
 func (s *BoltStore) readOrQuarantine(read func(tx *bolt.Tx, q *quarantiner) error) (map[string]error, error) {
 	q := newQuarantiner(s.now)
 	if err := s.view(func(tx *bolt.Tx) error { return read(tx, q) }); err != nil {
 		return nil, err
 	}
 	if len(q.errs) == 0 {
-		return nil, nil
+		return q.withMismatches(), nil
 	}
 	err := s.update(func(tx *bolt.Tx) error {
 		q = newQuarantiner(s.now)
@@ -250,14 +253,14 @@ func (s *BoltStore) readOrQuarantine(read func(tx *bolt.Tx, q *quarantiner) erro
 	if q.moved > 0 {
 		s.count(bucketQuarantine, true)
 	}
-	return q.errs, nil
+	return q.withMismatches(), nil
 }
 
 // --- pods ---
 
 // PutPod implements Store.
 func (s *BoltStore) PutPod(source Source, pod *v1.Pod) error {
-	raw, err := encodePod(source, pod)
+	raw, err := encodePod(s.seal.key, source, pod)
 	if err != nil {
 		return fmt.Errorf("put pod: %w", err)
 	}
@@ -384,7 +387,7 @@ func (s *BoltStore) putPodChild(op string, uid types.UID, bucket []byte, name st
 // writable transaction they are also quarantined (the whole pod if its
 // object or admission is bad, else only the container record). ok is false
 // if the pod itself is unusable.
-func readPod(tx *bolt.Tx, pods *bolt.Bucket, uid types.UID, q *quarantiner) (rec PodRecord, ok bool, err error) {
+func readPod(tx *bolt.Tx, k *Key, pods *bolt.Bucket, uid types.UID, q *quarantiner) (rec PodRecord, ok bool, err error) {
 	key := "pods/" + string(uid)
 	pb := pods.Bucket([]byte(uid))
 	if pb == nil {
@@ -413,7 +416,12 @@ func readPod(tx *bolt.Tx, pods *bolt.Bucket, uid types.UID, q *quarantiner) (rec
 	if raw == nil {
 		return podErr(fmt.Errorf("%w: pod bucket without a pod object", errUndecodable))
 	}
-	e, err := decodePod(uid, raw)
+	e, err := decodePod(k, uid, raw)
+	if errors.Is(err, ErrKeyMismatch) {
+		// Left in place: the right key may come back, and the apiserver gives the pod again.
+		q.keyMismatch(string(uid), fmt.Errorf("pod object: %w", err))
+		return rec, false, nil
+	}
 	if err != nil {
 		return podErr(fmt.Errorf("pod object: %w", err))
 	}
@@ -485,14 +493,14 @@ func (s *BoltStore) GetPod(uid types.UID) (PodRecord, error) {
 		}
 		found = true
 		var err error
-		rec, _, err = readPod(tx, pods, uid, q)
+		rec, _, err = readPod(tx, s.seal.key, pods, uid, q)
 		return err
 	})
 	if err != nil {
 		return PodRecord{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if len(errs) > 0 {
-		return PodRecord{}, fmt.Errorf("%s: %w: %v", op, ErrCorruptRecord, joinErrs(errs))
+	if err := recordErr(errs); err != nil {
+		return PodRecord{}, fmt.Errorf("%s: %w", op, err)
 	}
 	if !found {
 		return PodRecord{}, fmt.Errorf("%s: %w", op, ErrNotFound)
@@ -516,7 +524,7 @@ func (s *BoltStore) LoadPods() ([]PodRecord, map[string]error, error) {
 		// Keys are collected first: bbolt forbids changing a bucket while a
 		// cursor walks it, and readPod may quarantine.
 		for _, uid := range uids {
-			rec, ok, err := readPod(tx, pods, uid, q)
+			rec, ok, err := readPod(tx, s.seal.key, pods, uid, q)
 			if err != nil {
 				return fmt.Errorf("pod %s: %w", uid, err)
 			}
@@ -575,9 +583,8 @@ func (s *BoltStore) DeletePod(uid types.UID) error {
 // ErrCorruptRecord). A value sealed with another key (ErrKeyMismatch) is
 // left in place and returned as the error.
 func (s *BoltStore) getValue(op string, bucket, key []byte, decode func([]byte) error) (found bool, err error) {
-	var mismatch error
 	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
-		found, mismatch = false, nil
+		found = false
 		b := tx.Bucket(bucket)
 		if b == nil { // a bucket created by its first put (policy_modules)
 			return nil
@@ -587,11 +594,11 @@ func (s *BoltStore) getValue(op string, bucket, key []byte, decode func([]byte) 
 			return nil
 		}
 		if derr := decode(raw); derr != nil {
+			path := string(bucket) + "/" + string(key)
 			if errors.Is(derr, ErrKeyMismatch) {
-				mismatch = derr
+				q.keyMismatch(path, derr)
 				return nil
 			}
-			path := string(bucket) + "/" + string(key)
 			if tx.Writable() {
 				if err := q.putAndNote(tx, path, path, raw, derr); err != nil {
 					return err
@@ -607,11 +614,8 @@ func (s *BoltStore) getValue(op string, bucket, key []byte, decode func([]byte) 
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)
 	}
-	if len(errs) > 0 {
-		return false, fmt.Errorf("%s: %w: %v", op, ErrCorruptRecord, joinErrs(errs))
-	}
-	if mismatch != nil {
-		return false, fmt.Errorf("%s: %w", op, mismatch)
+	if err := recordErr(errs); err != nil {
+		return false, fmt.Errorf("%s: %w", op, err)
 	}
 	return found, nil
 }
@@ -736,7 +740,7 @@ func putObject[T any, P namedObject[T]](s *BoltStore, c objectClass, obj P) erro
 	if err != nil {
 		return fmt.Errorf("put %s: %w", c.kind, err)
 	}
-	raw, err := encodeObject(s.key, c, key, obj)
+	raw, err := encodeObject(s.seal, c, key, obj)
 	if err != nil {
 		return fmt.Errorf("put %s %s: %w", c.kind, key, err)
 	}
@@ -750,7 +754,7 @@ func getObject[T any, P namedObject[T]](s *BoltStore, c objectClass, namespace, 
 	}
 	var obj P
 	found, err := s.getValue(fmt.Sprintf("get %s %s", c.kind, key), c.bucket, []byte(key), func(raw []byte) (err error) {
-		obj, err = decodeObject[T, P](s.key, c, key, raw)
+		obj, err = decodeObject[T, P](s.seal, c, key, raw)
 		return err
 	})
 	if err != nil {
@@ -764,9 +768,8 @@ func getObject[T any, P namedObject[T]](s *BoltStore, c objectClass, namespace, 
 
 func loadObjects[T any, P namedObject[T]](s *BoltStore, c objectClass) ([]P, map[string]error, error) {
 	var objs []P
-	var mismatched map[string]error
 	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
-		objs, mismatched = nil, nil
+		objs = nil
 		b := tx.Bucket(c.bucket)
 		type bad struct {
 			key []byte
@@ -781,12 +784,9 @@ func loadObjects[T any, P namedObject[T]](s *BoltStore, c objectClass) ([]P, map
 				bads = append(bads, bad{clone(k), nil, fmt.Errorf("%w: a bucket where a record was expected", errUndecodable), true})
 				continue
 			}
-			obj, err := decodeObject[T, P](s.key, c, string(k), v)
+			obj, err := decodeObject[T, P](s.seal, c, string(k), v)
 			if errors.Is(err, ErrKeyMismatch) {
-				if mismatched == nil {
-					mismatched = map[string]error{}
-				}
-				mismatched[string(k)] = err
+				q.keyMismatch(string(k), err)
 				continue
 			}
 			if err != nil {
@@ -821,14 +821,6 @@ func loadObjects[T any, P namedObject[T]](s *BoltStore, c objectClass) ([]P, map
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("load %ss: %w", c.kind, err)
-	}
-	if len(mismatched) > 0 {
-		if errs == nil {
-			errs = map[string]error{}
-		}
-		for k, e := range mismatched {
-			errs[k] = e
-		}
 	}
 	return objs, errs, nil
 }
@@ -886,7 +878,7 @@ func (s *BoltStore) LoadSecrets() ([]*v1.Secret, map[string]error, error) {
 // PutToken implements Store.
 func (s *BoltStore) PutToken(uid types.UID, name string, t Token) error {
 	op := fmt.Sprintf("put token %q of pod %s", name, uid)
-	raw, err := encodeToken(s.key, uid, name, t)
+	raw, err := encodeToken(s.seal.key, uid, name, t)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -910,7 +902,7 @@ func (s *BoltStore) GetToken(uid types.UID, name string) (Token, error) {
 			return nil
 		}
 		var derr error
-		t, derr = decodeToken(s.key, uid, name, raw)
+		t, derr = decodeToken(s.seal.key, uid, name, raw)
 		switch {
 		case derr == nil:
 			found = true
@@ -1226,6 +1218,20 @@ func (s *BoltStore) Quarantined() ([]QuarantinedRecord, error) {
 }
 
 // joinErrs renders a per-key error map in key order, for messages.
+// recordErr is the error of a read of one record, from its per-key errors: ErrCorruptRecord if
+// any was undecodable (and quarantined), else the ErrKeyMismatch of a record left in place.
+func recordErr(errs map[string]error) error {
+	for _, err := range errs {
+		if !errors.Is(err, ErrKeyMismatch) {
+			return fmt.Errorf("%w: %v", ErrCorruptRecord, joinErrs(errs))
+		}
+	}
+	if len(errs) > 0 {
+		return joinErrs(errs)
+	}
+	return nil
+}
+
 func joinErrs(errs map[string]error) error {
 	keys := make([]string, 0, len(errs))
 	for k := range errs {

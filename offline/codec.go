@@ -109,19 +109,26 @@ type quarantineEntry struct {
 	Value  []byte    `json:"value"`
 }
 
-func encodePod(source Source, pod *v1.Pod) ([]byte, error) {
+// podPlace names a pod record for sealing.
+func podPlace(uid types.UID) string { return "pods/" + string(uid) + "/pod" }
+
+// encodePod seals the pod record when there is a state key: a pod's spec holds its inline
+// env values, and users put passwords there as often as in Secrets.
+func encodePod(k *Key, source Source, pod *v1.Pod) ([]byte, error) {
 	if !source.valid() {
 		return nil, fmt.Errorf("%w: source %q (want %q or %q)", ErrInvalid, source, SourceAPI, SourceFile)
 	}
 	if pod == nil || pod.UID == "" {
 		return nil, fmt.Errorf("%w: pod without UID", ErrInvalid)
 	}
-	return encodeValue(podEntry{Source: source, Pod: pod})
+	return k.sealOrFrame(podPlace(pod.UID), podEntry{Source: source, Pod: pod})
 }
 
-func decodePod(uid types.UID, raw []byte) (podEntry, error) {
+// decodePod decodes a pod record, sealed or in the clear (written before a key was
+// configured). Sealed with another key, it is ErrKeyMismatch.
+func decodePod(k *Key, uid types.UID, raw []byte) (podEntry, error) {
 	var e podEntry
-	if err := decodeValue(raw, &e); err != nil {
+	if err := k.openSealedOrPlain(podPlace(uid), raw, &e); err != nil {
 		return podEntry{}, err
 	}
 	switch {
@@ -241,8 +248,9 @@ type namedObject[T any] interface {
 }
 
 // objectClass is how one kind of object is stored: its bucket, and whether
-// its values are sealed with the state key (Secrets) or framed in the clear
-// (ConfigMaps).
+// its values are always sealed with the state key (Secrets), or sealed only
+// when the store is asked to (ConfigMaps, Options.SealConfigMaps) and read
+// either way.
 type objectClass struct {
 	kind   string
 	bucket []byte
@@ -254,23 +262,39 @@ var (
 	classSecret    = objectClass{kind: "secret", bucket: bucketSecrets, sealed: true}
 )
 
+// sealing says how a store seals the records that hold a secret only sometimes.
+type sealing struct {
+	key *Key
+	// configMaps: ConfigMaps are sealed with key too (Options.SealConfigMaps).
+	configMaps bool
+}
+
+// objectKey is the key objects of class c are sealed with: nil for ConfigMaps not asked to be.
+func (s sealing) objectKey(c objectClass) *Key {
+	if c.sealed || s.configMaps {
+		return s.key
+	}
+	return nil
+}
+
 // place names a record for sealing: its bucket path and key.
 func (c objectClass) place(key string) string { return string(c.bucket) + "/" + key }
 
-func encodeObject(k *Key, c objectClass, key string, obj any) ([]byte, error) {
+func encodeObject(s sealing, c objectClass, key string, obj any) ([]byte, error) {
 	if c.sealed {
-		return k.seal(c.place(key), obj)
+		return s.key.seal(c.place(key), obj)
 	}
-	return encodeValue(obj)
+	return s.objectKey(c).sealOrFrame(c.place(key), obj)
 }
 
-func decodeObject[T any, P namedObject[T]](k *Key, c objectClass, key string, raw []byte) (P, error) {
+func decodeObject[T any, P namedObject[T]](s sealing, c objectClass, key string, raw []byte) (P, error) {
 	obj := P(new(T))
 	var err error
 	if c.sealed {
-		err = k.open(c.place(key), raw, obj)
+		err = s.key.open(c.place(key), raw, obj)
 	} else {
-		err = decodeValue(raw, obj)
+		// A ConfigMap may have been sealed (asked to be then, or now) or not: either reads.
+		err = s.key.openSealedOrPlain(c.place(key), raw, obj)
 	}
 	if err != nil {
 		return nil, err

@@ -64,6 +64,46 @@ var keyCases = []struct {
 }{
 	{"SecretsAndTokensNeedAKey", testNeedAKey},
 	{"KeyChangeIsMissingNotCorrupt", testKeyChange},
+	{"RecordsKeptInTheClearAreSealedOnceAKeyIs", testSealedOnceAKeyIs},
+	{"PodRecordRewrittenUnderANewKey", testPodRewrittenUnderNewKey},
+}
+
+// testSealedOnceAKeyIs: pods recorded while there was no key are readable, then sealed, once
+// a key is configured (Open seals them); the same pod put again then writes nothing.
+func testSealedOnceAKeyIs(t *testing.T, s Store, rekey func(Store, *Key) Store) {
+	s = rekey(s, nil)
+	pod := testPod("u1", "p")
+	must(t, s.PutPod(SourceAPI, pod))
+	s = rekey(s, testKey)
+	if rec, err := s.GetPod("u1"); err != nil || rec.Pod.Name != "p" {
+		t.Fatalf("a pod kept in the clear, read with a key: %+v, %v", rec, err)
+	}
+	before := s.Stats()
+	must(t, s.PutPod(SourceAPI, pod))
+	if d := s.Stats(); d.Writes != before.Writes {
+		t.Errorf("the same pod put again after its record was sealed wrote %d times", d.Writes-before.Writes)
+	}
+	// Sealed: without the key it no longer reads.
+	s = rekey(s, nil)
+	if _, err := s.GetPod("u1"); !errors.Is(err, ErrKeyMismatch) {
+		t.Errorf("pod record once a key was configured, read without it: %v, want ErrKeyMismatch", err)
+	}
+}
+
+// testPodRewrittenUnderNewKey: the apiserver gives again a pod whose record another key
+// sealed; the record is replaced, sealed with the key there is now.
+func testPodRewrittenUnderNewKey(t *testing.T, s Store, rekey func(Store, *Key) Store) {
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
+	must(t, s.SetAdmission("u1", Admission{Accepted: true, At: t0}))
+	s = rekey(s, otherKey)
+	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
+	rec, err := s.GetPod("u1")
+	if err != nil || rec.Pod.Name != "p" || !rec.Admission.Accepted {
+		t.Fatalf("pod rewritten under the new key: %+v, %v", rec, err)
+	}
+	if q, _ := s.Quarantined(); len(q) != 0 {
+		t.Errorf("quarantined: %+v", q)
+	}
 }
 
 func testNeedAKey(t *testing.T, s Store, rekey func(Store, *Key) Store) {
@@ -98,6 +138,15 @@ func testKeyChange(t *testing.T, s Store, rekey func(Store, *Key) Store) {
 		if len(secs) != 0 || !errors.Is(errs["ns/s"], ErrKeyMismatch) {
 			t.Errorf("LoadSecrets with key %v: %v, %v", k, secs, errs)
 		}
+		// The pod record was sealed (its env values may be secrets): not restored, not lost.
+		if _, err := s.GetPod("u1"); !errors.Is(err, ErrKeyMismatch) || errors.Is(err, ErrCorruptRecord) {
+			t.Errorf("GetPod with key %v: %v, want ErrKeyMismatch only", k, err)
+		}
+		recs, errs, err := s.LoadPods()
+		must(t, err)
+		if len(recs) != 0 || len(errs) != 1 || !errors.Is(errs["u1"], ErrKeyMismatch) {
+			t.Errorf("LoadPods with key %v: %v, %v", k, recs, errs)
+		}
 	}
 	if q, _ := s.Quarantined(); len(q) != 0 {
 		t.Errorf("a key change quarantined records: %+v", q)
@@ -113,6 +162,9 @@ func testKeyChange(t *testing.T, s Store, rekey func(Store, *Key) Store) {
 	must(t, err)
 	if got.Token != tok.Token || !got.ExpiresAt.Equal(tok.ExpiresAt) {
 		t.Errorf("token %+v, want %+v", got, tok)
+	}
+	if rec, err := s.GetPod("u1"); err != nil || rec.Pod.Name != "p" {
+		t.Errorf("pod back with its key: %+v, %v", rec, err)
 	}
 	// A new key seals anew: a value written under it replaces the old one.
 	s = rekey(s, otherKey)

@@ -148,6 +148,44 @@ func (k *Key) seal(place string, v any) ([]byte, error) {
 	return encodeValue(sealedValue{KeyID: k.id, Nonce: nonce, Data: k.aead.Seal(nil, nonce, plain, []byte(place))})
 }
 
+// sealOrFrame seals v with k, or frames it in the clear when there is no key: for the
+// records that may hold a secret but must be kept without a key too (a pod's spec, a
+// ConfigMap), unlike Secrets and tokens, which are never kept in the clear.
+func (k *Key) sealOrFrame(place string, v any) ([]byte, error) {
+	if k == nil {
+		return encodeValue(v)
+	}
+	return k.seal(place, v)
+}
+
+// openSealedOrPlain decodes into v what sealOrFrame wrote: a sealed value as open does
+// (ErrKeyMismatch if another key or none sealed it), a value in the clear as it is. A value in
+// the clear is read whatever the key: it was written while no key was configured, and Open
+// seals such records once one is (sealPlainRecords).
+func (k *Key) openSealedOrPlain(place string, raw []byte, v any) error {
+	sealed, err := isSealed(raw)
+	if err != nil {
+		return err
+	}
+	if sealed {
+		return k.open(place, raw, v)
+	}
+	return decodeValue(raw, v)
+}
+
+// isSealed tells a sealed value from one framed in the clear by the keyID field no stored
+// object (a pod record, a ConfigMap) has at its top level. Only that field is decoded: a
+// ConfigMap's "data" is no sealedValue.Data.
+func isSealed(raw []byte) (bool, error) {
+	var probe struct {
+		KeyID string `json:"keyID"`
+	}
+	if err := decodeValue(raw, &probe); err != nil {
+		return false, err
+	}
+	return probe.KeyID != "", nil
+}
+
 // open decrypts a value seal wrote into v. A value sealed with another key
 // (or read without a key) is ErrKeyMismatch: it is left in place, since the
 // right key may come back. A value that does not open with the right key, or

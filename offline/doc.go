@@ -43,15 +43,24 @@
 // # Encryption at rest
 //
 // Secrets and service account tokens are sealed with the state key (Options.Key,
-// read by LoadKey from the file the firmware provisions): AES-GCM under a key
+// read by LoadKey from the file the firmware provisions), and so are pod records
+// (a pod's inline env values, and kubectl's last-applied annotation that repeats
+// them, are as secret as Secrets) and, with Options.SealConfigMaps, ConfigMaps:
+// AES-GCM under a key
 // derived from it with HKDF-SHA256, bound to the record's bucket path and key
 // as additional data. The nonce is an HMAC of place and plaintext under a
 // second derived key, so the same value seals to the same bytes (an unchanged
 // put writes nothing) and two values never share a nonce. A sealed value is
 // framed like any other; its JSON is {keyID, nonce, data}, keyID naming the key
 // (a derived hash, never the key). Read with another key or none, it is
-// ErrKeyMismatch: treated as missing and left in place. Without a key,
-// PutSecret and PutToken return ErrNoKey.
+// ErrKeyMismatch: treated as missing and left in place (a pod record too: the
+// pod waits for the apiserver, which gives it again, and the record is written
+// anew). Without a key, PutSecret and PutToken return ErrNoKey, and pod records
+// and ConfigMaps are framed in the clear; read with a key, such a record is
+// taken as it is, and Open seals every one it finds (OpenReport.Sealed), so none
+// stays in the clear once a key is configured. Their old bytes may stay in the
+// file's free pages until bbolt reuses them: provision the key before the first
+// boot (firmware/install.sh does).
 //
 // # Schema v3 (current)
 //
@@ -66,6 +75,7 @@
 //	pods/
 //	|-- <pod UID>/
 //	    |-- pod                  -> {"source": "api"|"file", "pod": v1.Pod as applied}
+//	                                (sealed when there is a key)
 //	    |-- admission            -> Admission {accepted, at, reason, message}; absent until decided
 //	    |-- containers/
 //	        |-- <container name> -> ContainerRecord {name, containerID, attempt,
@@ -77,7 +87,7 @@
 //	sync/
 //	|-- pods_resource_version    -> string: RV of the last complete pod list/watch event
 //	configmaps/
-//	|-- <namespace>/<name>       -> v1.ConfigMap (its RV in metadata)
+//	|-- <namespace>/<name>       -> v1.ConfigMap (its RV in metadata); sealed with SealConfigMaps
 //	secrets/
 //	|-- <namespace>/<name>       -> v1.Secret (sealed; its RV in metadata)
 //	node/

@@ -21,7 +21,7 @@ type MemStore struct {
 	now func() time.Time
 
 	// mu protects every field below.
-	key        *Key
+	seal       sealing
 	mu         sync.Mutex
 	closed     bool
 	failWrites error
@@ -72,11 +72,42 @@ func NewMemStore(now func() time.Time) *MemStore {
 
 // SetKey sets the state key, as Options.Key does for Open. Calling it again
 // stands for a reboot with another key file: records sealed before become
-// ErrKeyMismatch. nil means no key.
+// ErrKeyMismatch, and records kept in the clear are sealed, as Open seals them.
+// nil means no key.
 func (m *MemStore) SetKey(k *Key) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.key = k
+	m.seal.key = k
+	m.sealPlainLocked()
+}
+
+// SealConfigMaps seals ConfigMaps too, as Options.SealConfigMaps does.
+func (m *MemStore) SealConfigMaps(on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seal.configMaps = on
+	m.sealPlainLocked()
+}
+
+// sealPlainLocked is BoltStore.sealPlainRecords; called with mu held.
+func (m *MemStore) sealPlainLocked() {
+	if m.seal.key == nil {
+		return
+	}
+	reseal := func(bucket []byte, slot *[]byte, place string) {
+		if v, ok, _ := sealedCopy(m.seal.key, place, *slot); ok {
+			m.setBytes(bucket, slot, v)
+		}
+	}
+	for uid, p := range m.pods {
+		reseal(bucketPods, &p.pod, podPlace(uid))
+	}
+	if m.seal.configMaps {
+		for key, raw := range m.configMaps {
+			reseal(bucketConfigMaps, &raw, classConfigMap.place(key))
+			m.configMaps[key] = raw
+		}
+	}
 }
 
 // FailWrites makes every later write return err (wrapped), to test how the
@@ -156,7 +187,7 @@ func (m *MemStore) Close() error {
 
 // PutPod implements Store.
 func (m *MemStore) PutPod(source Source, pod *v1.Pod) error {
-	raw, err := encodePod(source, pod)
+	raw, err := encodePod(m.seal.key, source, pod)
 	if err != nil {
 		return fmt.Errorf("put pod: %w", err)
 	}
@@ -246,7 +277,11 @@ func (m *MemStore) readPodLocked(uid types.UID, errs map[string]error) (PodRecor
 		m.stats.Commits++
 		return PodRecord{}, false
 	}
-	e, err := decodePod(uid, p.pod)
+	e, err := decodePod(m.seal.key, uid, p.pod)
+	if errors.Is(err, ErrKeyMismatch) {
+		errs[string(uid)] = fmt.Errorf("pod object: %w", err) // left in place
+		return PodRecord{}, false
+	}
 	if err != nil {
 		return podErr(fmt.Errorf("pod object: %w", err))
 	}
@@ -283,8 +318,8 @@ func (m *MemStore) GetPod(uid types.UID) (PodRecord, error) {
 	}
 	errs := map[string]error{}
 	rec, _ := m.readPodLocked(uid, errs)
-	if len(errs) > 0 {
-		return PodRecord{}, fmt.Errorf("%s: %w: %v", op, ErrCorruptRecord, joinErrs(errs))
+	if err := recordErr(errs); err != nil {
+		return PodRecord{}, fmt.Errorf("%s: %w", op, err)
 	}
 	return rec, nil
 }
@@ -416,7 +451,7 @@ func memPutObject[T any, P namedObject[T]](m *MemStore, c objectClass, table map
 		return fmt.Errorf("put %s %s: %w", c.kind, key, err)
 	}
 	defer m.mu.Unlock()
-	raw, err := encodeObject(m.key, c, key, obj)
+	raw, err := encodeObject(m.seal, c, key, obj)
 	if err != nil {
 		return fmt.Errorf("put %s %s: %w", c.kind, key, err)
 	}
@@ -439,7 +474,7 @@ func memGetObject[T any, P namedObject[T]](m *MemStore, c objectClass, table map
 	slot := table[key]
 	var obj P
 	found, err := m.getSlotLocked(op, c.place(key), &slot, func(raw []byte) (err error) {
-		obj, err = decodeObject[T, P](m.key, c, key, raw)
+		obj, err = decodeObject[T, P](m.seal, c, key, raw)
 		return err
 	})
 	if slot == nil {
@@ -462,7 +497,7 @@ func memLoadObjects[T any, P namedObject[T]](m *MemStore, c objectClass, table m
 	var objs []P
 	var errs map[string]error
 	for _, key := range slices.Sorted(maps.Keys(table)) {
-		obj, err := decodeObject[T, P](m.key, c, key, table[key])
+		obj, err := decodeObject[T, P](m.seal, c, key, table[key])
 		if err != nil {
 			if errs == nil {
 				errs = map[string]error{}
@@ -611,7 +646,7 @@ func (m *MemStore) PutToken(uid types.UID, name string, t Token) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	defer m.mu.Unlock()
-	raw, err := encodeToken(m.key, uid, name, t)
+	raw, err := encodeToken(m.seal.key, uid, name, t)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -639,7 +674,7 @@ func (m *MemStore) GetToken(uid types.UID, name string) (Token, error) {
 	slot := p.tokens[name]
 	var t Token
 	found, err := m.getSlotLocked(op, tokenPlace(uid, name), &slot, func(raw []byte) (err error) {
-		t, err = decodeToken(m.key, uid, name, raw)
+		t, err = decodeToken(m.seal.key, uid, name, raw)
 		return err
 	})
 	if slot == nil {

@@ -29,10 +29,14 @@ type Options struct {
 	// MaxBatch caps how many concurrent writes share one transaction.
 	// Defaults to 128.
 	MaxBatch int
-	// Key encrypts Secrets and tokens at rest (see LoadKey). Defaults to
-	// none: PutSecret and PutToken then return ErrNoKey, and records sealed
-	// before are ErrKeyMismatch.
+	// Key encrypts Secrets, tokens and pod records at rest (see LoadKey).
+	// Defaults to none: PutSecret and PutToken then return ErrNoKey, pod
+	// records are kept in the clear, and records sealed before are
+	// ErrKeyMismatch.
 	Key *Key
+	// SealConfigMaps seals ConfigMaps with Key too, for gateways whose
+	// ConfigMaps hold what Secrets should (no effect without a Key).
+	SealConfigMaps bool
 }
 
 func (o Options) withDefaults() Options {
@@ -65,6 +69,10 @@ type OpenReport struct {
 	// Quarantined lists records the migration could not convert, by key;
 	// they are in the quarantine bucket.
 	Quarantined map[string]error
+	// Sealed counts the records written in the clear before a state key was
+	// configured (pod records; ConfigMaps with SealConfigMaps) that Open
+	// sealed with it.
+	Sealed int
 }
 
 // Recovery describes an unusable database file that was moved aside.
@@ -124,6 +132,9 @@ func (r OpenReport) String() string {
 	if n := len(r.Quarantined); n > 0 {
 		fmt.Fprintf(&b, ", %d record(s) quarantined", n)
 	}
+	if r.Sealed > 0 {
+		fmt.Fprintf(&b, ", %d record(s) kept in the clear before a state key was configured now sealed with it", r.Sealed)
+	}
 	return b.String()
 }
 
@@ -164,9 +175,13 @@ func Open(path string, opts Options) (*BoltStore, OpenReport, error) {
 		_ = lock.release()
 		return fail(err)
 	}
-	s := &BoltStore{path: path, db: db, lock: lock, now: opts.Now, key: opts.Key,
+	s := &BoltStore{path: path, db: db, lock: lock, now: opts.Now, seal: sealing{key: opts.Key, configMaps: opts.SealConfigMaps},
 		pageSize: uint64(db.Info().PageSize), pageAllocAtOpen: pageAlloc(db), writesByBucket: map[string]uint64{}}
 	s.batch = &batcher{db: db, maxBatch: opts.MaxBatch, commits: &s.commits}
+	if report.Sealed, err = s.sealPlainRecords(); err != nil {
+		_ = s.Close()
+		return fail(err)
+	}
 	s.quarantined.Store(uint64(len(report.Quarantined)))
 	return s, report, nil
 }

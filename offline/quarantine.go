@@ -2,6 +2,7 @@ package offline
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -14,6 +15,9 @@ import (
 type quarantiner struct {
 	now  func() time.Time
 	errs map[string]error
+	// mismatched are the records sealed with another key than the store's: reported, never
+	// quarantined (the right key may come back).
+	mismatched map[string]error
 	// moved counts records written to the quarantine bucket.
 	moved int
 }
@@ -42,6 +46,28 @@ func (q *quarantiner) put(tx *bolt.Tx, key string, raw []byte, reason error) err
 	}
 	q.moved++
 	return nil
+}
+
+// keyMismatch reports a record sealed with another key (ErrKeyMismatch); unlike note, it does
+// not make readOrQuarantine write.
+func (q *quarantiner) keyMismatch(key string, err error) {
+	if q.mismatched == nil {
+		q.mismatched = map[string]error{}
+	}
+	q.mismatched[key] = err
+}
+
+// withMismatches is every error reported: notes and key mismatches; nil if none.
+func (q *quarantiner) withMismatches() map[string]error {
+	if len(q.mismatched) == 0 {
+		if len(q.errs) == 0 {
+			return nil
+		}
+		return q.errs
+	}
+	all := maps.Clone(q.errs)
+	maps.Copy(all, q.mismatched)
+	return all
 }
 
 // note records an error for key without quarantining anything.

@@ -265,7 +265,7 @@ func migrateV2toV3(tx *bolt.Tx, q *quarantiner, key *Key) error {
 			}
 			continue
 		}
-		sec, err := decodeObject[v1.Secret](nil, clear, string(e.k), e.v)
+		sec, err := decodeObject[v1.Secret](sealing{}, clear, string(e.k), e.v)
 		if err != nil || key == nil {
 			if err != nil {
 				q.note(place, fmt.Errorf("migrate v2 secret: %w (dropped)", err))
@@ -275,7 +275,7 @@ func migrateV2toV3(tx *bolt.Tx, q *quarantiner, key *Key) error {
 			}
 			continue
 		}
-		sealed, err := encodeObject(key, classSecret, string(e.k), sec)
+		sealed, err := encodeObject(sealing{key: key}, classSecret, string(e.k), sec)
 		if err != nil {
 			return fmt.Errorf("migrate %s: %w", place, err)
 		}

@@ -51,6 +51,16 @@ type Config struct {
 	// sealed; a raw key file is refused (remove it to have a new key made: what the old one
 	// sealed is read again from the apiserver). Empty: the file is the raw key.
 	StateKeyTPM string `json:"stateKeyTPM,omitempty"`
+	// StateKeyCredential names a systemd credential that holds the raw state key, in place of
+	// StateKeyFile: the unit's LoadCredentialEncrypted=NAME:FILE (systemd-creds encrypt, with
+	// the TPM, the host key or both) or LoadCredential=NAME:PATH, which systemd decrypts into
+	// $CREDENTIALS_DIRECTORY/NAME (tmpfs, mode 0400) for the agent alone. Not with StateKeyTPM:
+	// systemd does the sealing then.
+	StateKeyCredential string `json:"stateKeyCredential,omitempty"`
+	// SealConfigMaps encrypts the ConfigMaps kept for offline reboots with the state key too,
+	// for gateways whose ConfigMaps hold what Secrets should (connection strings). Pod records
+	// (their inline env values) and Secrets are encrypted whenever there is a key.
+	SealConfigMaps bool `json:"sealConfigMaps,omitempty"`
 	// ManifestDir is the static pod manifest directory. Defaults to /etc/holdfast/manifests.
 	// Empty after defaulting only if set to "-" (no static pods).
 	ManifestDir string `json:"manifestDir,omitempty"`
@@ -571,6 +581,14 @@ func (c *Config) Validate() error {
 	}
 	if c.StateKeyTPM != "" && c.StateKeyFile == "" {
 		errs = append(errs, errors.New("stateKeyTPM needs stateKeyFile, where the key sealed by the TPM is kept"))
+	}
+	if c.StateKeyCredential != "" {
+		if c.StateKeyTPM != "" {
+			errs = append(errs, errors.New("stateKeyCredential and stateKeyTPM both set: the credential is the key systemd unsealed (systemd-creds encrypt --with-key=tpm2 seals it with the TPM)"))
+		}
+		if c.StateKeyCredential != filepath.Base(c.StateKeyCredential) || c.StateKeyCredential == "." || c.StateKeyCredential == ".." {
+			errs = append(errs, fmt.Errorf("stateKeyCredential %q is not a credential name (a file name, as in LoadCredentialEncrypted=NAME:FILE)", c.StateKeyCredential))
+		}
 	}
 	if c.Runtime != RuntimeContainerd && c.Runtime != RuntimeCRI {
 		errs = append(errs, fmt.Errorf("runtime %q is neither %q nor %q", c.Runtime, RuntimeContainerd, RuntimeCRI))

@@ -239,3 +239,26 @@ func TestPolicyCacheNotOnTheStateDisk(t *testing.T) {
 		t.Errorf(`policyCacheDir "-": %q, %v; want the cache off`, off.PolicyCacheDir, err)
 	}
 }
+
+// A state key credential is a systemd credential's name, never a path, and not sealed by the
+// agent's TPM code too (systemd seals it).
+func TestStateKeyCredential(t *testing.T) {
+	for _, tc := range []struct{ yaml, wantErr string }{
+		{"stateKeyCredential: holdfast-state-key\nsealConfigMaps: true\n", ""},
+		{"stateKeyCredential: ../state.key\n", "not a credential name"},
+		{"stateKeyCredential: /etc/holdfast/state.key\n", "not a credential name"},
+		{"stateKeyCredential: ..\n", "not a credential name"},
+		{"stateKeyCredential: k\nstateKeyTPM: /dev/tpmrm0\n", "both set"},
+	} {
+		c, err := Parse([]byte("nodeName: gw\n"+tc.yaml), nil)
+		if tc.wantErr == "" {
+			if err != nil || c.StateKeyCredential != "holdfast-state-key" || !c.SealConfigMaps {
+				t.Errorf("%q: %+v, %v", tc.yaml, c, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%q: err = %v, want %q", tc.yaml, err, tc.wantErr)
+		}
+	}
+}

@@ -71,6 +71,10 @@ func (s *APISource) Restore() int {
 		return 0
 	}
 	for key, err := range bad {
+		if errors.Is(err, offline.ErrKeyMismatch) {
+			s.Log.Warn("cached pod record sealed with another state key (was the key or the TPM replaced?); the pod waits for the apiserver", "uid", key, "err", err)
+			continue
+		}
 		s.Log.Error("cached pod record unreadable; quarantined", "key", key, "err", err)
 	}
 	n := 0
@@ -241,7 +245,7 @@ func forCache(pod *v1.Pod) *v1.Pod {
 // reconcileCache removes the cached pods that a complete list from the apiserver does not
 // have: they were deleted while the node was away.
 func (s *APISource) reconcileCache() {
-	recs, _, err := s.Store.LoadPods()
+	recs, bad, err := s.Store.LoadPods()
 	if err != nil {
 		s.Log.Error("load cached pods", "err", err)
 		return
@@ -264,6 +268,27 @@ func (s *APISource) reconcileCache() {
 		s.forget(rec.UID)
 		s.Sink.Remove(rec.UID, "pod was deleted in the API while the node was disconnected")
 	}
+	// Records sealed with another state key were never restored, so no worker will delete
+	// them: those the list does not have are deleted here, or they would stay for good. A
+	// record the list has was written again, sealed with this key, when its pod came. One
+	// that a worker runs is a static pod's, re-recorded by its worker.
+	for key, err := range bad {
+		uid := types.UID(key)
+		if !errors.Is(err, offline.ErrKeyMismatch) || present[uid] || s.sinkKnows(uid) {
+			continue
+		}
+		if err := s.Store.DeletePod(uid); err != nil {
+			s.Log.Warn("delete a cached pod record sealed with another state key", "uid", uid, "err", err)
+			continue
+		}
+		s.Log.Info("cached pod record sealed with another state key deleted: the apiserver no longer has the pod", "uid", uid)
+	}
+}
+
+// sinkKnows reports whether the sink runs a pod of that UID, if it can tell.
+func (s *APISource) sinkKnows(uid types.UID) bool {
+	k, ok := s.Sink.(interface{ Known(types.UID) bool })
+	return ok && k.Known(uid)
 }
 
 // Run runs the informer until ctx ends.

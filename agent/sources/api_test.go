@@ -2,6 +2,7 @@ package sources
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -152,5 +153,47 @@ func TestAPIPodMarkedWithItsSource(t *testing.T) {
 	rec, err := s.Store.GetPod("u1")
 	if err != nil || manifest.IsStatic(rec.Pod) {
 		t.Errorf("cached %+v, %v; want the pod marked as the API's", rec.Pod, err)
+	}
+}
+
+// A gateway whose state key changed (a new TPM, a replaced key file) boots with pod records
+// it cannot read: none is restored (the pods wait for the apiserver) and none is lost or
+// quarantined; once the apiserver lists, the pods it still has are recorded again under the
+// new key and the records of those it no longer has are deleted instead of staying for good.
+func TestRecordsOfAnotherKeyWaitForTheApiserver(t *testing.T) {
+	keyA, _ := offline.NewKey([]byte("0123456789abcdef0123456789abcdef"))
+	keyB, _ := offline.NewKey([]byte("fedcba9876543210fedcba9876543210"))
+	store := offline.NewMemStore(nil)
+	store.SetKey(keyA)
+	gone := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gone", UID: "u-gone"}, Spec: v1.PodSpec{NodeName: "gw"}}
+	kept := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kept", UID: "u-kept"}, Spec: v1.PodSpec{NodeName: "gw"}}
+	for _, p := range []*v1.Pod{gone, kept} {
+		if err := store.PutPod(offline.SourceAPI, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store.SetKey(keyB) // the reboot with another key
+
+	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
+	s := &APISource{Client: fake.NewSimpleClientset(kept), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
+	if n := s.Restore(); n != 0 || len(sink.names()) != 0 {
+		t.Fatalf("restored %d pods (%v) from records sealed with another key", n, sink.names())
+	}
+	factory := s.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx, factory) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the records reconciled with the apiserver's list", func() error {
+		if _, err := store.GetPod("u-gone"); !errors.Is(err, offline.ErrNotFound) {
+			return fmt.Errorf("record of the pod the apiserver no longer has: %v", err)
+		}
+		if rec, err := store.GetPod("u-kept"); err != nil || rec.Pod.Name != "kept" {
+			return fmt.Errorf("record of the pod the apiserver has: %+v, %v", rec, err)
+		}
+		return nil
+	})
+	if q, _ := store.Quarantined(); len(q) != 0 {
+		t.Errorf("records quarantined: %+v", q)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/google/go-tpm/tpm2"
@@ -281,4 +282,21 @@ func splitSealed(b []byte) (srkName []byte, pub *tpm2.TPM2BPublic, priv *tpm2.TP
 		return nil, nil, nil, fmt.Errorf("%w: the sealed key's private part: %w", offline.ErrInvalid, err)
 	}
 	return parts[0], pub, priv, nil
+}
+
+// ErrNoCredentials is CredentialPath's error when systemd passed the agent no credentials.
+var ErrNoCredentials = errors.New("$CREDENTIALS_DIRECTORY is not set: the agent was not started by a systemd unit that passes it credentials")
+
+// CredentialPath is where systemd put the credential name for this service: the directory in
+// $CREDENTIALS_DIRECTORY (systemd.exec(5): set when the unit has LoadCredential=,
+// LoadCredentialEncrypted= or SetCredential=), never a path guessed from the unit's name.
+func CredentialPath(name string) (string, error) {
+	dir := os.Getenv("CREDENTIALS_DIRECTORY")
+	if dir == "" {
+		return "", fmt.Errorf("state key credential %q: %w; add LoadCredentialEncrypted=%s:/etc/holdfast/%s.cred to holdfast.service (firmware/systemd/state-key-credential.conf)", name, ErrNoCredentials, name, name)
+	}
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("state key credential %q: $CREDENTIALS_DIRECTORY %q is not an absolute path", name, dir)
+	}
+	return filepath.Join(dir, name), nil
 }

@@ -184,3 +184,43 @@ func TestConcurrentFirstStartsAgreeOnOneKey(t *testing.T) {
 		}
 	}
 }
+
+// A state key as systemd hands it over (LoadCredentialEncrypted=): a file in the service's
+// $CREDENTIALS_DIRECTORY, mode 0400, in a directory only the service may read. It loads; a
+// unit that passes no credentials is a clear error that names the unit setting to add.
+func TestKeyFromSystemdCredential(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	if _, err := CredentialPath("holdfast-state-key"); !errors.Is(err, ErrNoCredentials) || !strings.Contains(err.Error(), "LoadCredentialEncrypted=holdfast-state-key:") {
+		t.Errorf("no $CREDENTIALS_DIRECTORY: %v; want ErrNoCredentials naming LoadCredentialEncrypted=", err)
+	}
+	t.Setenv("CREDENTIALS_DIRECTORY", "relative/dir")
+	if _, err := CredentialPath("k"); err == nil {
+		t.Error("a relative $CREDENTIALS_DIRECTORY was taken")
+	}
+
+	dir := filepath.Join(t.TempDir(), "holdfast.service")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	raw := make([]byte, offline.KeySize)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "holdfast-state-key"), raw, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o500); err != nil { // as systemd leaves it
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
+	t.Setenv("CREDENTIALS_DIRECTORY", dir)
+	path, err := CredentialPath("holdfast-state-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, made, err := Load(path, "")
+	want, _ := offline.NewKey(raw)
+	if err != nil || made || key.ID() != want.ID() {
+		t.Fatalf("credential key: %v (made %v), %v; want key %s", idOf(key), made, err, want.ID())
+	}
+}
