@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	pathpkg "path"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +44,13 @@ const (
 	// present the same token for its lifetime and hit the cache.
 	tokenReviewRate  = 5
 	tokenReviewBurst = 20
+	// sourceReviewRate (per second) and sourceReviewBurst bound the TokenReviews of one
+	// client address (an IPv6 one by its /64, which a host commonly holds whole) within the
+	// node's: a flood of made-up tokens from one source is refused before it spends the
+	// budget, and new tokens from elsewhere still get reviewed while it lasts. Sources are
+	// remembered in an LRU of maxCacheEntries.
+	sourceReviewRate  = 1
+	sourceReviewBurst = 10
 	// maxTokenBytes is the longest bearer token reviewed: a service account's or an OIDC token
 	// is a few KiB; each review carries the token over the uplink, and a header may be 1 MiB.
 	maxTokenBytes = 16 << 10
@@ -75,6 +84,7 @@ type authenticator struct {
 	valid   *lru.Cache // token hash -> tokenResult that authenticated
 	refused *lru.Cache // token hash -> tokenResult that did not
 	limiter *rate.Limiter
+	sources sourceBudgets      // each client address's share of limiter
 	flight  singleflight.Group // one TokenReview at a time per token
 
 	reviews, limited atomic.Uint64 // TokenReviews sent, and not sent for the rate
@@ -83,7 +93,43 @@ type authenticator struct {
 func newAuthenticator(client kubernetes.Interface, now func() time.Time) *authenticator {
 	return &authenticator{client: client, now: now,
 		valid: lru.New(maxCacheEntries), refused: lru.New(maxCacheEntries),
-		limiter: rate.NewLimiter(tokenReviewRate, tokenReviewBurst)}
+		limiter: rate.NewLimiter(tokenReviewRate, tokenReviewBurst),
+		sources: sourceBudgets{limiters: lru.New(maxCacheEntries)}}
+}
+
+// sourceBudgets holds a TokenReview budget per client address.
+type sourceBudgets struct {
+	mu       sync.Mutex // makes a source's get-or-create one step
+	limiters *lru.Cache // source -> *rate.Limiter
+}
+
+// allow takes one review from source's budget.
+func (b *sourceBudgets) allow(source string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var l *rate.Limiter
+	if v, ok := b.limiters.Get(source); ok {
+		l = v.(*rate.Limiter)
+	} else {
+		l = rate.NewLimiter(sourceReviewRate, sourceReviewBurst)
+		b.limiters.Add(source, l)
+	}
+	return l.AllowN(now, 1)
+}
+
+// reviewSource names the client of r for its review budget: its IP address, an IPv6 one cut
+// to its /64. A RemoteAddr that does not parse (no such listener here) is a source of its own.
+func reviewSource(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
 }
 
 type tokenResult struct {
@@ -100,7 +146,7 @@ func (a *authenticator) authenticate(r *http.Request) (*userInfo, error) {
 	if !ok {
 		return nil, errUnauthenticated
 	}
-	return a.fromToken(r.Context(), token)
+	return a.fromToken(r.Context(), token, reviewSource(r))
 }
 
 // fromCertificate returns the user of a client certificate that verifies against the client
@@ -136,7 +182,7 @@ func bearerToken(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
-func (a *authenticator) fromToken(ctx context.Context, token string) (*userInfo, error) {
+func (a *authenticator) fromToken(ctx context.Context, token, source string) (*userInfo, error) {
 	if a.client == nil || len(token) > maxTokenBytes {
 		return nil, errUnauthenticated
 	}
@@ -152,7 +198,8 @@ func (a *authenticator) fromToken(ctx context.Context, token string) (*userInfo,
 			return res, nil
 		}
 		now := a.now()
-		if !a.limiter.AllowN(now, 1) {
+		// The source's budget first: a source past its own spends none of the node's.
+		if !a.sources.allow(source, now) || !a.limiter.AllowN(now, 1) {
 			a.limited.Add(1)
 			return nil, errTooManyReviews
 		}

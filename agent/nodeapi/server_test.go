@@ -731,6 +731,60 @@ func TestLocalSocketReplacesOnlyASocket(t *testing.T) {
 	}
 }
 
+// TestTokenFloodFromOneSourceLeavesOthersTheirReviews: a flood of made-up tokens from one
+// address (or one IPv6 /64) spends its own review budget, not the node's: a new token from
+// another client is still reviewed while the flood goes on. Before, the flood took the whole
+// budget and every new token from anywhere got 429 while it lasted. Many sources at once are
+// still held to the node's budget.
+func TestTokenFloodFromOneSourceLeavesOthersTheirReviews(t *testing.T) {
+	var reviews atomic.Int32
+	var down atomic.Bool
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	a := newAuthenticator(apiReviews(&down, &reviews), func() time.Time { return now })
+	ctx := context.Background()
+	flood := func(source string, n int) (limited int) {
+		for i := range n {
+			_, err := a.fromToken(ctx, fmt.Sprintf("made-up-%s-%d", source, i), source)
+			switch {
+			case errors.Is(err, errTooManyReviews):
+				limited++
+			case !errors.Is(err, errUnauthenticated):
+				t.Fatalf("made-up token %d from %s: %v", i, source, err)
+			}
+		}
+		return limited
+	}
+	if limited := flood("198.51.100.7", 1000); limited != 1000-sourceReviewBurst {
+		t.Errorf("one source's 1,000 made-up tokens: %d limited, want all but its burst of %d", limited, sourceReviewBurst)
+	}
+	// The addresses of one IPv6 /64 are one source; an IPv4-mapped address is its IPv4 one.
+	reviewSourceIs(t, "[2001:db8:1:2::1]:443", "2001:db8:1:2::/64")
+	reviewSourceIs(t, "[2001:db8:1:2:ffff:1:2:3]:50000", "2001:db8:1:2::/64")
+	reviewSourceIs(t, "[::ffff:198.51.100.7]:443", "198.51.100.7")
+	reviewSourceIs(t, "198.51.100.7:1", "198.51.100.7")
+	if u, err := a.fromToken(ctx, "good", "192.0.2.1"); err != nil || u.Name != "alice" {
+		t.Errorf("a new valid token from another client during the flood: %v, %v; want it reviewed", u, err)
+	}
+	// Many sources together get no more than the node's budget.
+	before := reviews.Load()
+	for i := range 100 {
+		flood(fmt.Sprintf("203.0.113.%d", i), 10)
+	}
+	if n := reviews.Load() - before; n > tokenReviewBurst {
+		t.Errorf("100 sources' made-up tokens cost %d reviews, want at most the node's burst of %d", n, tokenReviewBurst)
+	}
+}
+
+// reviewSourceIs checks the budget a remote address is counted in.
+func reviewSourceIs(t *testing.T, remote, want string) {
+	t.Helper()
+	r := httptest.NewRequest("GET", "/pods", nil)
+	r.RemoteAddr = remote
+	if got := reviewSource(r); got != want {
+		t.Errorf("reviewSource(%q) = %q, want %q", remote, got, want)
+	}
+}
+
 // TestRefusedTokensEvictNoValidOne: tokens that authenticated and tokens that did not are
 // cached apart, so that made-up tokens, more than a cache holds, evict none of the valid ones.
 // The review budget alone keeps a flood under the cache's size within a valid entry's lifetime;
@@ -741,16 +795,16 @@ func TestRefusedTokensEvictNoValidOne(t *testing.T) {
 	a := newAuthenticator(apiReviews(&down, &reviews), time.Now)
 	a.limiter = rate.NewLimiter(rate.Inf, 0)
 	ctx := context.Background()
-	if _, err := a.fromToken(ctx, "good"); err != nil {
+	if _, err := a.fromToken(ctx, "good", "192.0.2.1"); err != nil {
 		t.Fatal(err)
 	}
 	for i := range maxCacheEntries + 100 {
-		if _, err := a.fromToken(ctx, fmt.Sprintf("made-up-%d", i)); !errors.Is(err, errUnauthenticated) {
+		if _, err := a.fromToken(ctx, fmt.Sprintf("made-up-%d", i), fmt.Sprintf("source-%d", i)); !errors.Is(err, errUnauthenticated) {
 			t.Fatalf("made-up token %d: %v", i, err)
 		}
 	}
 	before := reviews.Load()
-	if u, err := a.fromToken(ctx, "good"); err != nil || u.Name != "alice" || reviews.Load() != before {
+	if u, err := a.fromToken(ctx, "good", "192.0.2.1"); err != nil || u.Name != "alice" || reviews.Load() != before {
 		t.Errorf("the valid token after %d refused ones: %v, %v, %d more reviews; want alice from the cache", maxCacheEntries+100, u, err, reviews.Load()-before)
 	}
 }
