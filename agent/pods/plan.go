@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -124,20 +125,19 @@ func (p *plan) planContainer(pod *v1.Pod, c *v1.Container, attempts []runtime.Co
 	for _, old := range attempts[:max(0, len(attempts)-2)] {
 		p.remove = append(p.remove, old.ID)
 	}
-	hash := containerHash(c)
 	switch latest.State {
 	case runtime.StateCreated:
 		p.start = append(p.start, startAction{container: c, attempt: latest.Attempt})
 	case runtime.StateRunning:
-		if latest.SpecHash != "" && latest.SpecHash != hash {
+		if specChanged(latest, c) {
 			p.kill = append(p.kill, killAction{id: latest.ID, name: c.Name, reason: "container spec changed, it will be restarted"})
 		}
 	case runtime.StateExited:
-		specChanged := latest.SpecHash != "" && latest.SpecHash != hash
-		if !specChanged && !shouldRestart(c, policy, latest.ExitCode) {
+		changed := specChanged(latest, c)
+		if !changed && !shouldRestart(c, policy, latest.ExitCode) {
 			return
 		}
-		if wait, delay := backoff.inBackOff(backoffKey(pod, c.Name), latest.FinishedAt); wait && !specChanged {
+		if wait, delay := backoff.inBackOff(backoffKey(pod, c.Name), latest.FinishedAt); wait && !changed {
 			p.backOff[c.Name] = delay
 			return
 		}
@@ -255,10 +255,37 @@ func groupByName(observed []runtime.Container) map[string][]runtime.Container {
 
 func backoffKey(pod *v1.Pod, name string) string { return string(pod.UID) + "/" + name }
 
-// containerHash identifies a container spec; a running container whose hash differs from its
-// spec's was created from an older spec (the API allows changing a pod's images).
+// containerHash identifies what of a container's spec needs a new container when it changes:
+// its name, its image and its resources. Of a running pod's containers, the API lets change
+// only the image (a restart applies it) and the resources (a resize); everything else is
+// immutable. Hashing the whole container, as holdfast did, restarted every container of every
+// gateway on a control-plane upgrade that defaults one more field. The kubelet hashes name
+// and image only (pickFieldsToHash), applying resizes in place; holdfast does not resize in
+// place yet (issue #29), so a resize is applied by a restart, as the kubelet does for a
+// resizePolicy of RestartContainer. The "v2-" prefix tells these hashes from the
+// whole-container ones of containers an older holdfast made (specChanged).
 func containerHash(c *v1.Container) string {
-	b, _ := json.Marshal(c)
+	b, _ := json.Marshal(struct {
+		Name, Image string
+		Resources   v1.ResourceRequirements
+	}{c.Name, c.Image, c.Resources})
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	return specHashPrefix + hex.EncodeToString(sum[:8])
+}
+
+const specHashPrefix = "v2-"
+
+// specChanged reports whether a running or exited container was made from another spec than
+// c: its hash differs from c's. A container an older holdfast made carries a hash of its
+// whole spec, which a field defaulted since would change too: its image is compared instead,
+// so that upgrading the agent restarts nothing. No hash: unchanged.
+func specChanged(observed runtime.Container, c *v1.Container) bool {
+	switch {
+	case observed.SpecHash == "":
+		return false
+	case strings.HasPrefix(observed.SpecHash, specHashPrefix):
+		return observed.SpecHash != containerHash(c)
+	default:
+		return observed.Image != c.Image
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -289,5 +290,56 @@ func TestComputePlanEphemeral(t *testing.T) {
 	}
 	if _, ok := got["debug"]; ok || len(got) != 1 {
 		t.Errorf("starts %v: an exited ephemeral container is never restarted", got)
+	}
+}
+
+// A container is made anew only when what needs a new container changes: its image (and its
+// resources, applied by a restart until holdfast resizes in place). A field a newer apiserver
+// defaults, or any other field the API would never let change on a running pod but a
+// re-applied static manifest or a restored record may carry differently, restarts nothing: a
+// control-plane upgrade must not restart every container of every gateway. A container an
+// older holdfast made (a hash of its whole spec) is compared by image, so that upgrading the
+// agent restarts nothing either.
+func TestOnlyWhatNeedsANewContainerRestartsIt(t *testing.T) {
+	base := testPod(v1.RestartPolicyAlways, "a")
+	running := ctr(base, "a", 0, runtime.StateRunning, 0)
+	running.Image = "img"
+	for _, tc := range []struct {
+		name     string
+		change   func(c *v1.Container)
+		observed func(c runtime.Container) runtime.Container
+		wantKill bool
+	}{
+		{name: "a field a newer apiserver defaults", change: func(c *v1.Container) {
+			c.TerminationMessagePolicy = v1.TerminationMessageReadFile
+			c.ImagePullPolicy = v1.PullIfNotPresent
+			c.ResizePolicy = []v1.ContainerResizePolicy{{ResourceName: v1.ResourceCPU, RestartPolicy: v1.NotRequired}}
+		}},
+		{name: "env and probes", change: func(c *v1.Container) {
+			c.Env = []v1.EnvVar{{Name: "X", Value: "1"}}
+			c.ReadinessProbe = &v1.Probe{PeriodSeconds: 3}
+		}},
+		{name: "the image", change: func(c *v1.Container) { c.Image = "img:2" }, wantKill: true},
+		{name: "the resources (a resize, applied by a restart)", change: func(c *v1.Container) {
+			c.Resources.Limits = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
+		}, wantKill: true},
+		{name: "an older holdfast's container, same image, a defaulted field", change: func(c *v1.Container) {
+			c.TerminationMessagePolicy = v1.TerminationMessageReadFile
+		}, observed: func(o runtime.Container) runtime.Container { o.SpecHash = "0123456789abcdef"; return o }},
+		{name: "an older holdfast's container, another image", change: func(c *v1.Container) { c.Image = "img:2" },
+			observed: func(o runtime.Container) runtime.Container { o.SpecHash = "0123456789abcdef"; return o }, wantKill: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := base.DeepCopy()
+			tc.change(&pod.Spec.Containers[0])
+			observed := running
+			if tc.observed != nil {
+				observed = tc.observed(observed)
+			}
+			p := computePlan(pod, []runtime.Container{observed}, fakeBackoff{}, nil)
+			if killed := len(p.kill) == 1; killed != tc.wantKill {
+				t.Errorf("container killed: %v, want %v (plan %+v)", killed, tc.wantKill, p)
+			}
+		})
 	}
 }
