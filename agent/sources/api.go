@@ -103,27 +103,7 @@ func (s *APISource) Start() informers.SharedInformerFactory {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", s.NodeName).String()
 		}))
 	inf := factory.Core().V1().Pods().Informer()
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { s.update(obj) },
-		UpdateFunc: func(_, obj any) { s.update(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			pod, ok := obj.(*v1.Pod)
-			if !ok {
-				return
-			}
-			if isMirror(pod) {
-				if s.OnMirrorDeleted != nil {
-					s.OnMirrorDeleted(pod)
-				}
-				return
-			}
-			s.forget(pod.UID)
-			s.Sink.Remove(pod.UID, "pod deleted in the API")
-		},
-	})
+	reg, err := inf.AddEventHandler(s.handler())
 	s.synced = func() bool { return false }
 	if err != nil {
 		// Only for an informer already stopped, which a new factory's is not; never ready
@@ -134,6 +114,47 @@ func (s *APISource) Start() informers.SharedInformerFactory {
 	}
 	s.indexer = inf.GetIndexer()
 	return factory
+}
+
+// handler merges the informer's events by pod UID, as the kubelet merges its sources.
+func (s *APISource) handler() cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: s.update,
+		UpdateFunc: func(oldObj, obj any) {
+			// The informer keys pods by namespace/name. A pod deleted and created again under
+			// its name while the watch was away (a StatefulSet's pod, a bare pod re-applied;
+			// offline past the compaction window, the relist after a 410) comes back as an
+			// update of the old object into the new one: the old UID is gone from the API.
+			// Delivered as an update of the new pod alone, the old one kept running beside it,
+			// counted in admission, and its record revived it at an offline reboot.
+			old, ok1 := oldObj.(*v1.Pod)
+			pod, ok2 := obj.(*v1.Pod)
+			if ok1 && ok2 && old.UID != pod.UID {
+				s.deleted(old, "pod deleted in the API and another created under its name")
+			}
+			s.update(obj)
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				s.deleted(pod, "pod deleted in the API")
+			}
+		},
+	}
+}
+
+// deleted hands over a pod the API no longer has: its record goes, and its worker stops it.
+func (s *APISource) deleted(pod *v1.Pod, reason string) {
+	if isMirror(pod) {
+		if s.OnMirrorDeleted != nil {
+			s.OnMirrorDeleted(pod)
+		}
+		return
+	}
+	s.forget(pod.UID)
+	s.Sink.Remove(pod.UID, reason)
 }
 
 func (s *APISource) update(obj any) {

@@ -197,3 +197,38 @@ func TestRecordsOfAnotherKeyWaitForTheApiserver(t *testing.T) {
 		t.Errorf("records quarantined: %+v", q)
 	}
 }
+
+// Offline past the compaction window, a pod deleted and created again under its name (a
+// StatefulSet's pod) comes back from the relist as an update of the old object into the new
+// one. The old UID is gone from the API: it is removed from the sink and the store, as the
+// kubelet merges sources by UID. Before, only the new pod was delivered: the old one ran on
+// beside it and its record revived it at the next offline reboot.
+func TestSameNameNewUIDReplacesThePod(t *testing.T) {
+	store := offline.NewMemStore(nil)
+	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
+	s := &APISource{Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
+	h := s.handler()
+	a := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-0", UID: "uid-a"}, Spec: v1.PodSpec{NodeName: "gw"}}
+	b := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-0", UID: "uid-b"}, Spec: v1.PodSpec{NodeName: "gw"}}
+	h.OnAdd(a, true)
+	h.OnUpdate(a, b)
+	if got := sink.names(); len(got) != 1 || got["db-0"] != "uid-b" {
+		t.Errorf("sink holds %v, want db-0 as uid-b alone", got)
+	}
+	if len(sink.removed) != 1 || sink.removed[0] != "uid-a" {
+		t.Errorf("removed %v, want uid-a", sink.removed)
+	}
+	if _, err := store.GetPod("uid-a"); !errors.Is(err, offline.ErrNotFound) {
+		t.Errorf("record of the replaced pod: %v, want none", err)
+	}
+	if _, err := store.GetPod("uid-b"); err != nil {
+		t.Errorf("record of the new pod: %v", err)
+	}
+	// An update of the same UID removes nothing.
+	b2 := b.DeepCopy()
+	b2.Labels = map[string]string{"x": "y"}
+	h.OnUpdate(b, b2)
+	if len(sink.removed) != 1 {
+		t.Errorf("an update of the same pod removed %v", sink.removed[1:])
+	}
+}
