@@ -292,7 +292,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if client != nil {
 		api := &sources.APISource{Client: client, NodeName: cfg.NodeName, Sink: podMgr, Store: store,
-			Log: a.log.With("component", "apisource"), Recorder: recorder, OnMirrorDeleted: statusMgr.MirrorDeleted,
+			Log: a.log.With("component", "apisource"), Recorder: recorder, OnMirrorDeleted: statusMgr.MirrorDeleted, OnStatus: statusMgr.Observed,
 			Orphans: &sources.OrphanedMirrors{AllReady: podMgr.SourcesReady, StaticPodRuns: podMgr.RunsStaticPod, DeleteOrphan: statusMgr.DeleteOrphanedMirror}}
 		// Boot from the cache first, with no apiserver call on the path; the informer then
 		// reconciles when the apiserver answers.

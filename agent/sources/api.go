@@ -44,6 +44,9 @@ type APISource struct {
 	// deleted, so that the status side deletes it for good and re-creates it while its static
 	// pod runs.
 	OnMirrorDeleted func(pod *v1.Pod)
+	// OnStatus, if set, is given every pod and mirror pod the informer delivers, for the
+	// status the apiserver has: the base of the next status patch (status.Manager.Observed).
+	OnStatus func(pod *v1.Pod)
 	// Orphans, if set, finds the node's mirror pods whose static pod does not run here (a
 	// manifest removed while the agent or the apiserver was away) and hands each to
 	// DeleteOrphan, once AllReady says every source has delivered its pods: as the kubelet
@@ -161,6 +164,9 @@ func (s *APISource) update(obj any) {
 	pod, ok := obj.(*v1.Pod)
 	if !ok {
 		return
+	}
+	if s.OnStatus != nil {
+		s.OnStatus(pod)
 	}
 	if isMirror(pod) {
 		// A mirror pod someone deleted gracefully (kubectl delete) would stay Terminating:

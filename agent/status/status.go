@@ -118,6 +118,35 @@ func (m *Manager) MirrorDeleted(mirror *v1.Pod) {
 	}
 }
 
+// Observed takes the status the apiserver has for a pod (or for a static pod's mirror), as the
+// informer delivered it, as the base of the pod's next patch. Someone else may have written it
+// since the node did: the node lifecycle controller marks every pod Ready=False while the node
+// is unreachable. A patch computed from the last status the node sent then carried nothing
+// (the node's status had not changed) or a transition time alone, and the API kept Ready=False
+// until a periodic resync; the kubelet reads the pod again before each patch, which on a
+// metered uplink costs a GET per status change. An echo of an older patch of the node's own
+// costs one patch that changes nothing; a status equal to the base costs nothing.
+func (m *Manager) Observed(pod *v1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.pods[pod.UID]
+	if e == nil {
+		for _, c := range m.pods {
+			if c.mirrorUID != "" && c.mirrorUID == pod.UID {
+				e = c
+				break
+			}
+		}
+	}
+	// No base yet: the next patch reads the pod first anyway.
+	if e == nil || e.sent == nil || apiequality.Semantic.DeepEqual(*e.sent, pod.Status) {
+		return
+	}
+	e.sent = pod.Status.DeepCopy()
+	e.dirty = true
+	m.poke()
+}
+
 // SetPodStatus records a pod's latest computed status. An unchanged status is a no-op.
 func (m *Manager) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
 	m.mu.Lock()

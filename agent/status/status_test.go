@@ -209,3 +209,47 @@ func TestOutboxOfAPodGoneIsDropped(t *testing.T) {
 		t.Errorf("statuses waiting for delivery: %d, want 1", m.Pending())
 	}
 }
+
+// While the node was unreachable, the node lifecycle controller marked its pods Ready=False.
+// When the node is back, the status it computes has not changed (the pod ran ready all along),
+// so a patch computed from the last status the node sent carries nothing, and the API kept
+// Ready=False. The status the informer delivers is the base of the next patch instead: the
+// node writes Ready=True back at once.
+func TestStatusChangedByAnotherWriterIsCorrected(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
+	client := fake.NewSimpleClientset(pod.DeepCopy())
+	m := NewManager(client, nil, "gw", slog.New(slog.DiscardHandler))
+	ready := []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
+	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, Conditions: ready})
+	ctx := context.Background()
+	m.syncAll(ctx)
+
+	// The node lifecycle controller, while the node was away.
+	inAPI, err := client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inAPI.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: "NodeNotReady"}}
+	if inAPI, err = client.CoreV1().Pods("default").UpdateStatus(ctx, inAPI, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The informer delivers it; the node's own status is unchanged.
+	m.Observed(inAPI)
+	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, Conditions: ready})
+	m.syncAll(ctx)
+	got, err := client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Status != v1.ConditionTrue {
+		t.Errorf("Ready in the API after the node is back: %+v, want True", got.Status.Conditions)
+	}
+
+	// Its own status echoed back costs no write.
+	writes := len(client.Actions())
+	m.Observed(got)
+	m.syncAll(ctx)
+	if n := len(client.Actions()) - writes; n != 0 {
+		t.Errorf("the echo of the node's own patch cost %d requests", n)
+	}
+}
