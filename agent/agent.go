@@ -523,6 +523,14 @@ func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
 	if r.Sealed > 0 {
 		a.log.Info("state records kept in the clear before the state key was configured are now encrypted with it", "records", r.Sealed)
 	}
+	if r.KeyChangedFrom != "" {
+		a.log.Warn("the state key changed: the pods, Secrets and tokens the old key encrypted are not restored offline; they are read again from the apiserver",
+			"oldKeyID", r.KeyChangedFrom)
+	}
+	if r.KeyMissing != "" {
+		a.log.Error("the state database is encrypted with a state key that is not loaded: pods are not kept for offline reboots (none is written in the clear) until the key is back; to run without encryption, remove the database",
+			"keyID", r.KeyMissing, "path", r.Path)
+	}
 	return nil
 }
 

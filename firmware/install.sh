@@ -79,8 +79,12 @@ chmod 0700 "$root/var/lib/holdfast"
 # (stateKeyFile): made once per gateway, never replaced, since a new key makes what the store
 # holds unreadable. An image built for many gateways should leave it out and let the first boot's
 # install make it, so that no two gateways share a key.
+# Nor when the configuration takes the key from a systemd credential (stateKeyCredential):
+# a raw key beside it would be unused, and readable by whoever holds the disk.
 if [ -e "$root/etc/holdfast/state.key" ]; then
 	say "kept existing $root/etc/holdfast/state.key"
+elif grep -Eq '^[[:space:]]*stateKeyCredential:[[:space:]]*[^[:space:]#]' "$root/etc/holdfast/config.yaml" 2>/dev/null; then
+	say "made no $root/etc/holdfast/state.key: config.yaml takes the key from a systemd credential (stateKeyCredential)"
 else
 	(umask 077 && head -c 32 /dev/urandom >"$root/etc/holdfast/state.key.new.$$")
 	mv -f "$root/etc/holdfast/state.key.new.$$" "$root/etc/holdfast/state.key"

@@ -53,4 +53,10 @@ sh "$bundle/install.sh" --root "$root" >/dev/null
 	fail "the upgrade overwrote the operator's configuration or the state key"
 [[ $("$root/usr/bin/holdfast") == v2 ]] || fail "the upgrade did not replace the binary"
 [[ ! -e $root/etc/holdfast/manifests/$removed ]] || fail "the upgrade brought back the manifest the operator removed"
-echo "install_test.sh: ok (install, reinstall unchanged, upgrade keeps configuration)"
+# The key moved to a systemd credential (firmware/systemd/state-key-credential.conf): an
+# upgrade makes no raw key again.
+rm "$root/etc/holdfast/state.key"
+echo "stateKeyCredential: holdfast-state-key" >>"$root/etc/holdfast/config.yaml"
+sh "$bundle/install.sh" --root "$root" >/dev/null
+[[ ! -e $root/etc/holdfast/state.key ]] || fail "the upgrade made a raw state key beside the systemd credential"
+echo "install_test.sh: ok (install, reinstall unchanged, upgrade keeps configuration, no raw key beside a credential)"

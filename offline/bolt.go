@@ -260,7 +260,7 @@ func (s *BoltStore) readOrQuarantine(read func(tx *bolt.Tx, q *quarantiner) erro
 
 // PutPod implements Store.
 func (s *BoltStore) PutPod(source Source, pod *v1.Pod) error {
-	raw, err := encodePod(s.seal.key, source, pod)
+	raw, err := encodePod(s.seal, source, pod)
 	if err != nil {
 		return fmt.Errorf("put pod: %w", err)
 	}
@@ -387,7 +387,7 @@ func (s *BoltStore) putPodChild(op string, uid types.UID, bucket []byte, name st
 // writable transaction they are also quarantined (the whole pod if its
 // object or admission is bad, else only the container record). ok is false
 // if the pod itself is unusable.
-func readPod(tx *bolt.Tx, k *Key, pods *bolt.Bucket, uid types.UID, q *quarantiner) (rec PodRecord, ok bool, err error) {
+func readPod(tx *bolt.Tx, seal sealing, pods *bolt.Bucket, uid types.UID, q *quarantiner) (rec PodRecord, ok bool, err error) {
 	key := "pods/" + string(uid)
 	pb := pods.Bucket([]byte(uid))
 	if pb == nil {
@@ -416,7 +416,7 @@ func readPod(tx *bolt.Tx, k *Key, pods *bolt.Bucket, uid types.UID, q *quarantin
 	if raw == nil {
 		return podErr(fmt.Errorf("%w: pod bucket without a pod object", errUndecodable))
 	}
-	e, err := decodePod(k, uid, raw)
+	e, err := decodePod(seal, uid, raw)
 	if errors.Is(err, ErrKeyMismatch) {
 		// Left in place: the right key may come back, and the apiserver gives the pod again.
 		q.keyMismatch(string(uid), fmt.Errorf("pod object: %w", err))
@@ -493,7 +493,7 @@ func (s *BoltStore) GetPod(uid types.UID) (PodRecord, error) {
 		}
 		found = true
 		var err error
-		rec, _, err = readPod(tx, s.seal.key, pods, uid, q)
+		rec, _, err = readPod(tx, s.seal, pods, uid, q)
 		return err
 	})
 	if err != nil {
@@ -524,7 +524,7 @@ func (s *BoltStore) LoadPods() ([]PodRecord, map[string]error, error) {
 		// Keys are collected first: bbolt forbids changing a bucket while a
 		// cursor walks it, and readPod may quarantine.
 		for _, uid := range uids {
-			rec, ok, err := readPod(tx, s.seal.key, pods, uid, q)
+			rec, ok, err := readPod(tx, s.seal, pods, uid, q)
 			if err != nil {
 				return fmt.Errorf("pod %s: %w", uid, err)
 			}
@@ -574,6 +574,32 @@ func (s *BoltStore) DeletePod(uid types.UID) error {
 	}
 	s.count(bucketPods, changed)
 	return nil
+}
+
+// DeletePodSealedWithAnotherKey implements Store.
+func (s *BoltStore) DeletePodSealedWithAnotherKey(uid types.UID) (bool, error) {
+	var deleted bool
+	err := s.update(func(tx *bolt.Tx) error {
+		deleted = false
+		pb := bucketAt(tx, bucketPods, []byte(uid))
+		if pb == nil {
+			return nil
+		}
+		raw := pb.Get(keyPod)
+		if raw == nil {
+			return nil
+		}
+		if _, err := decodePod(s.seal, uid, raw); !errors.Is(err, ErrKeyMismatch) {
+			return nil
+		}
+		deleted = true
+		return tx.Bucket(bucketPods).DeleteBucket([]byte(uid))
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete pod %s sealed with another key: %w", uid, err)
+	}
+	s.count(bucketPods, deleted)
+	return deleted, nil
 }
 
 // --- single values: pod list resourceVersion, node ---
@@ -1217,7 +1243,6 @@ func (s *BoltStore) Quarantined() ([]QuarantinedRecord, error) {
 	return out, nil
 }
 
-// joinErrs renders a per-key error map in key order, for messages.
 // recordErr is the error of a read of one record, from its per-key errors: ErrCorruptRecord if
 // any was undecodable (and quarantined), else the ErrKeyMismatch of a record left in place.
 func recordErr(errs map[string]error) error {
@@ -1232,6 +1257,7 @@ func recordErr(errs map[string]error) error {
 	return nil
 }
 
+// joinErrs renders a per-key error map in key order, for messages.
 func joinErrs(errs map[string]error) error {
 	keys := make([]string, 0, len(errs))
 	for k := range errs {

@@ -113,22 +113,27 @@ type quarantineEntry struct {
 func podPlace(uid types.UID) string { return "pods/" + string(uid) + "/pod" }
 
 // encodePod seals the pod record when there is a state key: a pod's spec holds its inline
-// env values, and users put passwords there as often as in Secrets.
-func encodePod(k *Key, source Source, pod *v1.Pod) ([]byte, error) {
+// env values, and users put passwords there as often as in Secrets. A store whose records
+// were once sealed keeps none in the clear, key or not (ErrNoKey).
+func encodePod(s sealing, source Source, pod *v1.Pod) ([]byte, error) {
 	if !source.valid() {
 		return nil, fmt.Errorf("%w: source %q (want %q or %q)", ErrInvalid, source, SourceAPI, SourceFile)
 	}
 	if pod == nil || pod.UID == "" {
 		return nil, fmt.Errorf("%w: pod without UID", ErrInvalid)
 	}
-	return k.sealOrFrame(podPlace(pod.UID), podEntry{Source: source, Pod: pod})
+	if s.key == nil && s.sealedBy != "" {
+		return nil, fmt.Errorf("%w: the pod records of this database are sealed with key %s, which is not loaded; none is written in the clear", ErrNoKey, s.sealedBy)
+	}
+	return s.key.sealOrFrame(podPlace(pod.UID), podEntry{Source: source, Pod: pod})
 }
 
-// decodePod decodes a pod record, sealed or in the clear (written before a key was
-// configured). Sealed with another key, it is ErrKeyMismatch.
-func decodePod(k *Key, uid types.UID, raw []byte) (podEntry, error) {
+// decodePod decodes a pod record: sealed (ErrKeyMismatch if by another key than the one
+// loaded), or in the clear while the store has never had a key. Once it has, a record in the
+// clear was not written by holdfast (see sealing): it is refused, never run.
+func decodePod(s sealing, uid types.UID, raw []byte) (podEntry, error) {
 	var e podEntry
-	if err := k.openSealedOrPlain(podPlace(uid), raw, &e); err != nil {
+	if err := s.key.openSealedOrPlain(podPlace(uid), raw, &e, s.sealedBy == ""); err != nil {
 		return podEntry{}, err
 	}
 	switch {
@@ -267,6 +272,13 @@ type sealing struct {
 	key *Key
 	// configMaps: ConfigMaps are sealed with key too (Options.SealConfigMaps).
 	configMaps bool
+	// sealedBy is the ID of the key the store's pod records are sealed with (meta/sealed_by),
+	// "" while the store has never had a key. Pod records are written in the clear only while
+	// it is "", so once it is set a pod record in the clear was planted by whoever could write
+	// the disk: it is refused (a pod record decides what runs, as root maybe). And with no key
+	// loaded then (the key file unreadable, the TPM gone), pod records are not written at all
+	// rather than in the clear.
+	sealedBy string
 }
 
 // objectKey is the key objects of class c are sealed with: nil for ConfigMaps not asked to be.
@@ -294,7 +306,7 @@ func decodeObject[T any, P namedObject[T]](s sealing, c objectClass, key string,
 		err = s.key.open(c.place(key), raw, obj)
 	} else {
 		// A ConfigMap may have been sealed (asked to be then, or now) or not: either reads.
-		err = s.key.openSealedOrPlain(c.place(key), raw, obj)
+		err = s.key.openSealedOrPlain(c.place(key), raw, obj, true)
 	}
 	if err != nil {
 		return nil, err

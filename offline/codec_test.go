@@ -39,9 +39,9 @@ func TestDecodeValueRejects(t *testing.T) {
 }
 
 func TestDecodeChecksKeys(t *testing.T) {
-	raw, err := encodePod(nil, SourceAPI, testPod("uid-1", "web"))
+	raw, err := encodePod(sealing{}, SourceAPI, testPod("uid-1", "web"))
 	must(t, err)
-	if _, err := decodePod(nil, "uid-2", raw); !errors.Is(err, errUndecodable) {
+	if _, err := decodePod(sealing{}, "uid-2", raw); !errors.Is(err, errUndecodable) {
 		t.Errorf("pod under another UID: %v", err)
 	}
 	raw, err = encodeContainer(ContainerRecord{Name: "app"})
@@ -63,8 +63,8 @@ func TestEncodingIsDeterministic(t *testing.T) {
 	a.Annotations = map[string]string{"x": "1", "y": "2", "z": "3"}
 	b := a.DeepCopy()
 	b.Annotations = map[string]string{"z": "3", "y": "2", "x": "1"}
-	ra, _ := encodePod(nil, SourceAPI, a)
-	rb, _ := encodePod(nil, SourceAPI, b)
+	ra, _ := encodePod(sealing{}, SourceAPI, a)
+	rb, _ := encodePod(sealing{}, SourceAPI, b)
 	if !bytes.Equal(ra, rb) {
 		t.Error("equal pods encode differently")
 	}

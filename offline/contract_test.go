@@ -3,6 +3,7 @@ package offline
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,19 +19,23 @@ import (
 func TestContract(t *testing.T) {
 	impls := []struct {
 		name string
-		open func(t *testing.T) Store
+		// open opens a new store with the key (nil: none).
+		open func(t *testing.T, key *Key) Store
 		// rekey stands for a restart with another state key file (nil: none).
 		rekey func(t *testing.T, s Store, key *Key) Store
 	}{
-		{"bolt", func(t *testing.T) Store { return newTestBolt(t) }, func(t *testing.T, s Store, key *Key) Store {
+		{"bolt", func(t *testing.T, key *Key) Store {
+			s, _ := openTestStore(t, filepath.Join(t.TempDir(), "state.db"), Options{Key: key})
+			return s
+		}, func(t *testing.T, s Store, key *Key) Store {
 			b := s.(*BoltStore)
 			must(t, b.Close())
 			reopened, _ := openTestStore(t, b.Path(), Options{Key: key})
 			return reopened
 		}},
-		{"memory", func(t *testing.T) Store {
+		{"memory", func(t *testing.T, key *Key) Store {
 			m := NewMemStore(func() time.Time { return t0 })
-			m.SetKey(testKey)
+			m.SetKey(key)
 			return m
 		}, func(_ *testing.T, s Store, key *Key) Store {
 			s.(*MemStore).SetKey(key)
@@ -43,13 +48,13 @@ func TestContract(t *testing.T) {
 			for _, c := range contractCases {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
-					c.run(t, impl.open(t))
+					c.run(t, impl.open(t, testKey))
 				})
 			}
 			for _, c := range keyCases {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
-					c.run(t, impl.open(t), func(s Store, k *Key) Store { return impl.rekey(t, s, k) })
+					c.run(t, func(k *Key) Store { return impl.open(t, k) }, func(s Store, k *Key) Store { return impl.rekey(t, s, k) })
 				})
 			}
 		})
@@ -60,7 +65,7 @@ func TestContract(t *testing.T) {
 // store with another key (nil: without one).
 var keyCases = []struct {
 	name string
-	run  func(t *testing.T, s Store, rekey func(Store, *Key) Store)
+	run  func(t *testing.T, open func(*Key) Store, rekey func(Store, *Key) Store)
 }{
 	{"SecretsAndTokensNeedAKey", testNeedAKey},
 	{"KeyChangeIsMissingNotCorrupt", testKeyChange},
@@ -68,10 +73,12 @@ var keyCases = []struct {
 	{"PodRecordRewrittenUnderANewKey", testPodRewrittenUnderNewKey},
 }
 
-// testSealedOnceAKeyIs: pods recorded while there was no key are readable, then sealed, once
-// a key is configured (Open seals them); the same pod put again then writes nothing.
-func testSealedOnceAKeyIs(t *testing.T, s Store, rekey func(Store, *Key) Store) {
-	s = rekey(s, nil)
+// testSealedOnceAKeyIs: pods recorded while the store never had a key are readable, then
+// sealed, once a key is configured (Open seals them); the same pod put again then writes
+// nothing. From then on, without the key, a pod record is neither read nor written in the
+// clear, and a pod record in the clear (planted on the disk) is refused.
+func testSealedOnceAKeyIs(t *testing.T, open func(*Key) Store, rekey func(Store, *Key) Store) {
+	s := open(nil)
 	pod := testPod("u1", "p")
 	must(t, s.PutPod(SourceAPI, pod))
 	s = rekey(s, testKey)
@@ -83,32 +90,53 @@ func testSealedOnceAKeyIs(t *testing.T, s Store, rekey func(Store, *Key) Store) 
 	if d := s.Stats(); d.Writes != before.Writes {
 		t.Errorf("the same pod put again after its record was sealed wrote %d times", d.Writes-before.Writes)
 	}
-	// Sealed: without the key it no longer reads.
+	// The key gone (an unreadable key file): nothing in the clear, nothing lost.
 	s = rekey(s, nil)
 	if _, err := s.GetPod("u1"); !errors.Is(err, ErrKeyMismatch) {
 		t.Errorf("pod record once a key was configured, read without it: %v, want ErrKeyMismatch", err)
+	}
+	if err := s.PutPod(SourceAPI, testPod("u2", "q")); !errors.Is(err, ErrNoKey) {
+		t.Errorf("a new pod put without the key the store's records are sealed with: %v, want ErrNoKey", err)
+	}
+	s = rekey(s, testKey)
+	if rec, err := s.GetPod("u1"); err != nil || rec.Pod.Name != "p" {
+		t.Errorf("the key back: %+v, %v", rec, err)
 	}
 }
 
 // testPodRewrittenUnderNewKey: the apiserver gives again a pod whose record another key
 // sealed; the record is replaced, sealed with the key there is now.
-func testPodRewrittenUnderNewKey(t *testing.T, s Store, rekey func(Store, *Key) Store) {
+func testPodRewrittenUnderNewKey(t *testing.T, open func(*Key) Store, rekey func(Store, *Key) Store) {
+	s := open(testKey)
 	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
 	must(t, s.SetAdmission("u1", Admission{Accepted: true, At: t0}))
+	must(t, s.PutPod(SourceAPI, testPod("u2", "gone")))
 	s = rekey(s, otherKey)
 	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
 	rec, err := s.GetPod("u1")
 	if err != nil || rec.Pod.Name != "p" || !rec.Admission.Accepted {
 		t.Fatalf("pod rewritten under the new key: %+v, %v", rec, err)
 	}
+	// Only a record still sealed with another key is deleted by DeletePodSealedWithAnotherKey.
+	for uid, want := range map[types.UID]bool{"u1": false, "u2": true, "absent": false} {
+		if deleted, err := s.DeletePodSealedWithAnotherKey(uid); err != nil || deleted != want {
+			t.Errorf("DeletePodSealedWithAnotherKey(%s) = %v, %v; want %v", uid, deleted, err, want)
+		}
+	}
+	if _, err := s.GetPod("u2"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the record sealed with the old key after its deletion: %v", err)
+	}
+	if _, err := s.GetPod("u1"); err != nil {
+		t.Errorf("the record written again: %v", err)
+	}
 	if q, _ := s.Quarantined(); len(q) != 0 {
 		t.Errorf("quarantined: %+v", q)
 	}
 }
 
-func testNeedAKey(t *testing.T, s Store, rekey func(Store, *Key) Store) {
+func testNeedAKey(t *testing.T, open func(*Key) Store, rekey func(Store, *Key) Store) {
+	s := open(nil)
 	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
-	s = rekey(s, nil)
 	if err := s.PutSecret(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}}); !errors.Is(err, ErrNoKey) {
 		t.Errorf("PutSecret without a key: %v, want ErrNoKey", err)
 	}
@@ -119,7 +147,8 @@ func testNeedAKey(t *testing.T, s Store, rekey func(Store, *Key) Store) {
 	must(t, s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}))
 }
 
-func testKeyChange(t *testing.T, s Store, rekey func(Store, *Key) Store) {
+func testKeyChange(t *testing.T, open func(*Key) Store, rekey func(Store, *Key) Store) {
+	s := open(testKey)
 	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
 	must(t, s.PutSecret(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}, Data: map[string][]byte{"k": []byte("v")}}))
 	tok := Token{Token: "jwt-1", IssuedAt: t0, ExpiresAt: t0.Add(time.Hour)}

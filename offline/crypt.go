@@ -159,16 +159,19 @@ func (k *Key) sealOrFrame(place string, v any) ([]byte, error) {
 }
 
 // openSealedOrPlain decodes into v what sealOrFrame wrote: a sealed value as open does
-// (ErrKeyMismatch if another key or none sealed it), a value in the clear as it is. A value in
-// the clear is read whatever the key: it was written while no key was configured, and Open
-// seals such records once one is (sealPlainRecords).
-func (k *Key) openSealedOrPlain(place string, raw []byte, v any) error {
+// (ErrKeyMismatch if another key or none sealed it), a value in the clear as it is if plainOK
+// (written while no key was configured; Open seals such records once one is), else as an
+// undecodable record.
+func (k *Key) openSealedOrPlain(place string, raw []byte, v any, plainOK bool) error {
 	sealed, err := isSealed(raw)
 	if err != nil {
 		return err
 	}
 	if sealed {
 		return k.open(place, raw, v)
+	}
+	if !plainOK {
+		return fmt.Errorf("%w: %s is in the clear in a database whose records of its kind are sealed: holdfast did not write it", errUndecodable, place)
 	}
 	return decodeValue(raw, v)
 }

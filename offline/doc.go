@@ -62,16 +62,20 @@
 // file's free pages until bbolt reuses them: provision the key before the first
 // boot (firmware/install.sh does).
 //
-// # Schema v3 (current)
+// # Schema v4 (current)
 //
 // Raw values are marked (raw); sealed values (sealed) are encrypted as above;
 // every other value is framed as CRC-32C (4 bytes, big-endian) followed by
 // JSON.
 //
 //	meta/
-//	|-- version                  -> "3" (raw ASCII decimal)
+//	|-- version                  -> "4" (raw ASCII decimal)
 //	|-- node_name                -> node name (raw)
 //	|-- boot_count               -> uint64, 8 bytes big-endian (raw)
+//	|-- sealed_by                -> ID of the key pod records are sealed with (raw); absent
+//	                                while the database never had a key (then pod records are
+//	                                in the clear; once set, a pod record in the clear is refused
+//	                                and none is written without that key: ErrNoKey)
 //	pods/
 //	|-- <pod UID>/
 //	    |-- pod                  -> {"source": "api"|"file", "pod": v1.Pod as applied}
@@ -100,12 +104,20 @@
 //	                                    at most two: its oldest pending and its latest)
 //	quarantine/                     (bucket sequence = last quarantine number)
 //	|-- <n, uint64 big-endian>   -> {key: original bucket path and key, reason, at, value: raw bytes}
-//	policy_modules/                 (created by the first module put; older v3 agents ignore it)
+//	policy_modules/                 (created by the first module put; v3 agents ignored it)
 //	|-- <sha256:hex>             -> crc32c (4 bytes, big-endian) || Wasm module bytes (not JSON:
 //	                                a module may be 64 MiB); the key is the OCI manifest digest
 //	                                policies.yaml pins
 //
-// # Schema v2 (previous)
+// # Schema v3 (previous)
+//
+// As v4 without meta/sealed_by, and with pod records and ConfigMaps always in
+// the clear. Open migrates v3 to v4 by its version alone; the first open with a
+// key then seals the pod records (OpenReport.Sealed). A v3 agent would take a
+// sealed pod record for a corrupt one: the version makes it move the database
+// aside instead, after a firmware rollback.
+//
+// # Schema v2 (older)
 //
 // As v3 without tokens/ buckets, and with Secrets framed in the clear.
 // offline/testdata/schema-v2.db is one, produced by offline/internal/genv2db.

@@ -59,10 +59,13 @@ func FuzzDecodeRecord(f *testing.F) {
 			encode func(v any) ([]byte, error)
 		}
 		codecs := []codec{
-			{"pod", func(raw []byte) (any, error) { return decodePod(nil, types.UID(key), raw) },
-				func(v any) ([]byte, error) { e := v.(podEntry); return encodePod(nil, e.Source, e.Pod) }},
-			{"sealed pod", func(raw []byte) (any, error) { return decodePod(testKey, types.UID(key), raw) },
-				func(v any) ([]byte, error) { e := v.(podEntry); return encodePod(testKey, e.Source, e.Pod) }},
+			{"pod", func(raw []byte) (any, error) { return decodePod(sealing{}, types.UID(key), raw) },
+				func(v any) ([]byte, error) { e := v.(podEntry); return encodePod(sealing{}, e.Source, e.Pod) }},
+			{"sealed pod", func(raw []byte) (any, error) { return decodePod(sealing{key: testKey}, types.UID(key), raw) },
+				func(v any) ([]byte, error) {
+					e := v.(podEntry)
+					return encodePod(sealing{key: testKey}, e.Source, e.Pod)
+				}},
 			{"admission", func(raw []byte) (any, error) { return decodeAdmission(raw) },
 				func(v any) ([]byte, error) { return encodeAdmission(v.(Admission)) }},
 			{"container", func(raw []byte) (any, error) { return decodeContainer(key, raw) },
@@ -130,7 +133,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("migrate v1 pod %q: %v", payload, err)
 		}
-		if _, err := decodePod(nil, old.Pod.UID, framed); err != nil && jsonRoundTrips(old.Pod) {
+		if _, err := decodePod(sealing{}, old.Pod.UID, framed); err != nil && jsonRoundTrips(old.Pod) {
 			t.Fatalf("v1 pod %q migrated into a record v2 cannot read: %v", payload, err)
 		}
 		if !old.AdmittedAt.IsZero() {

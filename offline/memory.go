@@ -72,13 +72,13 @@ func NewMemStore(now func() time.Time) *MemStore {
 
 // SetKey sets the state key, as Options.Key does for Open. Calling it again
 // stands for a reboot with another key file: records sealed before become
-// ErrKeyMismatch, and records kept in the clear are sealed, as Open seals them.
-// nil means no key.
+// ErrKeyMismatch, and records kept in the clear are sealed, as Open seals them
+// (BoltStore.applySealing). nil means no key.
 func (m *MemStore) SetKey(k *Key) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seal.key = k
-	m.sealPlainLocked()
+	m.applySealingLocked()
 }
 
 // SealConfigMaps seals ConfigMaps too, as Options.SealConfigMaps does.
@@ -86,21 +86,24 @@ func (m *MemStore) SealConfigMaps(on bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seal.configMaps = on
-	m.sealPlainLocked()
+	m.applySealingLocked()
 }
 
-// sealPlainLocked is BoltStore.sealPlainRecords; called with mu held.
-func (m *MemStore) sealPlainLocked() {
-	if m.seal.key == nil {
+// applySealingLocked is BoltStore.applySealing; called with mu held.
+func (m *MemStore) applySealingLocked() {
+	k := m.seal.key
+	if k == nil {
 		return
 	}
 	reseal := func(bucket []byte, slot *[]byte, place string) {
-		if v, ok, _ := sealedCopy(m.seal.key, place, *slot); ok {
+		if v, ok, _ := sealedCopy(k, place, *slot); ok {
 			m.setBytes(bucket, slot, v)
 		}
 	}
-	for uid, p := range m.pods {
-		reseal(bucketPods, &p.pod, podPlace(uid))
+	if m.seal.sealedBy == "" {
+		for uid, p := range m.pods {
+			reseal(bucketPods, &p.pod, podPlace(uid))
+		}
 	}
 	if m.seal.configMaps {
 		for key, raw := range m.configMaps {
@@ -108,6 +111,7 @@ func (m *MemStore) sealPlainLocked() {
 			m.configMaps[key] = raw
 		}
 	}
+	m.seal.sealedBy = k.ID()
 }
 
 // FailWrites makes every later write return err (wrapped), to test how the
@@ -187,7 +191,7 @@ func (m *MemStore) Close() error {
 
 // PutPod implements Store.
 func (m *MemStore) PutPod(source Source, pod *v1.Pod) error {
-	raw, err := encodePod(m.seal.key, source, pod)
+	raw, err := encodePod(m.seal, source, pod)
 	if err != nil {
 		return fmt.Errorf("put pod: %w", err)
 	}
@@ -277,7 +281,7 @@ func (m *MemStore) readPodLocked(uid types.UID, errs map[string]error) (PodRecor
 		m.stats.Commits++
 		return PodRecord{}, false
 	}
-	e, err := decodePod(m.seal.key, uid, p.pod)
+	e, err := decodePod(m.seal, uid, p.pod)
 	if errors.Is(err, ErrKeyMismatch) {
 		errs[string(uid)] = fmt.Errorf("pod object: %w", err) // left in place
 		return PodRecord{}, false
@@ -341,6 +345,24 @@ func (m *MemStore) LoadPods() ([]PodRecord, map[string]error, error) {
 		errs = nil
 	}
 	return recs, errs, nil
+}
+
+// DeletePodSealedWithAnotherKey implements Store.
+func (m *MemStore) DeletePodSealedWithAnotherKey(uid types.UID) (bool, error) {
+	if err := m.lock(true); err != nil {
+		return false, fmt.Errorf("delete pod %s sealed with another key: %w", uid, err)
+	}
+	defer m.mu.Unlock()
+	p := m.pods[uid]
+	if p == nil || p.pod == nil {
+		return false, nil
+	}
+	if _, err := decodePod(m.seal, uid, p.pod); !errors.Is(err, ErrKeyMismatch) {
+		return false, nil
+	}
+	delete(m.pods, uid)
+	m.wrote(bucketPods, true)
+	return true, nil
 }
 
 // DeletePod implements Store.

@@ -73,6 +73,14 @@ type OpenReport struct {
 	// configured (pod records; ConfigMaps with SealConfigMaps) that Open
 	// sealed with it.
 	Sealed int
+	// KeyChangedFrom is the ID of the key the pod records were sealed with
+	// when Open was given another: what it sealed waits for the apiserver.
+	KeyChangedFrom string
+	// KeyMissing is the ID of the key the pod records are sealed with when
+	// Open was given none: pod records are then neither read nor written
+	// (ErrNoKey) rather than kept in the clear, until the key is back or the
+	// database is removed.
+	KeyMissing string
 }
 
 // Recovery describes an unusable database file that was moved aside.
@@ -135,6 +143,12 @@ func (r OpenReport) String() string {
 	if r.Sealed > 0 {
 		fmt.Fprintf(&b, ", %d record(s) kept in the clear before a state key was configured now sealed with it", r.Sealed)
 	}
+	if r.KeyChangedFrom != "" {
+		fmt.Fprintf(&b, ", sealed with key %s before: those records wait for the apiserver", r.KeyChangedFrom)
+	}
+	if r.KeyMissing != "" {
+		fmt.Fprintf(&b, ", sealed with key %s, which is not loaded: pods are not kept for offline reboots", r.KeyMissing)
+	}
 	return b.String()
 }
 
@@ -178,7 +192,7 @@ func Open(path string, opts Options) (*BoltStore, OpenReport, error) {
 	s := &BoltStore{path: path, db: db, lock: lock, now: opts.Now, seal: sealing{key: opts.Key, configMaps: opts.SealConfigMaps},
 		pageSize: uint64(db.Info().PageSize), pageAllocAtOpen: pageAlloc(db), writesByBucket: map[string]uint64{}}
 	s.batch = &batcher{db: db, maxBatch: opts.MaxBatch, commits: &s.commits}
-	if report.Sealed, err = s.sealPlainRecords(); err != nil {
+	if err := s.applySealing(&report); err != nil {
 		_ = s.Close()
 		return fail(err)
 	}

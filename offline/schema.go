@@ -17,14 +17,17 @@ import (
 
 // SchemaVersion is the schema this package reads and writes. See doc.go for
 // the tree of each version.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
-// Bucket and key names of schema v3 (doc.go draws the tree).
+// Bucket and key names of schema v4 (doc.go draws the tree).
 var (
-	bucketMeta        = []byte("meta")
-	keyVersion        = []byte("version")
-	keyNodeName       = []byte("node_name")
-	keyBootCount      = []byte("boot_count")
+	bucketMeta   = []byte("meta")
+	keyVersion   = []byte("version")
+	keyNodeName  = []byte("node_name")
+	keyBootCount = []byte("boot_count")
+	// keySealedBy (v4) is the ID of the state key the pod records are sealed with; absent
+	// while there has never been a key. See sealing.
+	keySealedBy       = []byte("sealed_by")
 	bucketPods        = []byte("pods")
 	keyPod            = []byte("pod")
 	keyAdmission      = []byte("admission")
@@ -45,7 +48,7 @@ var (
 	// agent, after a rollback, move the whole database aside).
 	bucketPolicyModules = []byte("policy_modules")
 
-	// topBuckets are the top-level buckets of schemas v2 and v3.
+	// topBuckets are the top-level buckets of schemas v2 to v4.
 	topBuckets = [][]byte{
 		bucketMeta, bucketPods, bucketSync, bucketConfigMaps, bucketSecrets,
 		bucketNode, bucketOutbox, bucketOutboxIndex, bucketQuarantine,
@@ -107,6 +110,16 @@ type migration func(tx *bolt.Tx, q *quarantiner, key *Key) error
 var migrations = map[int]migration{
 	1: migrateV1toV2,
 	2: migrateV2toV3,
+	3: migrateV3toV4,
+}
+
+// migrateV3toV4 changes no record: v4 pod records (and ConfigMaps where asked) may be sealed,
+// which a v3 agent would take for corrupt records and quarantine whole pods (their admission,
+// containers and tokens) after a firmware rollback. With the new version it moves the file
+// aside instead, as for any newer schema. The sealing itself is Open's (applySealing), after
+// the migration, for this file and for one whose key is configured later.
+func migrateV3toV4(tx *bolt.Tx, _ *quarantiner, _ *Key) error {
+	return initSchema(tx)
 }
 
 // Schema v1, as written by the first prototype (see doc.go): flat buckets

@@ -1,6 +1,7 @@
 package offline
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -16,28 +17,43 @@ type plainRecord struct {
 	bucket []byte // the top-level bucket, for the write counts
 }
 
-// sealPlainRecords seals with the store's key the records that may hold a secret and were
-// written in the clear before a key was configured: pod records, and ConfigMaps when asked.
-// Without it, a pod accepted before the key and not updated since would keep its env values
-// readable on the disk for good. A read transaction finds them first, so that a boot with
-// none (every boot but the first with a key) writes nothing. Values that do not decode are
-// left for the loads to quarantine.
-func (s *BoltStore) sealPlainRecords() (int, error) {
-	if s.seal.key == nil {
-		return 0, nil
-	}
+// applySealing brings the database in line with the key it is opened with, and sets
+// s.seal.sealedBy (see sealing):
+//
+//   - the first open with a key seals the pod records written in the clear before (a pod
+//     accepted then and not updated since would keep its env values readable on the disk for
+//     good), and records the key's ID in meta/sealed_by;
+//   - an open with another key records the new ID: what the old key sealed waits for the
+//     apiserver (ErrKeyMismatch), and a pod record in the clear is refused from then on;
+//   - with Options.SealConfigMaps, every open with a key seals the ConfigMaps in the clear
+//     (the option may have been turned on since);
+//   - an open without a key changes nothing, and learns whether pod records must not be
+//     written in the clear (report.KeyMissing).
+//
+// A read transaction finds the work first, so that an open with nothing to do (every boot but
+// the first with a key) writes nothing. Values that do not decode are left for the loads to
+// quarantine.
+func (s *BoltStore) applySealing(report *OpenReport) error {
+	key := s.seal.key
+	var sealedBy string
 	var found []plainRecord
 	if err := s.view(func(tx *bolt.Tx) error {
+		sealedBy = string(tx.Bucket(bucketMeta).Get(keySealedBy))
 		found = nil
-		pods := tx.Bucket(bucketPods)
-		if err := pods.ForEach(func(uid, v []byte) error {
-			if pb := pods.Bucket(uid); pb != nil && inClear(pb.Get(keyPod)) {
-				found = append(found, plainRecord{path: [][]byte{bucketPods, clone(uid)}, key: keyPod,
-					place: podPlace(types.UID(uid)), bucket: bucketPods})
-			}
+		if key == nil {
 			return nil
-		}); err != nil {
-			return err
+		}
+		if sealedBy == "" {
+			pods := tx.Bucket(bucketPods)
+			if err := pods.ForEach(func(uid, _ []byte) error {
+				if pb := pods.Bucket(uid); pb != nil && inClear(pb.Get(keyPod)) {
+					found = append(found, plainRecord{path: [][]byte{bucketPods, clone(uid)}, key: keyPod,
+						place: podPlace(types.UID(uid)), bucket: bucketPods})
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
 		if !s.seal.configMaps {
 			return nil
@@ -50,10 +66,16 @@ func (s *BoltStore) sealPlainRecords() (int, error) {
 			return nil
 		})
 	}); err != nil {
-		return 0, fmt.Errorf("find records kept in the clear: %w", err)
+		return fmt.Errorf("read the records to seal: %w", err)
 	}
-	if len(found) == 0 {
-		return 0, nil
+	if key == nil {
+		s.seal.sealedBy = sealedBy
+		report.KeyMissing = sealedBy
+		return nil
+	}
+	if len(found) == 0 && sealedBy == key.ID() {
+		s.seal.sealedBy = sealedBy
+		return nil
 	}
 	var sealedIn [][]byte // the top-level bucket of each record sealed
 	err := s.update(func(tx *bolt.Tx) error {
@@ -63,7 +85,7 @@ func (s *BoltStore) sealPlainRecords() (int, error) {
 			if b == nil {
 				continue
 			}
-			v, ok, err := sealedCopy(s.seal.key, r.place, b.Get(r.key))
+			v, ok, err := sealedCopy(key, r.place, b.Get(r.key))
 			if err != nil {
 				return fmt.Errorf("seal %s: %w", r.place, err)
 			}
@@ -75,28 +97,24 @@ func (s *BoltStore) sealPlainRecords() (int, error) {
 			}
 			sealedIn = append(sealedIn, r.bucket)
 		}
-		return nil
+		meta := tx.Bucket(bucketMeta)
+		if bytes.Equal(meta.Get(keySealedBy), []byte(key.ID())) {
+			return nil
+		}
+		return meta.Put(keySealedBy, []byte(key.ID()))
 	})
 	if err != nil {
-		return 0, fmt.Errorf("seal records kept in the clear: %w", err)
+		return fmt.Errorf("seal records kept in the clear: %w", err)
 	}
 	for _, b := range sealedIn {
 		s.count(b, true)
 	}
-	return len(sealedIn), nil
-}
-
-// inClear reports whether raw is a well-framed JSON value that is not sealed.
-func inClear(raw []byte) bool {
-	if raw == nil {
-		return false
+	s.seal.sealedBy = key.ID()
+	report.Sealed = len(sealedIn)
+	if sealedBy != "" && sealedBy != key.ID() {
+		report.KeyChangedFrom = sealedBy
 	}
-	payload, err := unframe(raw)
-	if err != nil || !json.Valid(payload) {
-		return false
-	}
-	sealed, err := isSealed(raw)
-	return err == nil && !sealed
+	return nil
 }
 
 // sealedCopy is raw, a record kept in the clear, sealed with k for place; ok is false if raw
@@ -110,4 +128,17 @@ func sealedCopy(k *Key, place string, raw []byte) (sealed []byte, ok bool, err e
 	payload, _ := unframe(raw) // inClear checked the frame
 	sealed, err = k.seal(place, json.RawMessage(payload))
 	return sealed, err == nil, err
+}
+
+// inClear reports whether raw is a well-framed JSON value that is not sealed.
+func inClear(raw []byte) bool {
+	if raw == nil {
+		return false
+	}
+	payload, err := unframe(raw)
+	if err != nil || !json.Valid(payload) {
+		return false
+	}
+	sealed, err := isSealed(raw)
+	return err == nil && !sealed
 }

@@ -2,10 +2,13 @@ package offline
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -116,4 +119,86 @@ func TestKeyConfiguredLaterSealsWhatWasInTheClear(t *testing.T) {
 		t.Error("the ConfigMap reads without the key")
 	}
 	must(t, s.Close())
+}
+
+// Whoever can write the disk plants a pod record in the clear (a privileged pod mounting the
+// host) in a database whose pod records are sealed. It is refused and quarantined, never
+// restored, and Open does not seal it, which would hide it among the agent's own records.
+// Before, a record in the clear was read whatever the key, and sealed by the next Open.
+func TestPlantedPodRecordRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, _ := openTestStore(t, path, Options{Key: testKey})
+	must(t, s.PutPod(SourceAPI, testPod("u1", "web")))
+	must(t, s.Close())
+
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted := testPod("evil", "evil")
+	raw, err := encodeValue(podEntry{Source: SourceFile, Pod: planted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bucketPods).CreateBucket([]byte("evil"))
+		if err != nil {
+			return err
+		}
+		return b.Put(keyPod, raw)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, db.Close())
+
+	s, rep := openTestStore(t, path, Options{Key: testKey})
+	if rep.Sealed != 0 {
+		t.Errorf("Open sealed %d records: the planted one would pass for the agent's", rep.Sealed)
+	}
+	recs, bad, err := s.LoadPods()
+	must(t, err)
+	if len(recs) != 1 || recs[0].UID != "u1" {
+		t.Errorf("pods loaded: %+v, want u1 alone", recs)
+	}
+	if !errors.Is(bad["evil"], errUndecodable) {
+		t.Errorf("the planted record: %v, want it refused as undecodable", bad["evil"])
+	}
+	if q, _ := s.Quarantined(); len(q) != 1 || q[0].Key != "pods/evil/pod" {
+		t.Errorf("quarantined: %+v", q)
+	}
+	must(t, s.Close())
+}
+
+// A database whose pod records are sealed, opened without the key (the key file unreadable):
+// Open says so, records sealed with the key are reported without a write transaction (nothing
+// is quarantined, the flash is not written at every read), and no pod record is written in
+// the clear.
+func TestKeyMissingKeepsNothingInTheClear(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, _ := openTestStore(t, path, Options{Key: testKey})
+	must(t, s.PutPod(SourceAPI, testPod("u1", "web")))
+	must(t, s.Close())
+
+	s, rep := openTestStore(t, path, Options{})
+	if rep.KeyMissing != testKey.ID() || !strings.Contains(rep.String(), "not loaded") {
+		t.Errorf("report: %+v (%s); want the missing key named", rep, rep)
+	}
+	before := s.Stats().Commits
+	recs, bad, err := s.LoadPods()
+	must(t, err)
+	if len(recs) != 0 || !errors.Is(bad["u1"], ErrKeyMismatch) {
+		t.Errorf("LoadPods without the key: %+v, %v", recs, bad)
+	}
+	if n := s.Stats().Commits - before; n != 0 {
+		t.Errorf("reading records sealed with another key cost %d commits", n)
+	}
+	pod := testPod("u2", "db")
+	pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "PASSWORD", Value: inlineEnvValue}}
+	if err := s.PutPod(SourceAPI, pod); !errors.Is(err, ErrNoKey) {
+		t.Errorf("PutPod without the key: %v, want ErrNoKey", err)
+	}
+	must(t, s.Close())
+	if bytes.Contains(stolenFile(t, path), []byte(inlineEnvValue)) {
+		t.Error("the inline env value reached the file in the clear")
+	}
 }

@@ -66,6 +66,12 @@ type Store interface {
 	// Deleting an absent pod is a no-op.
 	DeletePod(uid types.UID) error
 
+	// DeletePodSealedWithAnotherKey removes the pod record only if it is
+	// still one that does not open with the store's key (ErrKeyMismatch),
+	// checked in the same transaction: a record written again meanwhile, by
+	// the pod's worker or its source, stays. deleted reports whether it went.
+	DeletePodSealedWithAnotherKey(uid types.UID) (deleted bool, err error)
+
 	// SetPodListResourceVersion records the resourceVersion of the last
 	// complete, successful pod list or watch event from the apiserver.
 	SetPodListResourceVersion(rv string) error

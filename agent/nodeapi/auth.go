@@ -103,8 +103,10 @@ type sourceBudgets struct {
 	limiters *lru.Cache // source -> *rate.Limiter
 }
 
-// allow takes one review from source's budget.
-func (b *sourceBudgets) allow(source string, now time.Time) bool {
+// take takes one review from source's budget; ok is false when it is spent. undo gives the
+// review back, for one the node's budget then refuses: a client retrying while others flood
+// the node must not spend its own budget on reviews never sent.
+func (b *sourceBudgets) take(source string, now time.Time) (ok bool, undo func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var l *rate.Limiter
@@ -114,7 +116,12 @@ func (b *sourceBudgets) allow(source string, now time.Time) bool {
 		l = rate.NewLimiter(sourceReviewRate, sourceReviewBurst)
 		b.limiters.Add(source, l)
 	}
-	return l.AllowN(now, 1)
+	r := l.ReserveN(now, 1)
+	if !r.OK() || r.DelayFrom(now) > 0 {
+		r.CancelAt(now)
+		return false, nil
+	}
+	return true, func() { r.CancelAt(now) }
 }
 
 // reviewSource names the client of r for its review budget: its IP address, an IPv6 one cut
@@ -199,7 +206,12 @@ func (a *authenticator) fromToken(ctx context.Context, token, source string) (*u
 		}
 		now := a.now()
 		// The source's budget first: a source past its own spends none of the node's.
-		if !a.sources.allow(source, now) || !a.limiter.AllowN(now, 1) {
+		ok, undo := a.sources.take(source, now)
+		if ok && !a.limiter.AllowN(now, 1) {
+			undo()
+			ok = false
+		}
+		if !ok {
 			a.limited.Add(1)
 			return nil, errTooManyReviews
 		}

@@ -773,6 +773,13 @@ func TestTokenFloodFromOneSourceLeavesOthersTheirReviews(t *testing.T) {
 	if n := reviews.Load() - before; n > tokenReviewBurst {
 		t.Errorf("100 sources' made-up tokens cost %d reviews, want at most the node's burst of %d", n, tokenReviewBurst)
 	}
+	// A client whose new tokens the node's spent budget refused has not spent its own: once
+	// the node's refills, it gets its whole burst.
+	refused := flood("192.0.2.99", 5)
+	now = now.Add(time.Duration(tokenReviewBurst/tokenReviewRate) * time.Second)
+	if refused != 5 || flood("192.0.2.99", sourceReviewBurst) != 0 {
+		t.Errorf("a client refused for the node's budget (%d of 5) lost its own budget", refused)
+	}
 }
 
 // reviewSourceIs checks the budget a remote address is counted in.

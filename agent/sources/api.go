@@ -297,25 +297,23 @@ func (s *APISource) reconcileCache() {
 	}
 	// Records sealed with another state key were never restored, so no worker will delete
 	// them: those the list does not have are deleted here, or they would stay for good. A
-	// record the list has was written again, sealed with this key, when its pod came. One
-	// that a worker runs is a static pod's, re-recorded by its worker.
+	// record the list has was written again, sealed with this key, when its pod came; one a
+	// static pod's worker wrote again meanwhile is no longer sealed with another key, which
+	// the store checks in the deleting transaction.
 	for key, err := range bad {
 		uid := types.UID(key)
-		if !errors.Is(err, offline.ErrKeyMismatch) || present[uid] || s.sinkKnows(uid) {
+		if !errors.Is(err, offline.ErrKeyMismatch) || present[uid] {
 			continue
 		}
-		if err := s.Store.DeletePod(uid); err != nil {
+		deleted, err := s.Store.DeletePodSealedWithAnotherKey(uid)
+		if err != nil {
 			s.Log.Warn("delete a cached pod record sealed with another state key", "uid", uid, "err", err)
 			continue
 		}
-		s.Log.Info("cached pod record sealed with another state key deleted: the apiserver no longer has the pod", "uid", uid)
+		if deleted {
+			s.Log.Info("cached pod record sealed with another state key deleted: the apiserver no longer has the pod", "uid", uid)
+		}
 	}
-}
-
-// sinkKnows reports whether the sink runs a pod of that UID, if it can tell.
-func (s *APISource) sinkKnows(uid types.UID) bool {
-	k, ok := s.Sink.(interface{ Known(types.UID) bool })
-	return ok && k.Known(uid)
 }
 
 // Run runs the informer until ctx ends.
