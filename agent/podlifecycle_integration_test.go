@@ -399,3 +399,91 @@ spec:
 		return err
 	})
 }
+
+// TestEditedStaticPodWaitsForItsPreviousVersion: a static pod's manifest is edited (a new
+// UID) while its container ignores SIGTERM: the new version starts only once the old one has
+// stopped, as with the kubelet. Before, both ran for the old one's grace period, sharing the
+// host's ports and hostPath data.
+func TestEditedStaticPodWaitsForItsPreviousVersion(t *testing.T) {
+	e := startEnv(t, false, nil)
+	dir := e.agent.Config.ManifestDir
+	manifest := func(version string) string {
+		return `apiVersion: v1
+kind: Pod
+metadata:
+  name: edited
+spec:
+  terminationGracePeriodSeconds: 6
+  containers:
+  - name: main
+    image: ` + testenv.BusyboxImage + `
+    imagePullPolicy: Never
+    env:
+    - name: VERSION
+      value: "` + version + `"
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+`
+	}
+	path := filepath.Join(dir, "edited.yaml")
+	write := func(version string) {
+		t.Helper()
+		tmp := filepath.Join(dir, ".edited.yaml.tmp")
+		if err := os.WriteFile(tmp, []byte(manifest(version)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("1")
+	var oldUID types.UID
+	var oldID string
+	testenv.Eventually(t, 90*time.Second, "the first version running", func() error {
+		p, err := e.localPod("edited-" + node)
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != v1.PodRunning || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Running == nil {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		oldUID = p.UID
+		oldID = strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		return nil
+	})
+	oldRuntimeID, _ := e.containerOf(t, oldUID, "main")
+
+	write("2")
+	var newUID types.UID
+	overlapped := false
+	testenv.Eventually(t, 90*time.Second, "the second version running, after the first stopped", func() error {
+		oldRuns := e.taskRunning(t, oldID)
+		for _, c := range e.containers(t) {
+			if c.Name == "main" && c.PodUID != string(oldUID) && c.ID != oldRuntimeID {
+				newUID = types.UID(c.PodUID)
+				if oldRuns {
+					overlapped = true
+				}
+			}
+		}
+		if newUID == "" {
+			return fmt.Errorf("no container of the second version yet (the first runs: %v)", oldRuns)
+		}
+		if oldRuns {
+			return fmt.Errorf("the first version still runs")
+		}
+		p, err := e.localPod("edited-" + node)
+		if err != nil {
+			return err
+		}
+		if p.UID != newUID || p.Status.Phase != v1.PodRunning {
+			return fmt.Errorf("pod %s is %s", p.UID, p.Status.Phase)
+		}
+		return nil
+	})
+	if overlapped {
+		t.Error("the second version's container was made while the first still ran")
+	}
+	if !strings.Contains(e.agent.Log(), "static pod waits for its previous version to stop") {
+		t.Error("the wait is not in the agent's log")
+	}
+}

@@ -428,7 +428,17 @@ func (m *Manager) startWorkerLocked(w *worker) {
 		m.terminated[uid] = m.now()
 		w.mu.Lock()
 		again := w.readded
+		ended := w.pod
 		w.mu.Unlock()
+		if manifest.IsStatic(ended) {
+			// The next version of this static pod waits for this one to stop (see
+			// previousStaticVersion): it may start now.
+			for _, other := range m.workers {
+				if p, _, _ := other.snapshot(); manifest.IsStatic(p) && p.Namespace == ended.Namespace && p.Name == ended.Name {
+					other.poke()
+				}
+			}
+		}
 		if again != nil {
 			// Its source delivered it again while it terminated: it starts afresh.
 			m.log.Info("pod delivered again by its source while terminating; starting it again", "pod", again.Namespace+"/"+again.Name, "uid", uid)

@@ -16,6 +16,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/credentials"
@@ -84,9 +85,12 @@ type worker struct {
 	// has not had all its containers running since: its startup is still to be recorded.
 	seen         time.Time
 	startPending bool
-	trace        startTrace // where the start went so far, while startPending
-	synced       bool       // a sync of the running pod happened (the next is not its creation)
-	syncErr      error      // why the sync in progress gave up, to be retried; nil when it did not
+	// waitsFor is the UID of the previous version of this static pod it waits for, while it
+	// does ("" otherwise): to log the wait once.
+	waitsFor types.UID
+	trace    startTrace // where the start went so far, while startPending
+	synced   bool       // a sync of the running pod happened (the next is not its creation)
+	syncErr  error      // why the sync in progress gave up, to be retried; nil when it did not
 	// startFailed is when each container's last start failed (not for an image pull, which
 	// has its own back-off): it is not tried again before startRetryDelay has passed, however
 	// often the worker is poked. Each failure changes the pod's status when its message does
@@ -312,12 +316,41 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 	if deleted {
 		return 0
 	}
+	if prev := w.previousStaticVersion(pod, observed); prev != "" {
+		if w.waitsFor != prev {
+			w.waitsFor = prev
+			log.Info("static pod waits for its previous version to stop before it starts", "previousUID", prev)
+		}
+		return resyncPeriod // its worker's end pokes this one (Manager.startWorkerLocked)
+	}
+	w.waitsFor = ""
 	next := w.syncRunning(runCtx, log, pod, observed)
 	if runCtx.Err() != nil && ctx.Err() == nil {
 		log.Info("sync cancelled: the pod is being deleted")
 		return 0
 	}
 	return next
+}
+
+// previousStaticVersion is the UID of another version of this static pod (same namespace and
+// name: its manifest edited, and so its UID) whose worker still runs or terminates, "" if
+// none or if this one already has containers running (adopted across an agent restart).
+// Started beside it, the two would share the host's ports and hostPath data for the old one's
+// grace period: as the kubelet, a static pod waits for its previous version to stop.
+func (w *worker) previousStaticVersion(pod *v1.Pod, observed []runtime.Container) types.UID {
+	if !manifest.IsStatic(pod) || slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
+		return ""
+	}
+	for _, other := range w.m.workerList() {
+		if other == w {
+			continue
+		}
+		p, _, _ := other.snapshot()
+		if p.UID != pod.UID && manifest.IsStatic(p) && p.Namespace == pod.Namespace && p.Name == pod.Name {
+			return p.UID
+		}
+	}
+	return ""
 }
 
 // syncTermination stops and removes the pod's containers, network and volumes. A deletion
