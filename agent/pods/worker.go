@@ -91,21 +91,25 @@ type worker struct {
 	trace    startTrace // where the start went so far, while startPending
 	synced   bool       // a sync of the running pod happened (the next is not its creation)
 	syncErr  error      // why the sync in progress gave up, to be retried; nil when it did not
-	// startFailed is when each container's last start failed (not for an image pull, which
-	// has its own back-off): it is not tried again before startRetryDelay has passed, however
-	// often the worker is poked. Each failure changes the pod's status when its message does
-	// (a CRI runtime names the container ID it made), and the status update coming back from
-	// the API pokes the worker: without this, a container that cannot be created was tried
-	// again every few milliseconds, with a status patch and an event each time.
-	startFailed map[string]time.Time
+	// startFailed holds each container's consecutive failed starts (not for an image pull,
+	// which has its own back-off): it is not tried again before its back-off has passed,
+	// however often the worker is poked. Each failure changes the pod's status when its
+	// message does (a CRI runtime names the container ID it made), and the status update
+	// coming back from the API poked the worker: without this, a container that cannot be
+	// created was tried again every few milliseconds, with a status patch and an event each
+	// time.
+	startFailed map[string]*retryBackOff
+	// networkFailed holds the consecutive failures of the pod's network setup.
+	networkFailed retryBackOff
 }
 
-// startRetryDelay is how long a container whose start failed waits before the next try.
-const startRetryDelay = 5 * time.Second
+// startRetryDelay is how long a start waiting for the cluster's services waits before the
+// next try, should the poke that ends the wait never come.
+const startRetryDelay = retryInitial
 
 func newWorker(m *Manager, pod *v1.Pod) *worker {
 	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}, messages: map[string]string{},
-		startFailed: map[string]time.Time{}, seen: m.now()}
+		startFailed: map[string]*retryBackOff{}, seen: m.now()}
 }
 
 // errWaitingForServices is the cause of a start that waits for the cluster's services to be
@@ -115,11 +119,11 @@ var errWaitingForServices = errors.New("waiting for the cluster's services")
 // startHeldFor is how long the start of container name must still wait after its last failed
 // start (0: it may be tried now).
 func (w *worker) startHeldFor(name string) time.Duration {
-	failed, ok := w.startFailed[name]
+	b, ok := w.startFailed[name]
 	if !ok {
 		return 0
 	}
-	return max(0, startRetryDelay-w.m.now().Sub(failed))
+	return b.heldFor(w.m.now())
 }
 
 // noteStart records how a start of container c ended (err nil: it runs) and returns when the
@@ -140,9 +144,21 @@ func (w *worker) noteStart(pod *v1.Pod, c *v1.Container, err error) time.Duratio
 		// should the poke never come.
 		delete(w.startFailed, c.Name)
 		return startRetryDelay
+	case errors.As(err, new(*errConfig)):
+		// Waiting for data rather than failing (a ConfigMap or Secret key not there yet,
+		// CreateContainerConfigError): tried again every retryInitial, as the kubelet retries
+		// it at each sync, so that the pod starts soon after the object comes. The message
+		// does not change from one try to the next: no status patch, no event per try.
+		b := &retryBackOff{}
+		w.startFailed[c.Name] = b
+		return b.failed(w.m.now())
 	default:
-		w.startFailed[c.Name] = w.m.now()
-		return startRetryDelay
+		b := w.startFailed[c.Name]
+		if b == nil {
+			b = &retryBackOff{}
+			w.startFailed[c.Name] = b
+		}
+		return b.failed(w.m.now())
 	}
 }
 
@@ -656,19 +672,26 @@ func (w *worker) prepare(ctx context.Context, log *slog.Logger, pod *v1.Pod) (po
 	next = resyncPeriod
 	hostIPs = w.m.hostIPs()
 	began := w.m.now()
+	if wait := w.networkFailed.heldFor(began); wait > 0 {
+		// Backing off a network that failed: poked meanwhile (a status echo, a probe), the
+		// worker does not try it again before its time.
+		return nil, hostIPs, nil, false, wait
+	}
 	pn, err := w.m.net.Setup(ctx, pod)
 	if !pod.Spec.HostNetwork {
 		w.timePhase(metrics.PhaseNetwork, began)
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			w.m.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
-			for _, c := range allContainers(pod) {
-				w.waiting[c.Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + err.Error()}
-			}
+		if ctx.Err() != nil {
+			return nil, hostIPs, nil, false, 0
 		}
-		return nil, hostIPs, nil, false, 5 * time.Second
+		w.m.event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+		for _, c := range allContainers(pod) {
+			w.waiting[c.Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + err.Error()}
+		}
+		return nil, hostIPs, nil, false, w.networkFailed.failed(w.m.now())
 	}
+	w.networkFailed = retryBackOff{}
 	if !pod.Spec.HostNetwork {
 		podIPs = pn.IPs
 	}
