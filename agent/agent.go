@@ -537,7 +537,7 @@ func (a *Agent) reportStore(r offline.OpenReport) []v1.NodeCondition {
 // openPolicies loads the node's Wasm policies, if it has any. A policies.yaml that cannot be
 // read or parsed is an error: the caller then refuses new pods (running without the owner's
 // admission policies would admit what they exist to refuse) and keeps the running ones.
-func (a *Agent) openPolicies(ctx context.Context, store offline.Store, recorder record.EventRecorder) (*policy.Manager, error) {
+func (a *Agent) openPolicies(ctx context.Context, store policy.ModuleStore, recorder record.EventRecorder) (*policy.Manager, error) {
 	if a.cfg.PolicyDir == "" {
 		return nil, nil
 	}

@@ -107,9 +107,9 @@ type Manager struct {
 	status   StatusSink
 	recorder record.EventRecorder
 	log      *slog.Logger
-	admitter Admitter      // nil: admit everything
-	store    offline.Store // nil: decisions are not remembered across restarts
-	admitMu  sync.Mutex    // serializes admission: each decision sees the ones before it
+	admitter Admitter   // nil: admit everything
+	store    Records    // nil: decisions are not remembered across restarts
+	admitMu  sync.Mutex // serializes admission: each decision sees the ones before it
 	backoff  *backoff
 	relistCh chan struct{}   // buffered(1): relistDue moved earlier
 	prober   *prober.Manager // nil: no probes; a running container is started and ready
@@ -177,9 +177,18 @@ func (m *Manager) event(pod *v1.Pod, eventType, reason, format string, args ...a
 	}
 }
 
+// Records is what the manager uses of the state store (offline.Store): each pod's record and
+// its admission decision, which stands for the pod's life, across restarts.
+type Records interface {
+	GetPod(uid types.UID) (offline.PodRecord, error)
+	PutPod(source offline.Source, pod *v1.Pod) error
+	SetAdmission(uid types.UID, a offline.Admission) error
+	DeletePod(uid types.UID) error
+}
+
 // SetAdmission installs the admission chain and the store that remembers its decisions, so
 // that a pod is judged once in its life, never again after an agent restart.
-func (m *Manager) SetAdmission(a Admitter, store offline.Store) {
+func (m *Manager) SetAdmission(a Admitter, store Records) {
 	m.admitter, m.store = a, store
 }
 

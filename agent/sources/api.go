@@ -23,6 +23,15 @@ import (
 // ReasonNotCached is the event reason of a pod the state store could not cache.
 const ReasonNotCached = "NotCached"
 
+// PodCache is what the API source uses of the state store (offline.Store): the records of
+// the pods it delivered.
+type PodCache interface {
+	PutPod(source offline.Source, pod *v1.Pod) error
+	LoadPods() ([]offline.PodRecord, map[string]error, error)
+	DeletePod(uid types.UID) error
+	DeletePodSealedWithAnotherKey(uid types.UID) (deleted bool, err error)
+}
+
 // APISource delivers the pods bound to this node in the apiserver, through an informer.
 // Deletions are authoritative: the informer reports a pod deleted only when the apiserver
 // said so (a watch DELETED event, or absence from a complete relist), never because a list
@@ -35,7 +44,7 @@ type APISource struct {
 	Client   kubernetes.Interface
 	NodeName string
 	Sink     Sink
-	Store    offline.Store
+	Store    PodCache
 	Log      *slog.Logger
 	// Recorder, if set, gets a Warning event on a pod the state store could not cache (a full
 	// state file system): the one place its operator looks.

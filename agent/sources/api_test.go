@@ -139,7 +139,8 @@ func TestReadyOnlyOnceTheHandlerDelivered(t *testing.T) {
 // never evicted; no status reported). The informer's shared object is left as it is.
 func TestAPIPodMarkedWithItsSource(t *testing.T) {
 	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
-	s := &APISource{Sink: sink, Store: offline.NewMemStore(nil), Log: slog.New(slog.DiscardHandler)}
+	store := offline.NewMemStore(nil)
+	s := &APISource{Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
 	forged := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1",
 		Annotations: map[string]string{manifest.ConfigSourceAnnotation: manifest.SourceFile}}}
 	s.update(forged)
@@ -150,7 +151,7 @@ func TestAPIPodMarkedWithItsSource(t *testing.T) {
 	if forged.Annotations[manifest.ConfigSourceAnnotation] != manifest.SourceFile {
 		t.Error("the informer's object was changed")
 	}
-	rec, err := s.Store.GetPod("u1")
+	rec, err := store.GetPod("u1")
 	if err != nil || manifest.IsStatic(rec.Pod) {
 		t.Errorf("cached %+v, %v; want the pod marked as the API's", rec.Pod, err)
 	}

@@ -38,7 +38,7 @@ import (
 // apiserver is reachable.
 type Manager struct {
 	client   kubernetes.Interface
-	store    offline.Store // nil: no outbox
+	store    Outbox // nil: no outbox
 	nodeName string
 	log      *slog.Logger
 	wake     chan struct{} // buffered(1)
@@ -46,6 +46,15 @@ type Manager struct {
 	mu      sync.Mutex // protects pods, nodeUID
 	pods    map[types.UID]*entry
 	nodeUID types.UID
+}
+
+// Outbox is what the manager uses of the state store (offline.Store): the outbox of statuses
+// not yet delivered, and whether a pod still has a record.
+type Outbox interface {
+	AppendStatus(u offline.StatusUpdate) (seq uint64, err error)
+	PendingStatuses() ([]offline.PendingStatus, map[string]error, error)
+	AckStatuses(uid types.UID, upTo uint64) error
+	GetPod(uid types.UID) (offline.PodRecord, error)
 }
 
 type entry struct {
@@ -59,7 +68,7 @@ type entry struct {
 }
 
 // NewManager builds a manager; Run writes to the apiserver. store may be nil (no outbox).
-func NewManager(client kubernetes.Interface, store offline.Store, nodeName string, log *slog.Logger) *Manager {
+func NewManager(client kubernetes.Interface, store Outbox, nodeName string, log *slog.Logger) *Manager {
 	return &Manager{client: client, store: store, nodeName: nodeName, log: log, wake: make(chan struct{}, 1), pods: map[types.UID]*entry{}}
 }
 
