@@ -96,12 +96,20 @@ func (m *Manager) RestoreOutbox() int {
 		if _, ok := m.pods[p.UID]; ok {
 			continue
 		}
-		if _, err := m.store.GetPod(p.UID); errors.Is(err, offline.ErrNotFound) {
+		_, err := m.store.GetPod(p.UID)
+		switch {
+		case errors.Is(err, offline.ErrNotFound):
 			if err := m.store.AckStatuses(p.UID, p.LastSeq); err != nil {
 				m.log.Warn("drop the statuses of a pod no longer on this node", "pod", p.Namespace+"/"+p.Name, "err", err)
 			} else {
 				m.log.Info("statuses of a pod no longer on this node dropped", "pod", p.Namespace+"/"+p.Name, "uid", p.UID)
 			}
+			continue
+		case errors.Is(err, offline.ErrKeyMismatch):
+			// Its record is sealed with a state key that is not loaded: the pod is not
+			// restored, and its last status (Running, ready) would be shown and sent for a
+			// pod that does not run. Left in the outbox, for the key's return.
+			m.log.Info("statuses of a pod whose record is sealed with another state key not restored", "pod", p.Namespace+"/"+p.Name, "uid", p.UID)
 			continue
 		}
 		restored++

@@ -210,6 +210,33 @@ func TestOutboxOfAPodGoneIsDropped(t *testing.T) {
 	}
 }
 
+// A pod whose record is sealed with a state key that is not loaded (the disk in another
+// gateway, a replaced TPM) is not restored: its last status, Running and ready, is neither
+// shown nor sent for a pod that does not run, and stays in the outbox for the key's return.
+// Before, the gateway VM's scenario 8 showed the pod Running on the stolen disk.
+func TestOutboxOfAPodSealedWithAnotherKeyNotRestored(t *testing.T) {
+	keyA, _ := offline.NewKey([]byte("0123456789abcdef0123456789abcdef"))
+	keyB, _ := offline.NewKey([]byte("fedcba9876543210fedcba9876543210"))
+	store := offline.NewMemStore(nil)
+	store.SetKey(keyA)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sealed", UID: "sealed-uid"}}
+	if err := store.PutPod(offline.SourceAPI, pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.AppendStatus(offline.StatusUpdate{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
+		Status: v1.PodStatus{Phase: v1.PodRunning}, Timestamp: time.Unix(1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	store.SetKey(keyB)
+	m := NewManager(fake.NewSimpleClientset(), store, "gw", slog.New(slog.DiscardHandler))
+	if n := m.RestoreOutbox(); n != 0 || len(m.Pods()) != 0 || m.Pending() != 0 {
+		t.Errorf("restored %d statuses, shows %d pods, %d pending; want none", n, len(m.Pods()), m.Pending())
+	}
+	if pending, _, err := store.PendingStatuses(); err != nil || len(pending) != 1 {
+		t.Errorf("outbox: %+v, %v; want the status kept", pending, err)
+	}
+}
+
 // While the node was unreachable, the node lifecycle controller marked its pods Ready=False.
 // When the node is back, the status it computes has not changed (the pod ran ready all along),
 // so a patch computed from the last status the node sent carries nothing, and the API kept
