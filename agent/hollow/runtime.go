@@ -44,6 +44,9 @@ type Runtime struct {
 type container struct {
 	runtime.Container
 	exitCode *int32 // set for a command that exits at once with this status
+	// ignoresTerm: a shell command that traps SIGTERM to nothing (trap '' TERM): a stop with
+	// a grace period waits it out, then kills, as on a real node.
+	ignoresTerm bool
 }
 
 // NewRuntime returns an empty hollow runtime.
@@ -99,9 +102,11 @@ func (r *Runtime) CreateContainer(_ context.Context, cfg runtime.ContainerConfig
 		Name: cfg.Name, Attempt: cfg.Attempt, Image: cfg.Image, ImageRef: imageDigest(name),
 		SpecHash: cfg.SpecHash, LogPath: cfg.LogPath, State: runtime.StateCreated, CreatedAt: r.now(),
 	}}
-	if code, ok := exitStatusOf(append(slices.Clone(cfg.Command), cfg.Args...)); ok {
+	argv := append(slices.Clone(cfg.Command), cfg.Args...)
+	if code, ok := exitStatusOf(argv); ok {
 		c.exitCode = &code
 	}
+	c.ignoresTerm = slices.ContainsFunc(argv, func(a string) bool { return strings.Contains(a, "trap '' TERM") })
 	r.containers[id] = c
 	return id, nil
 }
@@ -163,10 +168,23 @@ func (r *Runtime) exitLocked(c *container, code int32) {
 
 // StopContainer ends a running container's process and records its exit: 143 (SIGTERM) with
 // a grace period, 137 (SIGKILL) without, as a process that does not catch them reports.
-func (r *Runtime) StopContainer(_ context.Context, id string, grace time.Duration) error {
+//
+// A process that ignores SIGTERM (ignoresTerm) runs on for the grace period, then is killed
+// (137), so that what a pod's grace period holds up is held up here too.
+func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	c, ok := r.containers[id]
+	if ok && c.State == runtime.StateRunning && c.ignoresTerm && grace > 0 {
+		r.mu.Unlock()
+		select {
+		case <-time.After(grace):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		r.mu.Lock()
+		grace = 0 // the grace period is over: SIGKILL
+	}
+	defer r.mu.Unlock()
 	if !ok || c.State == runtime.StateCreated {
 		return nil
 	}

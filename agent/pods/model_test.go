@@ -24,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/holdfast-dev/holdfast/agent/hollow"
+	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/sources"
@@ -33,20 +34,24 @@ import (
 )
 
 // TestLifecycleModel runs the pods manager on the hollow runtime (containers in memory), fed
-// by the API source over a fake apiserver and its offline store, through generated sequences:
-// pods created, relabelled and deleted; the agent restarted with the apiserver reachable; the
-// gateway rebooted with the uplink down (every task dies), then the uplink back. After every
-// step, once the agent has settled, it checks what runs against a model:
+// by the API source over a fake apiserver and its offline store and by the file source,
+// through generated sequences: pods created, relabelled and deleted; a static pod's manifest
+// written, edited (a new UID) and removed; the agent restarted with the apiserver reachable;
+// the gateway rebooted with the uplink down (every task dies), then the uplink back. After
+// every step, once the agent has settled, it checks what runs against a model:
 //
-//   - online, every pod of the apiserver runs one container, and nothing else runs;
-//   - offline after a reboot, exactly the pods the node had recorded run again;
+//   - online, every pod of the apiserver runs one container, and nothing else runs but the
+//     static pod while its manifest is there;
+//   - offline after a reboot, exactly the API pods the node had recorded run again, and the
+//     static pod;
 //   - an agent restart never restarts a container of a pod that stays (same container);
-//   - never two running containers for one pod.
+//   - never two running containers for one pod, nor for two versions of the static pod.
 //
 // A failing sequence prints its seed and steps; HOLDFAST_LIFECYCLE_MODEL_SEQUENCES sets how
-// many run (20 in make test).
+// many run (10 in make test: each edit of the static pod waits out its old version's grace
+// period, a second).
 func TestLifecycleModel(t *testing.T) {
-	n := 20
+	n := 10
 	if v := os.Getenv("HOLDFAST_LIFECYCLE_MODEL_SEQUENCES"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
@@ -76,15 +81,20 @@ type lifecycleModel struct {
 
 	api    map[string]types.UID // the apiserver's pods by name
 	online bool                 // the agent reaches the apiserver
+	// static is the version of the static pod's manifest on disk, 0 when there is none;
+	// staticUID the UID the agent gives that version.
+	static    int
+	staticUID types.UID
 	// kept is each pod's running container as last seen, for "a restart restarts nothing";
 	// cleared by a reboot, whose containers are new attempts.
-	kept map[types.UID]string
+	kept map[string]string
 
 	// the running agent
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
 	mgr     *pods.Manager
 	src     atomic.Pointer[sources.APISource]
+	files   *sources.FileSource
 	uplink  context.CancelFunc // stops the API source alone (the uplink cut)
 	started int
 	watches atomic.Int64 // watches the fake apiserver opened
@@ -93,12 +103,15 @@ type lifecycleModel struct {
 func runLifecycleModel(t *testing.T, seed uint64, length int) {
 	m := &lifecycleModel{t: t, rng: rand.New(rand.NewPCG(seed, 0x6c6966656379636c)), dir: t.TempDir(),
 		client: fake.NewClientset(), rt: hollow.NewRuntime(), net: hollow.NewNetwork("gw"),
-		store: offline.NewMemStore(nil), api: map[string]types.UID{}, kept: map[types.UID]string{}}
+		store: offline.NewMemStore(nil), api: map[string]types.UID{}, kept: map[string]string{}}
 	key, err := offline.NewKey([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.store.SetKey(key)
+	if err := os.MkdirAll(filepath.Join(m.dir, "manifests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// The fake apiserver's watch does not resume from a list's resourceVersion: what changes
 	// between the informer's list and its watch is never delivered, which a real apiserver
 	// does not do. startAPI waits for the watch before the sequence goes on.
@@ -160,11 +173,24 @@ func (m *lifecycleModel) step() {
 			m.t.Fatal(err)
 		}
 		delete(m.api, name)
-	case r < 72:
+	case r < 66: // the static pod's manifest written, edited (a new UID) or removed
+		switch {
+		case m.static == 0 || m.rng.IntN(3) > 0:
+			m.static++
+			m.logf("static manifest version %d", m.static)
+			m.writeManifest()
+		default:
+			m.logf("static manifest removed")
+			if err := os.Remove(filepath.Join(m.dir, "manifests", "sensor.yaml")); err != nil {
+				m.t.Fatal(err)
+			}
+			m.static, m.staticUID = 0, ""
+		}
+	case r < 74:
 		m.logf("agent restart, online")
 		m.stop()
 		m.start(true)
-	case r < 84:
+	case r < 86:
 		m.logf("reboot with the uplink down")
 		m.stop()
 		m.reboot()
@@ -174,6 +200,42 @@ func (m *lifecycleModel) step() {
 			m.logf("uplink back")
 			m.startAPI()
 		}
+	}
+}
+
+// writeManifest writes the static pod's manifest, version m.static, as an editor does
+// (a new file renamed over the old one).
+func (m *lifecycleModel) writeManifest() {
+	dir := filepath.Join(m.dir, "manifests")
+	manifestText := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: sensor
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: registry.example/sensor:1
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+    env:
+    - name: VERSION
+      value: "%d"
+`, m.static)
+	pod, err := manifest.Decode([]byte(manifestText))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if err := manifest.MakeStatic(pod, "gw", filepath.Join(dir, "sensor.yaml")); err != nil {
+		m.t.Fatal(err)
+	}
+	m.staticUID = pod.UID
+	tmp := filepath.Join(dir, ".sensor.yaml.tmp")
+	if err := os.WriteFile(tmp, []byte(manifestText), 0o644); err != nil {
+		m.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "sensor.yaml")); err != nil {
+		m.t.Fatal(err)
 	}
 }
 
@@ -190,11 +252,20 @@ func (m *lifecycleModel) start(online bool) {
 		HostResolvConf: filepath.Join(m.dir, "resolv.conf"), HostsFile: filepath.Join(m.dir, "hosts"),
 	}, m.rt, m.net, statusMgr, nil, log)
 	mgr.SetAdmission(nil, m.store)
-	mgr.SetSourcesReady(func() bool { s := m.src.Load(); return s != nil && s.Ready() })
+	files := &sources.FileSource{Dir: filepath.Join(m.dir, "manifests"), NodeName: "gw", Sink: mgr, Log: log, QuietPeriod: 10 * time.Millisecond}
+	m.files = files
+	mgr.SetSourcesReady(func() bool { s := m.src.Load(); return s != nil && s.Ready() && files.Ready() })
 	m.mgr = mgr
 	m.src.Store(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
+	m.done.Add(1)
+	go func() {
+		defer m.done.Done()
+		if err := files.Run(ctx); err != nil {
+			m.t.Errorf("file source: %v", err)
+		}
+	}()
 	restorer := &sources.APISource{NodeName: "gw", Sink: mgr, Store: m.store, Log: log}
 	restorer.Restore()
 	m.done.Add(1)
@@ -261,28 +332,36 @@ func (m *lifecycleModel) reboot() {
 	clear(m.kept)
 }
 
-// running is each pod's running "main" containers.
-func (m *lifecycleModel) running() map[types.UID][]string {
+// running is the running containers of each pod by UID, and how many run for the static
+// pod, whatever its version.
+func (m *lifecycleModel) running() (byUID map[string][]string, static int) {
 	cs, err := m.rt.List(context.Background())
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	out := map[types.UID][]string{}
+	byUID = map[string][]string{}
 	for _, c := range cs {
-		if c.State == runtime.StateRunning {
-			out[types.UID(c.PodUID)] = append(out[types.UID(c.PodUID)], c.ID)
+		if c.State != runtime.StateRunning {
+			continue
+		}
+		byUID[c.PodUID] = append(byUID[c.PodUID], c.ID)
+		if c.PodName == "sensor-gw" {
+			static++
 		}
 	}
-	return out
+	return byUID, static
 }
 
-// want is what should run now: the apiserver's pods when online, the pods the node recorded
-// when offline.
-func (m *lifecycleModel) want() map[types.UID]bool {
-	out := map[types.UID]bool{}
+// want is what should run now: the static pod while its manifest is there; the apiserver's
+// pods when online, the API pods the node recorded when offline.
+func (m *lifecycleModel) want() map[string]bool {
+	out := map[string]bool{}
+	if m.static > 0 {
+		out[string(m.staticUID)] = true
+	}
 	if m.online {
 		for _, uid := range m.api {
-			out[uid] = true
+			out[string(uid)] = true
 		}
 		return out
 	}
@@ -291,7 +370,9 @@ func (m *lifecycleModel) want() map[types.UID]bool {
 		m.t.Fatal(err)
 	}
 	for _, r := range recs {
-		out[r.UID] = true
+		if r.Source == offline.SourceAPI {
+			out[string(r.UID)] = true
+		}
 	}
 	return out
 }
@@ -300,28 +381,32 @@ func (m *lifecycleModel) want() map[types.UID]bool {
 func (m *lifecycleModel) settle() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		run := m.running()
-		for uid, ids := range run {
+		run, static := m.running()
+		if static > 1 {
+			m.t.Errorf("%d versions of the static pod run at once", static)
+			return
+		}
+		for key, ids := range run {
 			if len(ids) > 1 {
-				m.t.Errorf("pod %s runs %d containers: %v", uid, len(ids), ids)
+				m.t.Errorf("pod %s runs %d containers: %v", key, len(ids), ids)
 				return
 			}
 		}
 		want := m.want()
-		got := map[types.UID]bool{}
-		for uid := range run {
-			got[uid] = true
+		got := map[string]bool{}
+		for key := range run {
+			got[key] = true
 		}
 		if maps.Equal(got, want) {
-			for uid, ids := range run {
-				if prev, ok := m.kept[uid]; ok && prev != ids[0] {
-					m.t.Errorf("pod %s: its container %s was replaced by %s though the pod stayed and the gateway did not reboot", uid, prev, ids[0])
+			for key, ids := range run {
+				if prev, ok := m.kept[key]; ok && prev != ids[0] {
+					m.t.Errorf("pod %s: its container %s was replaced by %s though the pod stayed and the gateway did not reboot", key, prev, ids[0])
 				}
-				m.kept[uid] = ids[0]
+				m.kept[key] = ids[0]
 			}
-			for uid := range m.kept {
-				if !got[uid] {
-					delete(m.kept, uid)
+			for key := range m.kept {
+				if !got[key] {
+					delete(m.kept, key)
 				}
 			}
 			return
