@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -66,12 +67,16 @@ func TestStartWaitingForServicesIsNotHeldBack(t *testing.T) {
 type failingNetwork struct {
 	calls int
 	ok    bool
+	err   error // the failure; a CNI plugin's by default
 }
 
 func (n *failingNetwork) Setup(context.Context, *v1.Pod) (*network.PodNetwork, error) {
 	n.calls++
 	if n.ok {
 		return &network.PodNetwork{IPs: []string{"10.88.0.9"}}, nil
+	}
+	if n.err != nil {
+		return nil, n.err
 	}
 	return nil, errors.New("plugin type=\"bridge\" failed (add): failed to allocate for range 0")
 }
@@ -108,7 +113,17 @@ func TestFailedStepsBackOff(t *testing.T) {
 		}
 		now = now.Add(d - d/2)
 	}
+	// No CNI configuration yet is waiting, not failing: every retryInitial.
+	net.err = fmt.Errorf("%w in /etc/cni/net.d: no network config found", network.ErrNetworkNotReady)
+	for i := range 4 {
+		now = now.Add(5 * time.Minute)
+		if _, _, _, _, next := w.prepare(context.Background(), log, pod); next != retryInitial {
+			t.Fatalf("network not ready, try %d: next in %v, want %v", i+1, next, retryInitial)
+		}
+	}
+	net.err = nil
 	net.ok = true
+	now = now.Add(retryInitial)
 	if _, _, _, ok, _ := w.prepare(context.Background(), log, pod); !ok {
 		t.Fatal("network setup that works now not taken")
 	}

@@ -689,6 +689,12 @@ func (w *worker) prepare(ctx context.Context, log *slog.Logger, pod *v1.Pod) (po
 		for _, c := range allContainers(pod) {
 			w.waiting[c.Name] = waitingInfo{ReasonCreatePodSandboxError, "failed to set up pod network: " + err.Error()}
 		}
+		if errors.Is(err, network.ErrNetworkNotReady) {
+			// No CNI configuration yet (written by a DaemonSet, or late at first boot):
+			// waiting for it, not failing, as the kubelet waits for its network plugin.
+			// Tried every retryInitial, so that pods start soon after it comes.
+			w.networkFailed = retryBackOff{}
+		}
 		return nil, hostIPs, nil, false, w.networkFailed.failed(w.m.now())
 	}
 	w.networkFailed = retryBackOff{}
