@@ -12,7 +12,9 @@
 // tests cut and restore with qemu's monitor (set_link) as a pulled cable would, and a
 // management link that only carries the tests' ssh, so they can look inside a gateway whose
 // uplink is down. A reboot is `systemctl reboot` in the guest; a power cut kills qemu and
-// starts it again on the same disk.
+// starts it again on the same disk. A VM may have a TPM 2.0 (VMOptions.TPMStateDir): a swtpm
+// on the host per VM, whose state directory is the chip, so that a copy of a VM's disk
+// (CopyDisk) booted in another VM meets another TPM, as a stolen disk does.
 //
 // The scenarios (scenarios_test.go) run only with -gateway.vm (make gateway-test; make test
 // runs the first two): each boots its own VM, which takes minutes under software emulation.

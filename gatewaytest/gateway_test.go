@@ -44,15 +44,31 @@ const (
 
 // gateway is a VM running holdfast joined to a test control plane.
 type gateway struct {
-	t   *testing.T
-	cp  *testenv.ControlPlane
-	vm  *VM
-	api kubernetes.Interface
-	ctx context.Context
+	t       *testing.T
+	cp      *testenv.ControlPlane
+	vm      *VM
+	image   Image
+	payload string // the payload disk it was installed from (BuildPayload)
+	api     kubernetes.Interface
+	ctx     context.Context
+}
+
+// gatewayOptions is what a scenario changes of the gateway startGatewayWith boots.
+type gatewayOptions struct {
+	// extraConfig is added to the gateway's configuration (PayloadOptions.ExtraConfig).
+	extraConfig string
+	// tpmStateDir gives the VM a TPM (VMOptions.TPMStateDir).
+	tpmStateDir string
 }
 
 // startGateway boots a gateway and waits until its Node is Ready in the API.
 func startGateway(t *testing.T) *gateway {
+	t.Helper()
+	return startGatewayWith(t, gatewayOptions{})
+}
+
+// startGatewayWith is startGateway with opts.
+func startGatewayWith(t *testing.T, opts gatewayOptions) *gateway {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("gateway VM scenario: skipped under -short")
@@ -69,16 +85,17 @@ func startGateway(t *testing.T) *gateway {
 	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{ClusterCA: true, BootstrapTokenAuth: true})
 	cp.StartControllerManager(testenv.ControllerManagerOptions{})
 	token := cp.CreateBootstrapToken()
-	g := &gateway{t: t, cp: cp, api: cp.Admin, ctx: context.Background()}
+	g := &gateway{t: t, cp: cp, image: image, api: cp.Admin, ctx: context.Background()}
 	// What kube-controller-manager's root CA publisher does: every service account token
 	// volume projects this ConfigMap.
 	g.create(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: "default"},
 		Data: map[string]string{"ca.crt": string(cp.CAData())}})
-	payload := BuildPayload(t, PayloadOptions{
+	g.payload = BuildPayload(t, PayloadOptions{
 		NodeName:            nodeName,
 		BootstrapKubeconfig: GuestKubeconfig(t, cp.WriteBootstrapKubeconfig(token)),
+		ExtraConfig:         opts.extraConfig,
 	})
-	g.vm = StartVM(t, image, VMOptions{Payload: payload})
+	g.vm = StartVM(t, image, VMOptions{Payload: g.payload, TPMStateDir: opts.tpmStateDir})
 	t.Logf("VM started (%s)", g.vm.Accel)
 	t.Cleanup(g.dumpOnFailure)
 	g.vm.WaitSSH(bootTimeout)

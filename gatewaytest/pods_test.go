@@ -1,6 +1,9 @@
 package gatewaytest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,6 +98,29 @@ func sleeperPod(name string) *v1.Pod {
 			}},
 		},
 	}
+}
+
+// passwordPod takes a password the two ways users hand one over: inline in its env
+// (INLINE_PASSWORD, inlineValue) and from a Secret's key in its env (API_TOKEN, key "token" of
+// secretName). It logs a digest of each (passwordDigest), never the values: its log shows
+// what it got without putting them on the disk itself.
+func passwordPod(name, inlineValue, secretName string) *v1.Pod {
+	pod := sleeperPod(name)
+	pod.Spec.Containers[0].Command = []string{"sh", "-c", `digest() { printf %s "$1" | sha256sum | cut -c1-16; }
+echo "env inline=$(digest "$INLINE_PASSWORD") token=$(digest "$API_TOKEN")"
+trap 'exit 0' TERM; while true; do sleep 1; done`}
+	pod.Spec.Containers[0].Env = []v1.EnvVar{
+		{Name: "INLINE_PASSWORD", Value: inlineValue},
+		{Name: "API_TOKEN", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
+			LocalObjectReference: v1.LocalObjectReference{Name: secretName}, Key: "token"}}},
+	}
+	return pod
+}
+
+// passwordDigest is the digest passwordPod logs of a value.
+func passwordDigest(value string) string {
+	sum := sha256.Sum256([]byte(value))
+	return hex.EncodeToString(sum[:])[:16]
 }
 
 // limitedPod is Guaranteed: cpu 200m and memory 64Mi, requests equal to limits.

@@ -1,9 +1,17 @@
 package gatewaytest
 
 import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -615,4 +623,208 @@ func (g *gateway) uplinkDevice() string {
 		g.t.Fatalf("the guest's uplink device (MAC %s): %q", uplinkMAC, out)
 	}
 	return dev
+}
+
+// Scenario 8: the state key sealed by the gateway's TPM; the disk taken to another machine
+// reads nothing. The gateway has a TPM 2.0 (a host swtpm per VM) and its configuration says
+// stateKeyTPM: /dev/tpmrm0, its raw key removed as docs/security.md says, so the agent makes a
+// key sealed by that TPM. A pod holds a password inline in its env and a Secret's value in
+// its env. An offline reboot brings it back: the same TPM unseals the key. Then the disk is
+// taken as a thief takes it, from the gateway switched off: its bytes hold neither value in
+// the clear but in containerd's metadata (each container's OCI spec, env included, which
+// docs/security.md leaves to an encrypted data partition, as with the kubelet), and booted on
+// another machine (another TPM, the uplink cut) the agent cannot unseal the key, says so, and
+// starts no container of the pod.
+func TestScenario8StolenDiskReadsNothing(t *testing.T) {
+	g := startGatewayWith(t, gatewayOptions{
+		extraConfig: "stateKeyTPM: /dev/tpmrm0\n",
+		tpmStateDir: filepath.Join(t.TempDir(), "tpm"),
+	})
+	if head := strings.TrimSpace(g.vm.MustSSH("head -n1 /etc/holdfast/state.key")); head != "holdfast state key sealed by TPM 2.0, v1" {
+		t.Fatalf("/etc/holdfast/state.key begins with %q, want the key sealed by the TPM", head)
+	}
+	if journal := g.stateKeyLog(); !strings.Contains(journal, "new state key made and sealed by the TPM") {
+		t.Fatalf("holdfast did not make a key sealed by the TPM at its first start:\n%s", journal)
+	}
+	// Values of this run alone: the base image cannot hold them, so any found on the disk
+	// came from this gateway.
+	inline, secret := "inline-password-"+rand.Text(), "secret-token-"+rand.Text()
+	g.create(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vault", Namespace: "default"},
+		StringData: map[string]string{"token": secret}})
+	g.create(passwordPod("sealed", inline, "vault"))
+	all := append([]string{"sealed"}, staticPods...)
+	g.waitAPIRunning(podTimeout, all...)
+	saw := fmt.Sprintf("env inline=%s token=%s", passwordDigest(inline), passwordDigest(secret))
+	if log := g.podLog("sealed", "main"); !strings.Contains(log, saw) {
+		t.Fatalf("sealed's log lacks %q: the pod did not get its values:\n%s", saw, log)
+	}
+
+	// The gateway's own reboot, offline: the Secret comes from the store, sealed with the key
+	// the same TPM unseals.
+	g.vm.SetUplink(false)
+	g.vm.Reboot(bootTimeout)
+	up := g.waitLocalRunning(podTimeout, all...)
+	figure(t, "offline reboot, state key sealed by the TPM: power-on to all pods running", up,
+		fmt.Sprintf("%d pods (1 API with a Secret in env, %d static), uplink down, %s", len(all), len(staticPods), g.vm.Accel))
+	if journal := g.stateKeyLog(); !strings.Contains(journal, "state key loaded") || !strings.Contains(journal, "sealedBy=/dev/tpmrm0") {
+		t.Errorf("holdfast after the offline reboot, on its own TPM:\n%s", journal)
+	}
+	if n := strings.Count(g.podLog("sealed", "main"), saw); n < 2 {
+		t.Errorf("sealed logged %q %d times, want once more after the offline reboot", saw, n)
+	}
+
+	// The thief's disk: taken from the gateway switched off, read raw. The pod's log line is
+	// on it (a control: the scan reads what the guest wrote last); the values must not be, in
+	// the clear or as the base64 of a Secret's data in JSON, but in containerd's metadata.
+	g.vm.PowerOff(bootTimeout)
+	disk := g.vm.CopyDisk()
+	const control = "the pod's log line (control)"
+	needles := map[string]string{
+		"the inline env value":          inline,
+		"the inline env value (base64)": strings.TrimRight(base64.StdEncoding.EncodeToString([]byte(inline)), "="),
+		"the Secret's value":            secret,
+		"the Secret's value (base64)":   strings.TrimRight(base64.StdEncoding.EncodeToString([]byte(secret)), "="),
+		control:                         saw,
+	}
+	start := time.Now()
+	onDisk, inMeta := diskCopies(t, disk, containerdMeta, needles)
+	t.Logf("read the stolen disk raw in %v: copies on it %v, in containerd's metadata %v", time.Since(start).Round(time.Second), onDisk, inMeta)
+	if onDisk[control] == 0 {
+		t.Fatalf("the scan of the disk did not find the pod's log line %q: it does not read what the guest wrote", saw)
+	}
+
+	// The disk in another machine: another TPM, the uplink cut (the thief has no cluster).
+	thief := &gateway{t: t, cp: g.cp, image: g.image, payload: g.payload, api: g.api, ctx: g.ctx}
+	thief.vm = StartVM(t, g.image, VMOptions{Payload: g.payload, Disk: disk, UplinkDown: true,
+		TPMStateDir: filepath.Join(t.TempDir(), "thief-tpm")})
+	t.Cleanup(thief.dumpOnFailure)
+	thief.vm.WaitSSH(bootTimeout)
+	// The static pods run (their manifests are no secret): the agent is up and restored what
+	// it could.
+	thief.waitLocalRunning(podTimeout, staticPods...)
+
+	t.Run("the agent cannot unseal the key", func(t *testing.T) {
+		journal := thief.stateKeyLog()
+		if !strings.Contains(journal, "state key unusable") || !strings.Contains(journal, "the TPM cannot unseal the state key") {
+			t.Errorf("holdfast on another machine's TPM does not say the TPM cannot unseal its key:\n%s", journal)
+		}
+		if !strings.Contains(journal, "encrypted with a state key that is not loaded") {
+			t.Errorf("holdfast on another machine's TPM does not say its state database's key is missing:\n%s", journal)
+		}
+		if strings.Contains(journal, "state key loaded") {
+			t.Errorf("holdfast on another machine's TPM loaded a state key:\n%s", journal)
+		}
+	})
+
+	t.Run("no container of the pod starts", func(t *testing.T) {
+		// Past the restore, and a relist later.
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Second) {
+			if c, ok := thief.running()["sealed/main"]; ok {
+				t.Fatalf("sealed/main runs on the stolen disk (%s, pid %d): the pod was restored without its key", c.ID, c.PID)
+			}
+		}
+		// Nor does the agent show it: its record does not open, and the last status the
+		// outbox kept for it is not restored (it was shown Running and ready before).
+		if pods, _, err := thief.localPods(); err != nil {
+			t.Errorf("the pods on the stolen disk: %v", err)
+		} else if i := slices.IndexFunc(pods, func(p status.PodView) bool { return p.Name == "sealed" }); i >= 0 {
+			t.Errorf("the agent on the stolen disk shows pod sealed, which does not run, as %s", describe(pods[i].Status))
+		}
+	})
+
+	t.Run("the state database holds neither value", func(t *testing.T) {
+		// grep's status 1 is "none found", 2 an error (no such file).
+		out := thief.vm.MustSSH(fmt.Sprintf("grep -caF -e %q -e %q /var/lib/holdfast/state.db; test $? -le 1", inline, secret))
+		if n := strings.TrimSpace(out); n != "0" {
+			t.Errorf("/var/lib/holdfast/state.db holds the inline env value or the Secret's value in the clear (%s lines)", n)
+		}
+	})
+
+	t.Run("the disk holds neither value but in containerd's metadata", func(t *testing.T) {
+		var outside []string
+		for name := range needles {
+			if n := onDisk[name] - inMeta[name]; name != control && n > 0 {
+				outside = append(outside, fmt.Sprintf("%s (%d copies)", name, n))
+			}
+		}
+		if len(outside) == 0 {
+			return
+		}
+		slices.Sort(outside)
+		// Where: files name the culprit; a copy in no file is in free blocks or the journal's.
+		files, err := thief.vm.SSH(fmt.Sprintf("find /etc /var /root /home /opt /srv /tmp -xdev -type f -print0 | xargs -0 grep -laF -e %q -e %q; true", inline, secret))
+		t.Errorf("the stolen disk holds, outside %s: %s; the files that hold a value in the clear now: %q (%v)",
+			containerdMeta, strings.Join(outside, ", "), files, err)
+	})
+}
+
+// stateKeyLog is what holdfast logged of its state key at this boot.
+func (g *gateway) stateKeyLog() string {
+	g.t.Helper()
+	return g.vm.MustSSH("journalctl -b --no-pager -u holdfast | grep 'state key' || true")
+}
+
+// containerdMeta is containerd's metadata database on the gateway: it keeps each container's
+// OCI spec, its environment included, in the clear (docs/security.md).
+const containerdMeta = "/var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"
+
+// diskCopies counts the copies of each needle on the qcow2 disk read raw, as whoever holds
+// the disk finds them (in files, in free blocks, in the file system's journal), and those in
+// the file at path of the disk's file system (ext4 on the whole disk, read with debugfs).
+func diskCopies(t *testing.T, disk, path string, needles map[string]string) (onDisk, inFile map[string]int) {
+	t.Helper()
+	raw := filepath.Join(t.TempDir(), "disk.raw")
+	run(t, "", "qemu-img", "convert", "-O", "raw", disk, raw)
+	defer os.Remove(raw)
+	f, err := os.Open(raw)
+	if err != nil {
+		t.Fatalf("read the disk: %v", err)
+	}
+	defer f.Close()
+	onDisk = countCopies(t, f, needles)
+	var stderr bytes.Buffer
+	cmd := exec.Command("debugfs", "-R", "cat "+path, raw)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("debugfs cat %s: %v: %s", path, err, stderr.String())
+	}
+	return onDisk, countCopies(t, bytes.NewReader(out), needles)
+}
+
+// countCopies counts the copies of each needle in what r reads.
+func countCopies(t *testing.T, r io.Reader, needles map[string]string) map[string]int {
+	t.Helper()
+	longest := 0
+	for _, n := range needles {
+		longest = max(longest, len(n))
+	}
+	// Chunks that overlap by the longest needle's length less one, so a needle across two is
+	// seen; a copy that lies wholly in the overlap was counted in the chunk before.
+	buf := make([]byte, 4<<20+longest)
+	counts, carry := map[string]int{}, 0
+	for {
+		n, err := io.ReadFull(r, buf[carry:])
+		chunk := buf[:carry+n]
+		for name, needle := range needles {
+			for at := 0; ; {
+				i := bytes.Index(chunk[at:], []byte(needle))
+				if i < 0 {
+					break
+				}
+				if at+i+len(needle) > carry {
+					counts[name]++
+				}
+				at += i + len(needle)
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return counts
+		}
+		if err != nil {
+			t.Fatalf("read the disk: %v", err)
+		}
+		carry = min(longest-1, len(chunk))
+		copy(buf, chunk[len(chunk)-carry:])
+	}
 }

@@ -63,10 +63,20 @@ type VMOptions struct {
 	MemoryMiB int
 	// CPUs is the guest's CPU count. Defaults to 2.
 	CPUs int
+	// TPMStateDir gives the VM a TPM 2.0 (/dev/tpmrm0 in the guest): a host swtpm per VM on
+	// this state directory, which is the chip: kept across reboots and power cuts of the VM,
+	// and another directory is another chip. Empty: no TPM.
+	TPMStateDir string
+	// Disk is a qcow2 disk to boot from (CopyDisk of another VM's), in place of a new
+	// copy-on-write overlay of the image. The VM writes to it.
+	Disk string
+	// UplinkDown powers the VM on with its uplink cut.
+	UplinkDown bool
 }
 
-// VM is a qemu virtual machine booted from a copy-on-write overlay of an Image. Its disk
-// survives Reboot and PowerCut; the overlay is deleted with the test.
+// VM is a qemu virtual machine booted from a copy-on-write overlay of an Image (or from
+// VMOptions.Disk). Its disk survives Reboot, PowerCut and PowerOff; the overlay is deleted
+// with the test.
 type VM struct {
 	t       testing.TB
 	dir     string
@@ -77,7 +87,8 @@ type VM struct {
 	sshPort int
 	monitor string // qemu's human monitor, a unix socket
 	qemu    *testenv.Process
-	uplink  bool // the uplink's state; kept across PowerCut
+	tpm     *testenv.SWTPM // nil without VMOptions.TPMStateDir
+	uplink  bool           // the uplink's state; kept across PowerCut
 	// PoweredOn is when qemu was last started (StartVM, PowerCut); a reboot inside the guest
 	// does not change it.
 	PoweredOn time.Time
@@ -85,7 +96,8 @@ type VM struct {
 	Accel string
 }
 
-// StartVM boots a VM from image with the payload disk, uplink up, and stops it when t ends.
+// StartVM boots a VM from image with the payload disk, uplink up unless opts.UplinkDown, and
+// stops it (and its TPM) when t ends.
 // It returns once qemu runs; WaitSSH waits for the guest.
 func StartVM(t testing.TB, image Image, opts VMOptions) *VM {
 	t.Helper()
@@ -96,7 +108,7 @@ func StartVM(t testing.TB, image Image, opts VMOptions) *VM {
 		opts.CPUs = 2
 	}
 	dir := t.TempDir()
-	vm := &VM{t: t, dir: dir, image: image, opts: opts, uplink: true,
+	vm := &VM{t: t, dir: dir, image: image, opts: opts, uplink: !opts.UplinkDown,
 		overlay: filepath.Join(dir, "disk.qcow2"),
 		key:     filepath.Join(dir, "id_ed25519"),
 		monitor: filepath.Join(dir, "monitor.sock"),
@@ -111,10 +123,15 @@ func StartVM(t testing.TB, image Image, opts VMOptions) *VM {
 	if err := os.WriteFile(vm.key, key, 0o600); err != nil {
 		t.Fatalf("start VM: %v", err)
 	}
-	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-		"-b", filepath.Join(image.Dir, "disk.qcow2"), vm.overlay).CombinedOutput()
-	if err != nil {
+	if opts.Disk != "" {
+		vm.overlay = opts.Disk
+	} else if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+		"-b", filepath.Join(image.Dir, "disk.qcow2"), vm.overlay).CombinedOutput(); err != nil {
 		t.Fatalf("start VM: qemu-img create: %v: %s", err, out)
+	}
+	if opts.TPMStateDir != "" {
+		// Registered before qemu's cleanup, so it runs after: swtpm outlives qemu.
+		vm.tpm = testenv.StartSWTPMWith(t, testenv.SWTPMOptions{StateDir: opts.TPMStateDir, ForQEMU: true})
 	}
 	vm.sshPort, err = freePort()
 	if err != nil {
@@ -146,7 +163,7 @@ func (vm *VM) argv() []string {
 	if vm.Accel == "kvm" {
 		cpu = "host"
 	}
-	return []string{
+	argv := []string{
 		"qemu-system-x86_64",
 		"-machine", "q35,accel=" + vm.Accel,
 		"-cpu", cpu,
@@ -170,11 +187,24 @@ func (vm *VM) argv() []string {
 		"-netdev", fmt.Sprintf("user,id=mgmt,net=10.0.3.0/24,restrict=on,hostfwd=tcp:127.0.0.1:%d-10.0.3.15:22", vm.sshPort),
 		"-device", "virtio-net-pci,netdev=mgmt,mac=" + managementMAC,
 	}
+	if vm.tpm != nil {
+		// A TIS TPM at the standard address, described by ACPI (MSFT0101): the guest kernel's
+		// built-in tpm_tis driver gives /dev/tpm0 and /dev/tpmrm0.
+		argv = append(argv,
+			"-chardev", "socket,id=chrtpm,path="+vm.tpm.Ctrl,
+			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
+			"-device", "tpm-tis,tpmdev=tpm0")
+	}
+	return argv
 }
 
-// powerOn starts qemu paused, sets the uplink as it was, and lets the guest run.
+// powerOn starts qemu paused (and its TPM first, which ended with the previous qemu), sets
+// the uplink as it was, and lets the guest run.
 func (vm *VM) powerOn() {
 	vm.t.Helper()
+	if vm.tpm != nil && !vm.tpm.Running() {
+		vm.tpm.Start(vm.t)
+	}
 	_ = os.Remove(vm.monitor)
 	if err := vm.qemu.Start(); err != nil {
 		vm.t.Fatalf("start qemu: %v", err)
@@ -207,12 +237,56 @@ func (vm *VM) SetUplink(up bool) {
 }
 
 // PowerCut kills qemu (no shutdown, nothing flushed) and starts it again on the same disk.
+// The TPM loses its power too: it starts again on its state, as a chip does.
 func (vm *VM) PowerCut() {
 	vm.t.Helper()
 	if err := vm.qemu.Stop(syscall.SIGKILL, 10*time.Second); err != nil && vm.qemu.Running() {
 		vm.t.Fatalf("power cut: %v", err)
 	}
+	vm.stopTPM()
 	vm.powerOn()
+}
+
+// PowerOff shuts the guest down from inside (systemctl poweroff) and waits until qemu has
+// ended, then stops the TPM: the disk is then as a gateway switched off leaves it, everything
+// flushed. The VM stays off.
+func (vm *VM) PowerOff(timeout time.Duration) {
+	vm.t.Helper()
+	_, _ = vm.SSH("systemctl poweroff") // the connection may drop before ssh reports success
+	testenv.Eventually(vm.t, timeout, "qemu ended by the guest's poweroff", func() error {
+		if vm.qemu.Running() {
+			return errors.New("qemu still runs")
+		}
+		return nil
+	})
+	vm.stopTPM()
+}
+
+// stopTPM stops the VM's TPM once qemu has ended: swtpm ends with qemu's connection, but
+// not at once, and powerOn must not find the old one still running.
+func (vm *VM) stopTPM() {
+	vm.t.Helper()
+	if vm.tpm == nil {
+		return
+	}
+	if err := vm.tpm.Stop(); err != nil {
+		vm.t.Fatalf("stop the VM's TPM: %v", err)
+	}
+}
+
+// CopyDisk copies the disk of a VM that is off (PowerOff) to a new file of the test's and
+// returns its path: a qcow2 overlay on the same base image, byte for byte the disk as whoever
+// takes it out of the gateway has it.
+func (vm *VM) CopyDisk() string {
+	vm.t.Helper()
+	if vm.qemu.Running() {
+		vm.t.Fatal("copy the VM's disk: the VM is on")
+	}
+	dst := filepath.Join(vm.t.TempDir(), "disk-copy.qcow2")
+	if out, err := exec.Command("cp", "--sparse=always", vm.overlay, dst).CombinedOutput(); err != nil {
+		vm.t.Fatalf("copy the VM's disk: %v: %s", err, out)
+	}
+	return dst
 }
 
 // Reboot reboots the guest from inside (systemctl reboot) and waits until it answers over

@@ -9,7 +9,7 @@ packages=(
 	debootstrap       # the guest's root filesystem from Debian's packages
 	qemu-system-x86   # qemu-system-x86_64
 	qemu-utils        # qemu-img: qcow2 base and per-run overlays
-	e2fsprogs         # mkfs.ext4 -d: disk images from a directory, no loop device
+	e2fsprogs         # mkfs.ext4 -d: disk images from a directory, no loop device; debugfs: a file read off one
 	openssh-client    # ssh into the guest through qemu's hostfwd
 )
 exec "$(dirname "$0")/../deps.sh" "${packages[@]}"

@@ -20,3 +20,9 @@ if [ -e "$src/site/bootstrap-kubeconfig" ]; then
 	install -m 0600 "$src/site/bootstrap-kubeconfig" /etc/holdfast/bootstrap-kubeconfig
 fi
 install -m 0644 "$src/site/config.yaml" /etc/holdfast/config.yaml
+# A site whose state key is sealed by the gateway's TPM (stateKeyTPM) removes the raw key the
+# bundle's install.sh made, as docs/security.md says: holdfast refuses a raw key there, and
+# makes a new key sealed by the TPM at its first start.
+if grep -q '^stateKeyTPM:' /etc/holdfast/config.yaml; then
+	rm -f /etc/holdfast/state.key
+fi
