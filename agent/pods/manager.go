@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -310,10 +311,36 @@ func (m *Manager) Update(pod *v1.Pod) {
 		w = newWorker(m, pod)
 		m.workers[pod.UID] = w
 		m.startWorkerLocked(w)
-	} else if !w.setPod(pod) {
-		return
+	} else {
+		if resized := resizedContainers(w.latestPod(), pod); len(resized) > 0 {
+			// Never silently: the new resources are in the pod's spec, and the API says
+			// nothing of them not being applied.
+			m.event(pod, v1.EventTypeWarning, ReasonResizeNotApplied,
+				"Resize of container(s) %s not applied: holdfast does not resize containers in place yet; the new resources take effect when the container next starts", strings.Join(resized, ", "))
+		}
+		if !w.setPod(pod) {
+			return
+		}
 	}
 	w.poke()
+}
+
+// ReasonResizeNotApplied is the event of a resize (new resources of a running pod's
+// containers) that holdfast does not apply in place.
+const ReasonResizeNotApplied = "ResizeNotApplied"
+
+// resizedContainers names the containers whose resources differ between a pod's old and new
+// spec.
+func resizedContainers(old, cur *v1.Pod) []string {
+	var names []string
+	for _, c := range allContainers(cur) {
+		for _, o := range allContainers(old) {
+			if o.Name == c.Name && !apiequality.Semantic.DeepEqual(o.Resources, c.Resources) {
+				names = append(names, c.Name)
+			}
+		}
+	}
+	return names
 }
 
 // worker returns the pod's worker, nil when the pod is unknown.

@@ -133,10 +133,14 @@ func (p *plan) planContainer(pod *v1.Pod, c *v1.Container, attempts []runtime.Co
 			p.kill = append(p.kill, killAction{id: latest.ID, name: c.Name, reason: "container spec changed, it will be restarted"})
 		}
 	case runtime.StateExited:
-		changed := specChanged(latest, c)
-		if !changed && !shouldRestart(c, policy, latest.ExitCode) {
+		// An exited container is started again only by its restart policy, its image
+		// changed or not: a container that completed in a Never or OnFailure pod is not run
+		// twice (the kubelet's ShouldContainerBeRestarted). A changed image skips the
+		// back-off.
+		if !shouldRestart(c, policy, latest.ExitCode) {
 			return
 		}
+		changed := specChanged(latest, c)
 		if wait, delay := backoff.inBackOff(backoffKey(pod, c.Name), latest.FinishedAt); wait && !changed {
 			p.backOff[c.Name] = delay
 			return
@@ -256,19 +260,15 @@ func groupByName(observed []runtime.Container) map[string][]runtime.Container {
 func backoffKey(pod *v1.Pod, name string) string { return string(pod.UID) + "/" + name }
 
 // containerHash identifies what of a container's spec needs a new container when it changes:
-// its name, its image and its resources. Of a running pod's containers, the API lets change
-// only the image (a restart applies it) and the resources (a resize); everything else is
-// immutable. Hashing the whole container, as holdfast did, restarted every container of every
-// gateway on a control-plane upgrade that defaults one more field. The kubelet hashes name
-// and image only (pickFieldsToHash), applying resizes in place; holdfast does not resize in
-// place yet (issue #29), so a resize is applied by a restart, as the kubelet does for a
-// resizePolicy of RestartContainer. The "v2-" prefix tells these hashes from the
-// whole-container ones of containers an older holdfast made (specChanged).
+// its name and its image, the one field of a running pod's containers the API lets change
+// that a restart applies (the resources change through a resize, applied in place or not at
+// all, never by a restart the pod's resizePolicy did not ask for: the apiserver requires
+// NotRequired for a Never pod). Hashing the whole container, as holdfast did, restarted
+// every container of every gateway on a control-plane upgrade that defaults one more field.
+// The kubelet hashes the same two (pickFieldsToHash). The "v2-" prefix tells these hashes
+// from the whole-container ones of containers an older holdfast made (specChanged).
 func containerHash(c *v1.Container) string {
-	b, _ := json.Marshal(struct {
-		Name, Image string
-		Resources   v1.ResourceRequirements
-	}{c.Name, c.Image, c.Resources})
+	b, _ := json.Marshal(struct{ Name, Image string }{c.Name, c.Image})
 	sum := sha256.Sum256(b)
 	return specHashPrefix + hex.EncodeToString(sum[:8])
 }

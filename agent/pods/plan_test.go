@@ -293,8 +293,8 @@ func TestComputePlanEphemeral(t *testing.T) {
 	}
 }
 
-// A container is made anew only when what needs a new container changes: its image (and its
-// resources, applied by a restart until holdfast resizes in place). A field a newer apiserver
+// A container is made anew only when what needs a new container changes: its image. A resize
+// is not a restart (the apiserver requires resizePolicy NotRequired in a Never pod). A field a newer apiserver
 // defaults, or any other field the API would never let change on a running pod but a
 // re-applied static manifest or a restored record may carry differently, restarts nothing: a
 // control-plane upgrade must not restart every container of every gateway. A container an
@@ -320,9 +320,9 @@ func TestOnlyWhatNeedsANewContainerRestartsIt(t *testing.T) {
 			c.ReadinessProbe = &v1.Probe{PeriodSeconds: 3}
 		}},
 		{name: "the image", change: func(c *v1.Container) { c.Image = "img:2" }, wantKill: true},
-		{name: "the resources (a resize, applied by a restart)", change: func(c *v1.Container) {
+		{name: "the resources (a resize: never a restart its resizePolicy did not ask for)", change: func(c *v1.Container) {
 			c.Resources.Limits = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
-		}, wantKill: true},
+		}},
 		{name: "an older holdfast's container, same image, a defaulted field", change: func(c *v1.Container) {
 			c.TerminationMessagePolicy = v1.TerminationMessageReadFile
 		}, observed: func(o runtime.Container) runtime.Container { o.SpecHash = "0123456789abcdef"; return o }},
@@ -341,5 +341,12 @@ func TestOnlyWhatNeedsANewContainerRestartsIt(t *testing.T) {
 				t.Errorf("container killed: %v, want %v (plan %+v)", killed, tc.wantKill, p)
 			}
 		})
+	}
+	// A container that completed in a Never pod is not run again because its image changed.
+	never := testPod(v1.RestartPolicyNever, "a")
+	done := ctr(never, "a", 0, runtime.StateExited, 0)
+	never.Spec.Containers[0].Image = "img:2"
+	if p := computePlan(never, []runtime.Container{done}, fakeBackoff{}, nil); len(p.start) != 0 {
+		t.Errorf("a completed container of a Never pod started again for a new image: %+v", p.start)
 	}
 }

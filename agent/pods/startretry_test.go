@@ -45,16 +45,16 @@ func TestStartWaitingForServicesIsNotHeldBack(t *testing.T) {
 		t.Errorf("no retry timer after a start that waits for services: %v", again)
 	}
 	now = now.Add(10 * time.Millisecond) // the poke from ResyncAll
-	if held := w.startHeldFor(c.Name); held != 0 {
+	if held := w.startHeldFor(c); held != 0 {
 		t.Errorf("start waiting for services held back %v after the poke that says they were read", held)
 	}
 
 	w.noteStart(pod, c, errors.New("failed to create containerd task: boom"))
-	if held := w.startHeldFor(c.Name); held != startRetryDelay {
+	if held := w.startHeldFor(c); held != startRetryDelay {
 		t.Errorf("failed start held back %v, want %v", held, startRetryDelay)
 	}
 	now = now.Add(startRetryDelay)
-	if held := w.startHeldFor(c.Name); held != 0 {
+	if held := w.startHeldFor(c); held != 0 {
 		t.Errorf("failed start still held back %v after startRetryDelay", held)
 	}
 	w.noteStart(pod, c, nil)
@@ -136,13 +136,21 @@ func TestFailedStepsBackOff(t *testing.T) {
 		if again := w.noteStart(pod, c, boom); again != d {
 			t.Fatalf("start failure %d: next try in %v, want %v", i+1, again, d)
 		}
-		if held := w.startHeldFor(c.Name); held != d {
+		if held := w.startHeldFor(c); held != d {
 			t.Fatalf("start failure %d held back %v, want %v", i+1, held, d)
 		}
 		now = now.Add(d)
 	}
+	// The user fixes the image: tried at once, the back-off starting over.
+	c.Image = "registry.example/app:fixed"
+	if held := w.startHeldFor(c); held != 0 {
+		t.Errorf("a new image held back %v by the old one's failures", held)
+	}
+	if again := w.noteStart(pod, c, boom); again != retryInitial {
+		t.Errorf("first failure of the new image: %v, want %v", again, retryInitial)
+	}
 	w.noteStart(pod, c, nil)
-	if held := w.startHeldFor(c.Name); held != 0 {
+	if held := w.startHeldFor(c); held != 0 {
 		t.Errorf("after a start that worked, held back %v", held)
 	}
 	if again := w.noteStart(pod, c, boom); again != retryInitial {

@@ -97,8 +97,9 @@ type worker struct {
 	// message does (a CRI runtime names the container ID it made), and the status update
 	// coming back from the API poked the worker: without this, a container that cannot be
 	// created was tried again every few milliseconds, with a status patch and an event each
-	// time.
-	startFailed map[string]*retryBackOff
+	// time. A change of the container's image (its hash) starts it over: the fix of a
+	// failing start is tried at once, as the kubelet keys its back-off by image.
+	startFailed map[string]*startBackOff
 	// networkFailed holds the consecutive failures of the pod's network setup.
 	networkFailed retryBackOff
 }
@@ -109,7 +110,13 @@ const startRetryDelay = retryInitial
 
 func newWorker(m *Manager, pod *v1.Pod) *worker {
 	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}, messages: map[string]string{},
-		startFailed: map[string]*retryBackOff{}, seen: m.now()}
+		startFailed: map[string]*startBackOff{}, seen: m.now()}
+}
+
+// startBackOff is a container's failed starts, for the spec (containerHash) they failed with.
+type startBackOff struct {
+	retryBackOff
+	hash string
 }
 
 // errWaitingForServices is the cause of a start that waits for the cluster's services to be
@@ -118,9 +125,9 @@ var errWaitingForServices = errors.New("waiting for the cluster's services")
 
 // startHeldFor is how long the start of container name must still wait after its last failed
 // start (0: it may be tried now).
-func (w *worker) startHeldFor(name string) time.Duration {
-	b, ok := w.startFailed[name]
-	if !ok {
+func (w *worker) startHeldFor(c *v1.Container) time.Duration {
+	b, ok := w.startFailed[c.Name]
+	if !ok || b.hash != containerHash(c) {
 		return 0
 	}
 	return b.heldFor(w.m.now())
@@ -144,18 +151,19 @@ func (w *worker) noteStart(pod *v1.Pod, c *v1.Container, err error) time.Duratio
 		// should the poke never come.
 		delete(w.startFailed, c.Name)
 		return startRetryDelay
-	case errors.As(err, new(*errConfig)):
-		// Waiting for data rather than failing (a ConfigMap or Secret key not there yet,
-		// CreateContainerConfigError): tried again every retryInitial, as the kubelet retries
-		// it at each sync, so that the pod starts soon after the object comes. The message
-		// does not change from one try to the next: no status patch, no event per try.
-		b := &retryBackOff{}
+	case errors.As(err, new(*errConfig)), errors.As(err, new(*runtime.ConfigError)), errors.Is(err, runtime.ErrImageNeverPull):
+		// Waiting for data rather than failing (a ConfigMap or Secret key not there yet, an
+		// image to be side-loaded for pull policy Never; CreateContainerConfigError on both
+		// backends): tried again every retryInitial, as the kubelet retries it at each sync,
+		// so that the pod starts soon after it comes. The message does not change from one
+		// try to the next: no status patch, no event per try.
+		b := &startBackOff{hash: containerHash(c)}
 		w.startFailed[c.Name] = b
 		return b.failed(w.m.now())
 	default:
 		b := w.startFailed[c.Name]
-		if b == nil {
-			b = &retryBackOff{}
+		if b == nil || b.hash != containerHash(c) {
+			b = &startBackOff{hash: containerHash(c)}
 			w.startFailed[c.Name] = b
 		}
 		return b.failed(w.m.now())
@@ -746,7 +754,7 @@ func (w *worker) apply(ctx context.Context, log *slog.Logger, pod *v1.Pod, obser
 				w.m.backoff.next(backoffKey(pod, s.container.Name), last.StartedAt, last.FinishedAt)
 			}
 		}
-		if wait := w.startHeldFor(s.container.Name); wait > 0 {
+		if wait := w.startHeldFor(s.container); wait > 0 {
 			next = min(next, wait)
 			continue
 		}

@@ -65,6 +65,13 @@ type entry struct {
 	dirty     bool
 	terminate bool      // containers gone: delete the API object after the final status
 	mirrorUID types.UID // static pods: the mirror pod reporting for it, "" until created
+	// observed counts the statuses Observed took as the base: one that came during a write
+	// keeps the pod dirty, and its base is not overwritten by the write's answer.
+	observed uint64
+	// repatched: the status was written once more because the answer lacked it (stale, in
+	// syncAll); reset by a new status or observation. A second answer that still lacks it is
+	// left as it is: no loop with a writer or a field the apiserver keeps changing.
+	repatched bool
 }
 
 // NewManager builds a manager; Run writes to the apiserver. store may be nil (no outbox).
@@ -161,6 +168,8 @@ func (m *Manager) Observed(pod *v1.Pod) {
 	}
 	e.sent = pod.Status.DeepCopy()
 	e.dirty = true
+	e.observed++
+	e.repatched = false
 	m.poke()
 }
 
@@ -184,6 +193,7 @@ func (m *Manager) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
 	m.logChange(pod, e.status, st, !ok)
 	e.status = st
 	e.dirty = true
+	e.repatched = false
 	if m.store != nil && !manifest.IsStatic(pod) {
 		seq, err := m.store.AppendStatus(offline.StatusUpdate{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Status: st, Timestamp: time.Now()})
 		if err != nil {
@@ -333,6 +343,7 @@ func (m *Manager) syncAll(ctx context.Context) (apiUnreachable bool) {
 		seq       uint64
 		term      bool
 		mirrorUID types.UID
+		observed  uint64
 	}
 	var jobs []job
 	m.mu.Lock()
@@ -347,7 +358,7 @@ func (m *Manager) syncAll(ctx context.Context) (apiUnreachable bool) {
 			}
 			continue
 		}
-		jobs = append(jobs, job{uid, e.pod, e.status, e.sent, e.seq, e.terminate, e.mirrorUID})
+		jobs = append(jobs, job{uid, e.pod, e.status, e.sent, e.seq, e.terminate, e.mirrorUID, e.observed})
 	}
 	m.mu.Unlock()
 	// Deliver in the order statuses were first recorded, oldest first.
@@ -386,15 +397,28 @@ func (m *Manager) syncAll(ctx context.Context) (apiUnreachable bool) {
 				err = m.delete(ctx, j.pod)
 			}
 		}
+		// The answer's status may still lack what the node wrote: another writer (the node
+		// lifecycle controller's Ready=False) changed it after the base was taken, so the
+		// patch carried nothing for it. The answer is the base then, and the pod stays
+		// dirty: the next patch, from it, writes the node's status back.
+		stale := false
+		if err == nil && sent != nil && !j.term {
+			stale = statusDiffers(*sent, keepForeignConditions(*sent, j.st))
+		}
 		m.mu.Lock()
 		if e := m.pods[j.uid]; e != nil {
-			if sent != nil {
+			observedMeanwhile := e.observed != j.observed
+			if sent != nil && !observedMeanwhile {
 				e.sent = sent
+			}
+			if stale {
+				stale = !e.repatched
+				e.repatched = true
 			}
 			if static && e.mirrorUID == j.mirrorUID {
 				e.mirrorUID = mirrorUID
 			}
-			if err == nil && apiequality.Semantic.DeepEqual(e.status, j.st) && e.terminate == j.term {
+			if err == nil && !stale && !observedMeanwhile && apiequality.Semantic.DeepEqual(e.status, j.st) && e.terminate == j.term {
 				e.dirty = false
 				if e.terminate {
 					delete(m.pods, j.uid)
@@ -588,6 +612,20 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 		return nil, fmt.Errorf("patch status of %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return &updated.Status, nil
+}
+
+// statusDiffers reports whether a patch from base to st would carry anything, compared as the
+// patch is computed (JSON, times to the second), so that a status the apiserver stored with
+// less precision than the node's is not taken for a difference, and the pod not patched in a
+// loop.
+func statusDiffers(base, st v1.PodStatus) bool {
+	oldJSON, err1 := json.Marshal(v1.Pod{Status: base})
+	newJSON, err2 := json.Marshal(v1.Pod{Status: st})
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, v1.Pod{})
+	return err == nil && string(patch) != "{}"
 }
 
 // ownedConditions are the pod conditions the node agent computes and writes.

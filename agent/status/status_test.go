@@ -280,3 +280,39 @@ func TestStatusChangedByAnotherWriterIsCorrected(t *testing.T) {
 		t.Errorf("the echo of the node's own patch cost %d requests", n)
 	}
 }
+
+// The node back after an outage: its status changed meanwhile (in the outbox), and the first
+// patch goes out before the informer's relist shows that the node lifecycle controller set
+// Ready=False. The patch, computed from the old base, carries no Ready; the answer does
+// (False). The answer is the new base and the pod stays dirty: the next round writes Ready
+// back. Before, the answer was taken as delivered and Ready stayed False until the pod's status
+// next changed. One extra round at most: a writer that keeps changing it gets no loop.
+func TestAnswerLackingTheNodesStatusIsPatchedAgain(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
+	client := fake.NewSimpleClientset(pod.DeepCopy())
+	m := NewManager(client, nil, "gw", slog.New(slog.DiscardHandler))
+	ready := []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
+	ctx := context.Background()
+	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, Conditions: ready})
+	m.syncAll(ctx)
+
+	inAPI, _ := client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+	inAPI.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: "NodeNotReady"}}
+	if _, err := client.CoreV1().Pods("default").UpdateStatus(ctx, inAPI, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A status change of the outage, sent before the informer shows the API's.
+	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, Conditions: ready, PodIP: "10.88.0.9"})
+	m.syncAll(ctx)
+	if m.Pending() != 1 {
+		t.Errorf("pending after an answer that lacks Ready=True: %d, want 1", m.Pending())
+	}
+	m.syncAll(ctx)
+	got, _ := client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Status != v1.ConditionTrue || got.Status.PodIP != "10.88.0.9" {
+		t.Errorf("status in the API: %+v", got.Status)
+	}
+	if m.Pending() != 0 {
+		t.Errorf("pending once written: %d", m.Pending())
+	}
+}
