@@ -203,7 +203,7 @@ func TestKubectl(t *testing.T) {
 		// -it on a 40x100 terminal: the shell sees the size, runs what is typed, and its
 		// exit code is kubectl's.
 		term := testenv.StartTerminal(t, kubectlCmd("exec", "-it", "ops", "-c", "web", "--", "sh"), 40, 100)
-		term.Type(t, "stty size; echo $((6*7))-done\r")
+		term.Type(t, e.sttySize()+"; echo $((6*7))-done\r")
 		at := term.WaitFor(t, 0, "40 100", 60*time.Second)
 		term.WaitFor(t, at, "42-done", 30*time.Second)
 		term.Type(t, "exit 5\r")
@@ -413,7 +413,7 @@ func TestKubectl(t *testing.T) {
 			t.Errorf("holdfast logs --previous: %q, %v", out, err)
 		}
 		term := testenv.StartTerminal(t, cli("exec", "-it", "ops", "-c", "web", "--", "sh"), 30, 90)
-		term.Type(t, "stty size; echo $((6*7))-offline\r")
+		term.Type(t, e.sttySize()+"; echo $((6*7))-offline\r")
 		at := term.WaitFor(t, 0, "30 90", 60*time.Second)
 		term.WaitFor(t, at, "42-offline", 30*time.Second)
 		term.Type(t, "exit\r")
@@ -594,4 +594,16 @@ func (cg containerCgroup) read(t *testing.T) cgroupReading {
 		r.workingSet = usage - inactive
 	}
 	return r
+}
+
+// sttySize is a shell command that prints the terminal's size as `stty size` does. The CRI
+// runtime starts an exec's command first and sets its terminal's size just after (as with the
+// kubelet), so a command typed at once may run on a terminal of no size yet (busybox's stty
+// then says "stty: standard input"): on that backend it waits for a size, 5 s at most, as
+// TestNodeAPI's exec tty does.
+func (e *env) sttySize() string {
+	if e.cd.CRI {
+		return `for i in $(seq 50); do case "$(stty size 2>/dev/null)" in ""|"0 0") sleep 0.1;; *) break;; esac; done; stty size`
+	}
+	return "stty size"
 }

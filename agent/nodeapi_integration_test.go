@@ -177,10 +177,7 @@ func TestNodeAPI(t *testing.T) {
 		// command starts on it. The CRI runtime (containerd 1.6) starts the command first and
 		// resizes its terminal just after, as with the kubelet: there the command waits for a
 		// size (for 5 s at most, then says what it has).
-		cmd := "stty size"
-		if e.cd.CRI {
-			cmd = `for i in $(seq 50); do case "$(stty size 2>/dev/null)" in ""|"0 0") sleep 0.1;; *) break;; esac; done; stty size`
-		}
+		cmd := e.sttySize()
 		u := e.cp.Admin.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod.Name).SubResource("exec").
 			VersionedParams(&v1.PodExecOptions{Container: "counter", TTY: true, Stdout: true,
 				Command: []string{"sh", "-c", cmd},
