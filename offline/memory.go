@@ -81,15 +81,8 @@ func (m *MemStore) SetKey(k *Key) {
 	m.applySealingLocked()
 }
 
-// SealConfigMaps seals ConfigMaps too, as Options.SealConfigMaps does.
-func (m *MemStore) SealConfigMaps(on bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.seal.configMaps = on
-	m.applySealingLocked()
-}
-
-// applySealingLocked is BoltStore.applySealing; called with mu held.
+// applySealingLocked is BoltStore.applySealing for pod records (a MemStore does not seal
+// ConfigMaps); called with mu held.
 func (m *MemStore) applySealingLocked() {
 	k := m.seal.key
 	if k == nil {
@@ -103,12 +96,6 @@ func (m *MemStore) applySealingLocked() {
 	if m.seal.sealedBy == "" {
 		for uid, p := range m.pods {
 			reseal(bucketPods, &p.pod, podPlace(uid))
-		}
-	}
-	if m.seal.configMaps {
-		for key, raw := range m.configMaps {
-			reseal(bucketConfigMaps, &raw, classConfigMap.place(key))
-			m.configMaps[key] = raw
 		}
 	}
 	m.seal.sealedBy = k.ID()

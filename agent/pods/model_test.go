@@ -94,7 +94,6 @@ type lifecycleModel struct {
 	done    sync.WaitGroup
 	mgr     *pods.Manager
 	src     atomic.Pointer[sources.APISource]
-	files   *sources.FileSource
 	uplink  context.CancelFunc // stops the API source alone (the uplink cut)
 	started int
 	watches atomic.Int64 // watches the fake apiserver opened
@@ -253,32 +252,30 @@ func (m *lifecycleModel) start(online bool) {
 	}, m.rt, m.net, statusMgr, nil, log)
 	mgr.SetAdmission(nil, m.store)
 	files := &sources.FileSource{Dir: filepath.Join(m.dir, "manifests"), NodeName: "gw", Sink: mgr, Log: log, QuietPeriod: 10 * time.Millisecond}
-	m.files = files
 	mgr.SetSourcesReady(func() bool { s := m.src.Load(); return s != nil && s.Ready() && files.Ready() })
 	m.mgr = mgr
 	m.src.Store(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
-	m.done.Add(1)
-	go func() {
-		defer m.done.Done()
-		if err := files.Run(ctx); err != nil {
-			m.t.Errorf("file source: %v", err)
-		}
-	}()
+	m.spawn("file source", func() error { return files.Run(ctx) })
 	restorer := &sources.APISource{NodeName: "gw", Sink: mgr, Store: m.store, Log: log}
 	restorer.Restore()
-	m.done.Add(1)
-	go func() {
-		defer m.done.Done()
-		if err := mgr.Run(ctx); err != nil {
-			m.t.Errorf("pods manager: %v", err)
-		}
-	}()
+	m.spawn("pods manager", func() error { return mgr.Run(ctx) })
 	m.online = false
 	if online {
 		m.startAPI()
 	}
+}
+
+// spawn runs a part of the agent until the agent stops (stop waits for it).
+func (m *lifecycleModel) spawn(name string, run func() error) {
+	m.done.Add(1)
+	go func() {
+		defer m.done.Done()
+		if err := run(); err != nil {
+			m.t.Errorf("%s: %v", name, err)
+		}
+	}()
 }
 
 // startAPI starts the API source: the uplink is up.
@@ -289,11 +286,7 @@ func (m *lifecycleModel) startAPI() {
 	m.src.Store(src)
 	ctx, cancel := context.WithCancel(context.Background())
 	m.uplink = cancel
-	m.done.Add(1)
-	go func() {
-		defer m.done.Done()
-		_ = src.Run(ctx, factory)
-	}()
+	m.spawn("API source", func() error { return src.Run(ctx, factory) })
 	m.online = true
 	for deadline := time.Now().Add(10 * time.Second); m.watches.Load() == watches || !src.Ready(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
