@@ -199,7 +199,7 @@ FUZZ_TARGETS := FuzzDecode:./agent/manifest:25000 FuzzParse:./agent/config:6000 
 	FuzzParseConfig:./agent/policy:15000 FuzzDecodeOutput:./agent/policy:30000 \
 	FuzzReadOPABundle:./agent/policy:20000 FuzzDecodeOPAResult:./agent/policy:30000 \
 	FuzzParseLine:./agent/logs:500000 FuzzCopyLines:./agent/logs:400000 FuzzRead:./agent/logs:30000 \
-	FuzzDecodeRecord:./offline:80000 FuzzBoundedSprintf:./wasm:5000 FuzzInstrument:./wasm:5000
+	FuzzDecodeRecord:./offline:80000 FuzzJournalReplay:./offline:30000 FuzzBoundedSprintf:./wasm:5000 FuzzInstrument:./wasm:5000
 
 # FuzzInstrument (wasm/) runs the checkpoint rewrite against plain wazero on mutated modules of
 # the spec suite: the same verdict, the same results and traps. Its first pass over its seeds

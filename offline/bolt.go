@@ -34,9 +34,12 @@ type BoltStore struct {
 	// closed is set once by Close; methods check it first.
 	closed atomic.Bool
 
-	writes, skipped, commits, quarantined, superseded atomic.Uint64
-	byBucketMu                                        sync.Mutex        // protects writesByBucket
-	writesByBucket                                    map[string]uint64 // changing writes by top-level bucket
+	// journal is the outbox (journal.go).
+	journal *statusJournal
+
+	writes, skipped, commits, quarantined atomic.Uint64
+	byBucketMu                            sync.Mutex        // protects writesByBucket
+	writesByBucket                        map[string]uint64 // changing writes by top-level bucket
 	// pageSize and pageAllocAtOpen turn bbolt's own count of the page bytes its write
 	// transactions allocated into the bytes the store wrote since Open (Stats.BytesWritten).
 	pageSize        uint64
@@ -55,7 +58,9 @@ func (s *BoltStore) Stats() Stats {
 		SkippedWrites:    s.skipped.Load(),
 		Commits:          s.commits.Load(),
 		Quarantined:      s.quarantined.Load(),
-		OutboxSuperseded: s.superseded.Load(),
+		OutboxSuperseded: s.journal.superseded(),
+		OutboxSyncs:      s.journal.syncs.Load(),
+		OutboxBytes:      s.journal.bytesWritten.Load(),
 		WritesByBucket: func() map[string]uint64 {
 			s.byBucketMu.Lock()
 			defer s.byBucketMu.Unlock()
@@ -82,6 +87,9 @@ func (s *BoltStore) Close() error {
 		return ErrClosed
 	}
 	err := s.db.Close()
+	if jerr := s.journal.close(); err == nil {
+		err = jerr
+	}
 	if lerr := s.lock.release(); err == nil {
 		err = lerr
 	}
@@ -505,7 +513,19 @@ func (s *BoltStore) GetPod(uid types.UID) (PodRecord, error) {
 	if !found {
 		return PodRecord{}, fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
+	s.withLatestStatus(&rec)
 	return rec, nil
+}
+
+// withLatestStatus gives the record's pod the latest status the outbox has of it: pod records
+// are written without their status (encodePod), which changes far more often than the spec.
+func (s *BoltStore) withLatestStatus(rec *PodRecord) {
+	if rec.Pod == nil {
+		return
+	}
+	if st, ok := s.latestStatus(rec.UID); ok {
+		rec.Pod.Status = st
+	}
 }
 
 // LoadPods implements Store.
@@ -537,6 +557,9 @@ func (s *BoltStore) LoadPods() ([]PodRecord, map[string]error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("load pods: %w", err)
 	}
+	for i := range recs {
+		s.withLatestStatus(&recs[i])
+	}
 	return recs, errs, nil
 }
 
@@ -552,6 +575,7 @@ func (s *BoltStore) DeletePod(uid types.UID) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if !present {
+		s.journal.recordDeleted(uid)
 		s.count(bucketPods, false)
 		return nil
 	}
@@ -572,6 +596,7 @@ func (s *BoltStore) DeletePod(uid types.UID) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	s.journal.recordDeleted(uid)
 	s.count(bucketPods, changed)
 	return nil
 }
@@ -597,6 +622,9 @@ func (s *BoltStore) DeletePodSealedWithAnotherKey(uid types.UID) (bool, error) {
 	})
 	if err != nil {
 		return false, fmt.Errorf("delete pod %s sealed with another key: %w", uid, err)
+	}
+	if deleted {
+		s.journal.recordDeleted(uid)
 	}
 	s.count(bucketPods, deleted)
 	return deleted, nil
@@ -959,214 +987,68 @@ func (s *BoltStore) GetToken(uid types.UID, name string) (Token, error) {
 
 // --- outbox ---
 
-// AppendStatus implements Store.
+// AppendStatus implements Store: the status goes to the status journal (journal.go), synced.
 func (s *BoltStore) AppendStatus(u StatusUpdate) (uint64, error) {
 	op := fmt.Sprintf("append status of pod %s", u.UID)
-	raw, err := encodeStatus(u)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", op, err)
+	if u.UID == "" {
+		return 0, fmt.Errorf("%s: %w: status update without pod UID", op, ErrInvalid)
 	}
-	var seq uint64
-	var superseded uint64
-	err = s.update(func(tx *bolt.Tx) error {
-		superseded = 0 // the function runs again when a batch is retried
-		ob := tx.Bucket(bucketOutbox)
-		var err error
-		if seq, err = ob.NextSequence(); err != nil {
-			return err
-		}
-		if err := ob.Put(seqKey(seq), raw); err != nil {
-			return err
-		}
-		idx, err := tx.Bucket(bucketOutboxIndex).CreateBucketIfNotExists([]byte(u.UID))
-		if err != nil {
-			return err
-		}
-		// Drop the pod's pending entries after its oldest: the new one supersedes them.
-		var drop [][]byte
-		c := idx.Cursor()
-		if k, _ := c.First(); k != nil {
-			for k, _ = c.Next(); k != nil; k, _ = c.Next() {
-				drop = append(drop, clone(k))
-			}
-		}
-		for _, k := range drop {
-			if err := ob.Delete(k); err != nil {
-				return err
-			}
-			if err := idx.Delete(k); err != nil {
-				return err
-			}
-			superseded++
-		}
-		return idx.Put(seqKey(seq), []byte{})
-	})
+	if s.closed.Load() {
+		return 0, fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	seq, err := s.journal.appendStatus(u)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	s.count(bucketOutbox, true)
-	s.superseded.Add(superseded)
-	failpoint.Inject(failpoint.OutboxAfterAppend)
 	return seq, nil
 }
 
-// PendingStatuses implements Store.
+// PendingStatuses implements Store. What the journal's replay at Open could not read is
+// reported once, by "journal@<offset>"; Open quarantined its bytes.
 func (s *BoltStore) PendingStatuses() ([]PendingStatus, map[string]error, error) {
-	var entries []sequencedStatus
-	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
-		entries = nil
-		ob := tx.Bucket(bucketOutbox)
-		type bad struct {
-			key, raw []byte
-			err      error
-		}
-		var bads []bad
-		c := ob.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			seq, ok := parseSeqKey(k)
-			if !ok {
-				bads = append(bads, bad{clone(k), clone(v), fmt.Errorf("%w: outbox key of %d bytes", errUndecodable, len(k))})
-				continue
-			}
-			e, err := decodeStatus(v)
-			if err != nil {
-				bads = append(bads, bad{clone(k), clone(v), err})
-				continue
-			}
-			entries = append(entries, sequencedStatus{seq: seq, entry: e})
-		}
-		for _, b := range bads {
-			name := fmt.Sprintf("%x", b.key)
-			if seq, ok := parseSeqKey(b.key); ok {
-				name = seqString(seq)
-			}
-			q.note(name, b.err)
-			if !tx.Writable() {
-				continue
-			}
-			if ob.Bucket(b.key) != nil {
-				if err := q.quarantineBucket(tx, ob.Bucket(b.key), "outbox/"+name, b.err); err != nil {
-					return err
-				}
-				if err := ob.DeleteBucket(b.key); err != nil {
-					return err
-				}
-			} else {
-				if err := q.put(tx, "outbox/"+name, b.raw, b.err); err != nil {
-					return err
-				}
-				if err := ob.Delete(b.key); err != nil {
-					return err
-				}
-			}
-			if err := dropFromIndex(tx, b.key); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("read outbox: %w", err)
+	if s.closed.Load() {
+		return nil, nil, fmt.Errorf("read outbox: %w", ErrClosed)
 	}
-	return coalesce(entries), errs, nil
+	errs, _ := s.journal.takeDamage()
+	s.journal.mu.Lock()
+	defer s.journal.mu.Unlock()
+	return s.journal.state.pendingStatuses(), errs, nil
 }
 
-// dropFromIndex removes an outbox sequence key from whichever pod's index
-// holds it (used when the entry itself is undecodable).
-func dropFromIndex(tx *bolt.Tx, key []byte) error {
-	idx := tx.Bucket(bucketOutboxIndex)
-	var owners [][]byte
-	if err := idx.ForEachBucket(func(uid []byte) error {
-		if idx.Bucket(uid).Get(key) != nil {
-			owners = append(owners, clone(uid))
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	for _, uid := range owners {
-		if err := idx.Bucket(uid).Delete(key); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// AckStatuses implements Store.
+// AckStatuses implements Store. The ack is not synced: it is written with the next status (a
+// delivered status lost in a crash is sent once more).
 func (s *BoltStore) AckStatuses(uid types.UID, upTo uint64) error {
 	failpoint.Inject(failpoint.OutboxBeforeAck)
-	op := fmt.Sprintf("ack statuses of pod %s up to %d", uid, upTo)
-	// acked lists the pod's sequence keys <= upTo.
-	acked := func(tx *bolt.Tx) [][]byte {
-		idx := bucketAt(tx, bucketOutboxIndex, []byte(uid))
-		if idx == nil {
-			return nil
-		}
-		var keys [][]byte
-		c := idx.Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			seq, ok := parseSeqKey(k)
-			if ok && seq > upTo {
-				break
-			}
-			keys = append(keys, clone(k))
-		}
-		return keys
+	if s.closed.Load() {
+		return fmt.Errorf("ack statuses of pod %s up to %d: %w", uid, upTo, ErrClosed)
 	}
-	pending := false
-	if err := s.view(func(tx *bolt.Tx) error { pending = len(acked(tx)) > 0; return nil }); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if !pending {
-		s.count(bucketOutbox, false)
-		return nil
-	}
-	var changed bool
-	err := s.update(func(tx *bolt.Tx) error {
-		keys := acked(tx)
-		changed = len(keys) > 0
-		ob := tx.Bucket(bucketOutbox)
-		idx := bucketAt(tx, bucketOutboxIndex, []byte(uid))
-		for _, k := range keys {
-			if err := ob.Delete(k); err != nil {
-				return err
-			}
-			if err := idx.Delete(k); err != nil {
-				return err
-			}
-		}
-		if idx != nil {
-			if k, _ := idx.Cursor().First(); k == nil {
-				return tx.Bucket(bucketOutboxIndex).DeleteBucket([]byte(uid))
-			}
-		}
-		return nil
-	})
+	changed, err := s.journal.ack(uid, upTo)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return fmt.Errorf("ack statuses of pod %s up to %d: %w", uid, upTo, err)
 	}
 	s.count(bucketOutbox, changed)
 	return nil
 }
 
-// --- meta ---
-
-// OutboxLen implements Store. bbolt keeps no count: the keys are walked,
-// in a read transaction (no write, no fsync).
+// OutboxLen implements Store.
 func (s *BoltStore) OutboxLen() (int, error) {
-	n := 0
-	err := s.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketOutbox).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			n++
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("count outbox entries: %w", err)
+	if s.closed.Load() {
+		return 0, fmt.Errorf("count outbox entries: %w", ErrClosed)
 	}
-	return n, nil
+	s.journal.mu.Lock()
+	defer s.journal.mu.Unlock()
+	return s.journal.state.pendingLen(), nil
 }
+
+// latestStatus is the pod's latest status in the journal, delivered or not.
+func (s *BoltStore) latestStatus(uid types.UID) (v1.PodStatus, bool) {
+	s.journal.mu.Lock()
+	defer s.journal.mu.Unlock()
+	return s.journal.state.latestStatus(uid)
+}
+
+// --- meta ---
 
 // NodeName implements Store.
 func (s *BoltStore) NodeName() (string, error) {

@@ -125,7 +125,12 @@ func encodePod(s sealing, source Source, pod *v1.Pod) ([]byte, error) {
 	if s.key == nil && s.sealedBy != "" {
 		return nil, fmt.Errorf("%w: the pod records of this database are sealed with key %s, which is not loaded; none is written in the clear", ErrNoKey, s.sealedBy)
 	}
-	return s.key.sealOrFrame(podPlace(pod.UID), podEntry{Source: source, Pod: pod})
+	// The record keeps the pod without its status: a status changes far more often than a
+	// spec, and the outbox keeps the latest (LoadPods and GetPod give it back). Written with
+	// it, every status change and the apiserver's echo of it cost a write of the whole pod.
+	withoutStatus := *pod
+	withoutStatus.Status = v1.PodStatus{}
+	return s.key.sealOrFrame(podPlace(pod.UID), podEntry{Source: source, Pod: &withoutStatus})
 }
 
 // decodePod decodes a pod record: sealed (ErrKeyMismatch if by another key than the one

@@ -106,7 +106,11 @@ func TestCoalesce(t *testing.T) {
 			[]want{{"b", v1.PodSucceeded, 10, 30, 2, 0, 9}, {"a", v1.PodPending, 20, 20, 1, 0, 0}}},
 	}
 	for _, c := range cases {
-		got := coalesce(c.in)
+		o := newOutboxState()
+		for _, e := range c.in {
+			o.appendStatus(e.seq, e.entry)
+		}
+		got := o.pendingStatuses()
 		if len(got) != len(c.want) {
 			t.Errorf("%s: %d pending, want %d", c.name, len(got), len(c.want))
 			continue

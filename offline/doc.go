@@ -9,8 +9,15 @@
 // # Guarantees
 //
 //   - Durability: every write is a bbolt transaction committed with fsync
-//     (NoSync is never set). A method that returned nil survived; a kill -9
-//     at any point loses at most the writes whose calls had not returned.
+//     (NoSync is never set), or for a pod status (AppendStatus) a record
+//     appended to the status journal and fdatasynced. A method that returned
+//     nil survived; a kill -9 at any point loses at most the writes whose
+//     calls had not returned, and the acks of delivered statuses, which ride
+//     along with the next append (a status lost so is sent once more).
+//   - Flash wear per status change: one journal append and one fdatasync (a
+//     bbolt commit costs two syncs and several pages). Pod records are kept
+//     without their status, so the apiserver's echo of a status rewrites
+//     nothing; GetPod and LoadPods give the record the outbox's latest status.
 //   - Flash wear: a put whose encoded value is byte-identical to the stored
 //     one writes nothing (Stats.SkippedWrites); the check runs in a read
 //     transaction, so an unchanged write costs no fsync at all.
@@ -96,18 +103,23 @@
 //	|-- <namespace>/<name>       -> v1.Secret (sealed; its RV in metadata)
 //	node/
 //	|-- node                     -> v1.Node
-//	outbox/                         (bucket sequence = last sequence number issued)
-//	|-- <seq, uint64 big-endian> -> {uid, namespace, name, status: v1.PodStatus, timestamp}
-//	outbox_index/
-//	|-- <pod UID>/
-//	    |-- <seq, uint64 BE>     -> "" (which outbox entries belong to the pod, for acks;
-//	                                    at most two: its oldest pending and its latest)
+//	outbox/, outbox_index/          empty: agents before the status journal kept the outbox
+//	                                here; Open moves what it finds into the journal (and the
+//	                                bucket's sequence number), then empties them. A rolled-back
+//	                                agent finds them empty: undelivered statuses are computed
+//	                                again from what runs.
 //	quarantine/                     (bucket sequence = last quarantine number)
 //	|-- <n, uint64 big-endian>   -> {key: original bucket path and key, reason, at, value: raw bytes}
 //	policy_modules/                 (created by the first module put; v3 agents ignored it)
 //	|-- <sha256:hex>             -> crc32c (4 bytes, big-endian) || Wasm module bytes (not JSON:
 //	                                a module may be 64 MiB); the key is the OCI manifest digest
 //	                                policies.yaml pins
+//
+// The status journal, "<path>.outbox" beside the database (journal.go): frames of a 4-byte
+// length and a CRC-32C-checked JSON record, appended: a status {seq, uid, namespace, name,
+// status, timestamp}, an ack {uid, upTo}, a forget {uid}, and after a compaction a snapshot of
+// each pod's entry and the last sequence number. Replayed at Open: a torn or damaged end is cut
+// off and quarantined (outbox/journal@<offset>).
 //
 // # Schema v3 (previous)
 //

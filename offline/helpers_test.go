@@ -153,8 +153,6 @@ func (s *BoltStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 			b, k = tx.Bucket(bucketNode), keyNode
 		case "rv":
 			b, k = tx.Bucket(bucketSync), keyPodListRV
-		case "outbox":
-			b, k = tx.Bucket(bucketOutbox), seqKey(mustSeq(t, key))
 		case "policymodule":
 			b, k = tx.Bucket(bucketPolicyModules), []byte(key)
 		default:
@@ -207,14 +205,6 @@ func (m *MemStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 		slot = &m.node
 	case "rv":
 		slot = &m.podListRV
-	case "outbox":
-		seq := mustSeq(t, key)
-		for i := range m.outbox {
-			if m.outbox[i].seq == seq {
-				m.outbox[i].raw = clone(raw)
-				return
-			}
-		}
 	default:
 		t.Fatalf("unknown kind %q", kind)
 	}
@@ -224,16 +214,6 @@ func (m *MemStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 	*slot = clone(raw)
 }
 
-func mustSeq(t testing.TB, s string) uint64 {
-	var n uint64
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			t.Fatalf("bad seq %q", s)
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	return n
-}
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {

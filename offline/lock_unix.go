@@ -75,17 +75,3 @@ func (l *fileLock) release() error {
 	l.f = nil
 	return err
 }
-
-// syncDir fsyncs a directory so that a rename or a file creation in it
-// survives a power cut.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}

@@ -32,8 +32,7 @@ type MemStore struct {
 	node       []byte
 	// policyModules: digest -> framed module, as BoltStore keeps them.
 	policyModules map[string][]byte
-	outbox        []memOutboxEntry // increasing seq
-	outboxSeq     uint64
+	outbox        outboxState
 	nodeName      string
 	bootCount     uint64
 	quarantine    []QuarantinedRecord
@@ -45,11 +44,6 @@ type memPod struct {
 	admission  []byte
 	containers map[string][]byte
 	tokens     map[string][]byte
-}
-
-type memOutboxEntry struct {
-	seq uint64
-	raw []byte
 }
 
 var _ Store = (*MemStore)(nil)
@@ -67,6 +61,7 @@ func NewMemStore(now func() time.Time) *MemStore {
 		secrets:    map[string][]byte{},
 
 		policyModules: map[string][]byte{},
+		outbox:        newOutboxState(),
 	}
 }
 
@@ -277,6 +272,9 @@ func (m *MemStore) readPodLocked(uid types.UID, errs map[string]error) (PodRecor
 		return podErr(fmt.Errorf("pod object: %w", err))
 	}
 	rec := PodRecord{UID: uid, Source: e.Source, Pod: e.Pod}
+	if st, ok := m.outbox.latestStatus(uid); ok {
+		rec.Pod.Status = st // as BoltStore: the record holds no status, the outbox the latest
+	}
 	if p.admission != nil {
 		if rec.Admission, err = decodeAdmission(p.admission); err != nil {
 			return podErr(fmt.Errorf("admission: %w", err))
@@ -348,6 +346,7 @@ func (m *MemStore) DeletePodSealedWithAnotherKey(uid types.UID) (bool, error) {
 		return false, nil
 	}
 	delete(m.pods, uid)
+	m.outbox.recordDeleted(uid)
 	m.wrote(bucketPods, true)
 	return true, nil
 }
@@ -360,6 +359,7 @@ func (m *MemStore) DeletePod(uid types.UID) error {
 	defer m.mu.Unlock()
 	_, present := m.pods[uid]
 	delete(m.pods, uid)
+	m.outbox.recordDeleted(uid)
 	m.wrote(bucketPods, present)
 	return nil
 }
@@ -705,27 +705,19 @@ func (m *MemStore) AppendStatus(u StatusUpdate) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
+	e, err := decodeStatus(raw) // as BoltStore's journal gives it back: UTC, whole seconds
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := m.lock(true); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	defer m.mu.Unlock()
-	// As BoltStore: the pod's oldest pending entry stays, the later ones are superseded.
-	kept := m.outbox[:0:0]
-	oldest := false
-	for _, e := range m.outbox {
-		if d, err := decodeStatus(e.raw); err == nil && d.UID == u.UID {
-			if oldest {
-				m.stats.OutboxSuperseded++
-				continue
-			}
-			oldest = true
-		}
-		kept = append(kept, e)
-	}
-	m.outboxSeq++
-	m.outbox = append(kept, memOutboxEntry{seq: m.outboxSeq, raw: raw})
+	seq := m.outbox.lastSeq + 1
+	m.outbox.appendStatus(seq, e)
+	m.stats.OutboxSuperseded = m.outbox.superseded
 	m.wrote(bucketOutbox, true)
-	return m.outboxSeq, nil
+	return seq, nil
 }
 
 // PendingStatuses implements Store.
@@ -734,46 +726,17 @@ func (m *MemStore) PendingStatuses() ([]PendingStatus, map[string]error, error) 
 		return nil, nil, fmt.Errorf("read outbox: %w", err)
 	}
 	defer m.mu.Unlock()
-	var entries []sequencedStatus
-	var errs map[string]error
-	kept := m.outbox[:0:0]
-	for _, e := range m.outbox {
-		d, err := decodeStatus(e.raw)
-		if err != nil {
-			if errs == nil {
-				errs = map[string]error{}
-			}
-			errs[seqString(e.seq)] = err
-			m.quarantineLocked("outbox/"+seqString(e.seq), e.raw, err)
-			m.stats.Writes++
-			m.stats.Commits++
-			continue
-		}
-		kept = append(kept, e)
-		entries = append(entries, sequencedStatus{seq: e.seq, entry: d})
-	}
-	m.outbox = kept
-	return coalesce(entries), errs, nil
+	return m.outbox.pendingStatuses(), nil, nil
 }
 
-// AckStatuses implements Store. Undecodable entries cannot be attributed to
-// a pod and stay until PendingStatuses quarantines them.
+// AckStatuses implements Store.
 func (m *MemStore) AckStatuses(uid types.UID, upTo uint64) error {
 	if err := m.lock(true); err != nil {
 		return fmt.Errorf("ack statuses of pod %s up to %d: %w", uid, upTo, err)
 	}
 	defer m.mu.Unlock()
-	kept := m.outbox[:0:0]
-	for _, e := range m.outbox {
-		if e.seq <= upTo {
-			if d, err := decodeStatus(e.raw); err == nil && d.UID == uid {
-				continue
-			}
-		}
-		kept = append(kept, e)
-	}
-	m.wrote(bucketOutbox, len(kept) != len(m.outbox))
-	m.outbox = kept
+	changed, _ := m.outbox.ack(uid, upTo)
+	m.wrote(bucketOutbox, changed)
 	return nil
 }
 
@@ -783,7 +746,7 @@ func (m *MemStore) OutboxLen() (int, error) {
 		return 0, fmt.Errorf("count outbox entries: %w", err)
 	}
 	defer m.mu.Unlock()
-	return len(m.outbox), nil
+	return m.outbox.pendingLen(), nil
 }
 
 // NodeName implements Store.

@@ -17,6 +17,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
 // Options configure Open. The zero value is the default.
@@ -193,6 +195,14 @@ func Open(path string, opts Options) (*BoltStore, OpenReport, error) {
 		pageSize: uint64(db.Info().PageSize), pageAllocAtOpen: pageAlloc(db), writesByBucket: map[string]uint64{}}
 	s.batch = &batcher{db: db, maxBatch: opts.MaxBatch, commits: &s.commits}
 	if err := s.applySealing(&report); err != nil {
+		_ = s.Close()
+		return fail(err)
+	}
+	if s.journal, err = openStatusJournal(path + journalSuffix); err != nil {
+		_ = s.Close()
+		return fail(err)
+	}
+	if err := s.adoptJournal(&report); err != nil {
 		_ = s.Close()
 		return fail(err)
 	}
@@ -412,7 +422,7 @@ func createFresh(path string, opts Options) (*bolt.DB, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("sync directory: %w", err)
 	}
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.Timeout})
@@ -495,7 +505,7 @@ func moveAside(path string, now time.Time) (string, error) {
 	if err := os.Rename(path, target); err != nil {
 		return "", err
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
 		return target, fmt.Errorf("sync directory after rename: %w", err)
 	}
 	return target, nil

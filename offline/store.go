@@ -361,6 +361,11 @@ type Stats struct {
 	// outbox because a newer status of the same pod replaced them before
 	// they were delivered (see AppendStatus).
 	OutboxSuperseded uint64
+	// OutboxSyncs counts the syncs of the status journal, BoltStore's outbox (each status
+	// appended costs at most one; concurrent appends share one); MemStore: 0.
+	OutboxSyncs uint64
+	// OutboxBytes counts the bytes written to the status journal; MemStore: 0.
+	OutboxBytes uint64
 	// BytesWritten counts the bytes committed transactions wrote to the database file
 	// (BoltStore: whole pages, what flash wears by; MemStore: 0, it has no file).
 	BytesWritten uint64

@@ -12,6 +12,8 @@ import (
 
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
 // Defaults of the container log settings, kubelet's containerLogMaxSize and
@@ -111,7 +113,7 @@ func Install(cfg Config) (string, error) {
 		if err := os.Rename(tmp, link); err != nil {
 			return "", fmt.Errorf("install container logger: %w", err)
 		}
-		if err := syncDir(binDir); err != nil {
+		if err := fsutil.SyncDir(binDir); err != nil {
 			return "", fmt.Errorf("install container logger: %w", err)
 		}
 	}
@@ -120,15 +122,6 @@ func Install(cfg Config) (string, error) {
 	}
 	current.Store(&installed{binary: link, cfg: cfg})
 	return link, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 var warnRaw sync.Once

@@ -392,7 +392,11 @@ var (
 	storeSizeDesc = metrics.NewDesc(namespace+"_store_db_size_bytes",
 		"Size in bytes of the state database file.", nil, nil, metrics.ALPHA, "")
 	outboxEntriesDesc = metrics.NewDesc(namespace+"_outbox_entries",
-		"Status updates kept in the state database's outbox until delivered: at most two per pod (its oldest pending status and its latest), however long the apiserver is out of reach.", nil, nil, metrics.ALPHA, "")
+		"Status updates kept in the outbox (the status journal beside the state database) until delivered: at most two per pod (its oldest pending status and its latest), however long the apiserver is out of reach.", nil, nil, metrics.ALPHA, "")
+	outboxSyncsDesc = metrics.NewDesc(namespace+"_outbox_syncs_total",
+		"Syncs (fdatasync) of the status journal, the outbox's file beside the state database: at most one per status change, none for its delivery.", nil, nil, metrics.ALPHA, "")
+	outboxBytesDesc = metrics.NewDesc(namespace+"_outbox_written_bytes_total",
+		"Bytes written to the status journal (status records, acks, compactions).", nil, nil, metrics.ALPHA, "")
 	outboxSupersededDesc = metrics.NewDesc(namespace+"_outbox_superseded_total",
 		"Pending pod status updates dropped from the outbox because a newer status of the same pod replaced them before delivery (only the latest is ever sent).", nil, nil, metrics.ALPHA, "")
 )
@@ -406,7 +410,7 @@ type storeCollector struct {
 }
 
 func (c *storeCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{storeTransactionsDesc, storeWritesDesc, storeSkippedWritesDesc, storeBytesWrittenDesc, storeSizeDesc, outboxEntriesDesc, outboxSupersededDesc} {
+	for _, d := range []*metrics.Desc{storeTransactionsDesc, storeWritesDesc, storeSkippedWritesDesc, storeBytesWrittenDesc, storeSizeDesc, outboxEntriesDesc, outboxSupersededDesc, outboxSyncsDesc, outboxBytesDesc} {
 		ch <- d
 	}
 }
@@ -420,6 +424,8 @@ func (c *storeCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	ch <- metrics.NewLazyConstMetric(storeSkippedWritesDesc, metrics.CounterValue, float64(s.SkippedWrites))
 	ch <- metrics.NewLazyConstMetric(storeBytesWrittenDesc, metrics.CounterValue, float64(s.BytesWritten))
 	ch <- metrics.NewLazyConstMetric(outboxSupersededDesc, metrics.CounterValue, float64(s.OutboxSuperseded))
+	ch <- metrics.NewLazyConstMetric(outboxSyncsDesc, metrics.CounterValue, float64(s.OutboxSyncs))
+	ch <- metrics.NewLazyConstMetric(outboxBytesDesc, metrics.CounterValue, float64(s.OutboxBytes))
 	if fi, err := os.Stat(c.path); err == nil {
 		ch <- metrics.NewLazyConstMetric(storeSizeDesc, metrics.GaugeValue, float64(fi.Size()))
 	}

@@ -268,9 +268,11 @@ func (s *APISource) forget(uid types.UID) {
 }
 
 // forCache strips bookkeeping that changes on every write (managedFields, resourceVersion),
-// so only a change of spec or status costs a flash write. The status is kept: after a reboot
-// offline it carries what the runtime cannot tell again (startTime, condition transition
-// times, readiness of the containers still running).
+// so that only a change of the pod's spec or metadata costs a flash write. The store keeps no
+// status in the record either: the apiserver's echo of each status the node patched would
+// rewrite the whole pod. What an offline reboot needs of the status (startTime, condition
+// transition times, the reason of a pod that finished) is the latest the node computed, which
+// the store's outbox keeps and gives back with the record.
 func forCache(pod *v1.Pod) *v1.Pod {
 	c := pod.DeepCopy()
 	c.ManagedFields = nil

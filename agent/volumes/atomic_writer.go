@@ -98,7 +98,7 @@ func writeAtomic(dir string, payload map[string]file) (ts string, changed bool, 
 		os.RemoveAll(tsDir)
 		return oldTs, false, fmt.Errorf("switch %s: %w", dataDir, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fsutil.SyncDir(dir); err != nil {
 		return filepath.Base(tsDir), true, err
 	}
 	if err := createVisibleLinks(dir, clean); err != nil {
@@ -228,7 +228,7 @@ func writePayload(dir string, payload map[string]file) error {
 		}
 	}
 	for d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := fsutil.SyncDir(d); err != nil {
 			return err
 		}
 	}
@@ -254,18 +254,6 @@ func writeFileSync(name string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("sync %s: %w", name, err)
 	}
 	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }
 
 // createVisibleLinks makes dir/NAME -> ..data/NAME for every top-level name of the payload.

@@ -62,10 +62,21 @@ func placeDurably(path string, data []byte, perm os.FileMode, place func(oldpath
 	if err := place(f.Name(), path); err != nil {
 		return fmt.Errorf("put %s in place: %w", path, err)
 	}
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs a directory, so that a rename or a file creation in it survives a power cut.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open dir %s: %w", dir, err)
 	}
-	defer d.Close()
-	return d.Sync()
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return nil
 }
