@@ -272,7 +272,11 @@ func (s *BoltStore) PutPod(source Source, pod *v1.Pod) error {
 	if err != nil {
 		return fmt.Errorf("put pod: %w", err)
 	}
-	return s.put(fmt.Sprintf("put pod %s", pod.UID), [][]byte{bucketPods, []byte(pod.UID)}, keyPod, raw, true)
+	if err := s.put(fmt.Sprintf("put pod %s", pod.UID), [][]byte{bucketPods, []byte(pod.UID)}, keyPod, raw, true); err != nil {
+		return err
+	}
+	s.journal.recordPut(pod.UID)
+	return nil
 }
 
 // SetAdmission implements Store.

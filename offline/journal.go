@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -15,6 +15,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/internal/failpoint"
@@ -41,6 +43,10 @@ import (
 // rewritten with one snapshot record per pod (temporary file, fsync, rename, directory fsync).
 type statusJournal struct {
 	path string
+	// key seals each record, as pod records are sealed: a status holds termination messages
+	// (a failed container's last log lines), and the latest status a journal gives an offline
+	// boot decides what runs (a Failed or Evicted pod is not started); nil: in the clear.
+	key *Key
 
 	mu    sync.Mutex // protects the fields below
 	f     *os.File   // nil once closed
@@ -52,6 +58,9 @@ type statusJournal struct {
 	compactAt int64
 	// written counts writes to f: a sync covers those counted before it began.
 	written uint64
+	// rewrite: the file is to be rewritten from j.state before the next append (damage found
+	// at open, or a failed write or sync left the file behind the state).
+	rewrite bool
 	// damage is what the replay at open could not read, by "journal@<offset>", until the first
 	// pendingStatuses reports it; damagedBytes is its raw content, for the quarantine.
 	damage       map[string]error
@@ -59,6 +68,9 @@ type statusJournal struct {
 
 	syncMu sync.Mutex // serializes syncs; taken before mu when both are
 	synced uint64     // written as of the last successful sync; under syncMu
+	// dirDirty: the journal's directory entry (a new file, a compaction's rename) is not known
+	// durable; a sync syncs the directory too until it is. Under syncMu.
+	dirDirty bool
 
 	syncs, bytesWritten atomic.Uint64
 }
@@ -102,78 +114,177 @@ const (
 	damagedKept = 64 << 10
 )
 
-// openStatusJournal opens (creating it if missing) the journal at path and replays it.
-func openStatusJournal(path string) (*statusJournal, error) {
-	data, err := fsutil.ReadFileNoAtime(path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("read status journal %s: %w", path, err)
-	}
-	j := &statusJournal{path: path}
-	good := j.replay(data)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// journalPlace is what the journal's records are sealed to (Key.seal's additional data).
+const journalPlace = "outbox"
+
+// maxJournal bounds what Open reads: a journal past it is moved aside, unread.
+const maxJournal = 64 << 20
+
+// seqJumpAfterDamage is how far sequence numbers jump when the replay found damage: a record
+// lost to it may have carried the highest number handed out, which must not be handed out
+// again (an ack of it would ack another status).
+const seqJumpAfterDamage = 1 << 20
+
+// maxSeq bounds the sequence numbers the replay accepts: far from wrapping around.
+const maxSeq = 1 << 62
+
+// openStatusJournal opens (creating it if missing) the journal at path and replays it. A path
+// that is no regular file, or cannot be read, is moved aside and a new journal started: the
+// journal holds statuses the agent computes again, and a bad file never stops a boot.
+func openStatusJournal(path string, key *Key) (*statusJournal, error) {
+	j := &statusJournal{path: path, key: key}
+	removeStaleTemps(filepath.Dir(path))
+	f, data, err := readJournal(path)
 	if err != nil {
-		return nil, fmt.Errorf("open status journal %s: %w", path, err)
-	}
-	if good < int64(len(data)) {
-		// A torn last write or damage: cut it off, so appends follow whole frames.
-		if err := f.Truncate(good); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("cut the damaged end of status journal %s: %w", path, err)
+		moved, merr := moveAside(path, time.Now())
+		if merr != nil {
+			return nil, fmt.Errorf("status journal %s unusable (%v) and moving it aside failed: %w", path, err, merr)
 		}
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("sync status journal %s: %w", path, err)
+		removeOldCopies(path, moved, KeptCorruptCopies)
+		j.noteDamage("journal", nil, fmt.Errorf("%w: status journal unusable (%v); moved to %s", errUndecodable, err, moved))
+		if f, data, err = readJournal(path); err != nil {
+			return nil, fmt.Errorf("status journal %s: %w", path, err)
 		}
 	}
-	j.f, j.size = f, good
-	j.compactAt = max(compactMin, 4*good)
+	good, damaged := j.replay(data)
+	j.f, j.size = f, int64(len(data))
+	if damaged || good < int64(len(data)) {
+		// Rewritten once the damage is quarantined (adoptJournal): appends follow whole frames.
+		j.rewrite = true
+	}
+	if len(data) == 0 {
+		// A new file: its directory entry must survive a power cut before anything synced in
+		// it is reported durable. Tried now; if that fails, by the first sync.
+		j.dirDirty = fsutil.SyncDir(filepath.Dir(path)) != nil
+	}
+	j.setCompactAt()
 	return j, nil
 }
 
-// replay applies the file's records to j.state and returns the length of its readable prefix.
-// A record whose frame is whole but whose content is not usable is skipped and reported; a
-// damaged frame ends the replay.
-func (j *statusJournal) replay(data []byte) int64 {
-	j.state = newOutboxState()
-	off := 0
-	for off < len(data) {
-		// Whatever cannot be read ends the replay: most often the last frame, torn by a power
-		// cut during an append (its status was never acknowledged to anyone), else damage.
-		if len(data)-off < 4 {
-			j.damaged(off, data[off:], fmt.Errorf("%w: %d bytes at the end of the journal, less than a frame's length (a write cut short)", errUndecodable, len(data)-off))
-			break
-		}
-		n := int(binary.BigEndian.Uint32(data[off:]))
-		if n > maxFrame || n > len(data)-off-4 {
-			j.damaged(off, data[off:], fmt.Errorf("%w: frame of %d bytes at offset %d of a %d-byte journal (a write cut short, or damage)", errUndecodable, n, off, len(data)))
-			break
-		}
-		end := off + 4 + n
-		var rec journalRecord
-		if err := decodeValue(data[off+4:end], &rec); err != nil {
-			j.damaged(off, data[off:], err)
-			break
-		}
-		if err := j.state.apply(rec); err != nil {
-			// A whole frame whose content is not usable: skipped, the rest is read.
-			j.damaged(off, data[off:end], err)
-		}
-		off = end
+// readJournal opens path (created if missing), refusing what is not a regular file (a
+// symbolic link, a FIFO that would block the boot, a directory), and reads it.
+func readJournal(path string) (*os.File, []byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
+	if err != nil {
+		return nil, nil, err
 	}
-	return int64(off)
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+	case !fi.Mode().IsRegular():
+		err = fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	case fi.Size() > maxJournal:
+		err = fmt.Errorf("%d bytes, past the %d a journal of statuses can hold", fi.Size(), maxJournal)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxJournal))
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("read: %w", err)
+	}
+	return f, data, nil
 }
 
-func (j *statusJournal) damaged(off int, raw []byte, err error) {
+// removeStaleTemps removes what a compaction cut short by a crash left.
+func removeStaleTemps(dir string) {
+	if temps, err := filepath.Glob(filepath.Join(dir, ".outbox-*")); err == nil {
+		for _, t := range temps {
+			os.Remove(t)
+		}
+	}
+}
+
+// replay applies the file's records to j.state. It returns the length of the prefix read
+// without damage and whether any damage was found. A damaged frame (a bad checksum, a length
+// that does not fit, a record that does not open with the key) is skipped: the replay looks
+// for the next whole frame after it, so one bad sector does not take the statuses of every
+// pod written after it. Most often the damage is the last frame, torn by a power cut during
+// an append: its status was never reported durable to anyone.
+func (j *statusJournal) replay(data []byte) (good int64, damaged bool) {
+	j.state = newOutboxState()
+	good = -1
+	off := 0
+	for off < len(data) {
+		rec, n, err := j.parseFrame(data[off:])
+		if err == nil {
+			if err := j.state.apply(rec); err != nil {
+				// A whole frame whose content is not usable: skipped.
+				j.noteDamage(fmt.Sprintf("journal@%d", off), data[off:off+n], err)
+				damaged = true
+				if good < 0 {
+					good = int64(off)
+				}
+			}
+			off += n
+			continue
+		}
+		next := len(data)
+		for p := off + 1; p < len(data); p++ {
+			if _, _, err := j.parseFrame(data[p:]); err == nil {
+				next = p
+				break
+			}
+		}
+		j.noteDamage(fmt.Sprintf("journal@%d", off), data[off:next], err)
+		damaged = true
+		if good < 0 {
+			good = int64(off)
+		}
+		off = next
+	}
+	if good < 0 {
+		good = int64(len(data))
+	}
+	if damaged {
+		j.state.lastSeq += seqJumpAfterDamage
+	}
+	return good, damaged
+}
+
+// parseFrame reads the frame at the start of b: its record and its whole length.
+func (j *statusJournal) parseFrame(b []byte) (journalRecord, int, error) {
+	if len(b) < 4 {
+		return journalRecord{}, 0, fmt.Errorf("%w: %d bytes at the end of the journal, less than a frame's length (a write cut short)", errUndecodable, len(b))
+	}
+	n := int(binary.BigEndian.Uint32(b))
+	if n > maxFrame || n > len(b)-4 {
+		return journalRecord{}, 0, fmt.Errorf("%w: a frame of %d bytes where %d are left (a write cut short, or damage)", errUndecodable, n, len(b)-4)
+	}
+	var rec journalRecord
+	if err := j.key.openSealedOrPlain(journalPlace, b[4:4+n], &rec, j.key == nil); err != nil {
+		return journalRecord{}, 0, err
+	}
+	return rec, 4 + n, nil
+}
+
+func (j *statusJournal) noteDamage(key string, raw []byte, err error) {
 	if j.damage == nil {
 		j.damage, j.damagedBytes = map[string]error{}, map[string][]byte{}
 	}
-	key := fmt.Sprintf("journal@%d", off)
 	j.damage[key] = err
 	j.damagedBytes[key] = clone(raw[:min(len(raw), damagedKept)])
 }
 
+// setCompactAt sets the size past which the journal is compacted: four times what its live
+// statuses take, so that a compaction is paid for by many appends, and never sooner than
+// compactMin.
+func (j *statusJournal) setCompactAt() {
+	live, err := j.snapshotLocked()
+	if err != nil {
+		j.compactAt = max(compactMin, 4*j.size)
+		return
+	}
+	j.compactAt = max(compactMin, 4*int64(len(live)))
+}
+
 // apply replays one record.
 func (o *outboxState) apply(rec journalRecord) error {
+	if rec.Seq > maxSeq || rec.UpTo > maxSeq || rec.FirstSeq > maxSeq {
+		return fmt.Errorf("%w: sequence number past %d", errUndecodable, uint64(maxSeq))
+	}
 	switch rec.Kind {
 	case journalStatus, journalSnapshot:
 		e := rec.Entry
@@ -207,8 +318,10 @@ func (o *outboxState) apply(rec journalRecord) error {
 	return nil
 }
 
-func journalFrame(rec journalRecord) ([]byte, error) {
-	framed, err := encodeValue(rec)
+// frame encodes a record as the journal keeps it: length, then the CRC-framed record, sealed
+// with the key when there is one.
+func (j *statusJournal) frame(rec journalRecord) ([]byte, error) {
+	framed, err := j.key.sealOrFrame(journalPlace, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -220,14 +333,30 @@ func journalFrame(rec journalRecord) ([]byte, error) {
 // appendStatus writes a status and syncs it. Concurrent appends share a sync: one that finds
 // its write covered by another's sync returns without one.
 func (j *statusJournal) appendStatus(u StatusUpdate) (uint64, error) {
-	e := outboxEntry{UID: u.UID, Namespace: u.Namespace, Name: u.Name, Status: u.Status, Timestamp: u.Timestamp.UTC()}
+	// The entry kept in memory is the one a replay would give: a copy (the caller's slices
+	// are not shared), in UTC, times in whole seconds as JSON keeps them.
+	raw, err := encodeStatus(u)
+	if err != nil {
+		return 0, err
+	}
+	e, err := decodeStatus(raw)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := j.rewriteIfDue(); err != nil {
+		return 0, err
+	}
 	j.mu.Lock()
 	if j.f == nil {
 		j.mu.Unlock()
 		return 0, ErrClosed
 	}
+	if j.state.lastSeq >= maxSeq {
+		j.mu.Unlock()
+		return 0, fmt.Errorf("status journal: sequence numbers exhausted at %d", j.state.lastSeq)
+	}
 	seq := j.state.lastSeq + 1
-	frame, err := journalFrame(journalRecord{Kind: journalStatus, Seq: seq, Entry: &e})
+	frame, err := j.frame(journalRecord{Kind: journalStatus, Seq: seq, Entry: &e})
 	if err != nil {
 		j.mu.Unlock()
 		return 0, err
@@ -243,17 +372,18 @@ func (j *statusJournal) appendStatus(u StatusUpdate) (uint64, error) {
 	if err := j.sync(gen); err != nil {
 		return 0, err
 	}
+	failpoint.Inject(failpoint.OutboxAfterAppend)
 	// A compaction that fails leaves the synced status in the old file, which grows on.
 	_ = j.compactIfDue()
-	failpoint.Inject(failpoint.OutboxAfterAppend)
 	return seq, nil
 }
 
 // writeLocked appends b at the end of the file; on a failure (a full disk) the file is cut back
-// to its last whole frame.
+// to its last whole frame, or rewritten before the next append if it cannot be.
 func (j *statusJournal) writeLocked(b []byte) error {
 	if _, err := j.f.WriteAt(b, j.size); err != nil {
 		if terr := j.f.Truncate(j.size); terr != nil {
+			j.rewrite = true
 			err = errors.Join(err, terr)
 		}
 		return fmt.Errorf("write status journal: %w", err)
@@ -264,11 +394,13 @@ func (j *statusJournal) writeLocked(b []byte) error {
 	return nil
 }
 
-// sync makes every write up to gen durable, unless a sync since did.
+// sync makes every write up to gen durable, unless a sync since did. After a failed sync the
+// file's content is unknown (Linux may have dropped the pages it could not write and report
+// the next sync clean): the file is rewritten from memory before the next append.
 func (j *statusJournal) sync(gen uint64) error {
 	j.syncMu.Lock()
 	defer j.syncMu.Unlock()
-	if j.synced >= gen {
+	if j.synced >= gen && !j.dirDirty {
 		return nil
 	}
 	j.mu.Lock()
@@ -278,16 +410,26 @@ func (j *statusJournal) sync(gen uint64) error {
 		return ErrClosed
 	}
 	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		j.mu.Lock()
+		j.rewrite = true
+		j.mu.Unlock()
 		return fmt.Errorf("sync status journal: %w", err)
 	}
 	j.syncs.Add(1)
+	if j.dirDirty {
+		if err := fsutil.SyncDir(filepath.Dir(j.path)); err != nil {
+			return fmt.Errorf("sync status journal: %w", err)
+		}
+		j.syncs.Add(1)
+		j.dirDirty = false
+	}
 	j.synced = upTo
 	return nil
 }
 
 // deferLocked queues a record that needs no sync of its own.
 func (j *statusJournal) deferLocked(rec journalRecord) {
-	frame, err := journalFrame(rec)
+	frame, err := j.frame(rec)
 	if err != nil {
 		return // records of these kinds always encode
 	}
@@ -320,6 +462,13 @@ func (j *statusJournal) recordDeleted(uid types.UID) {
 	}
 }
 
+// recordPut is told that the pod has a record (again): its status stays once delivered.
+func (j *statusJournal) recordPut(uid types.UID) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.state.recordPut(uid)
+}
+
 // compactIfDue rewrites the journal as one snapshot per pod once it has grown past compactAt.
 func (j *statusJournal) compactIfDue() error {
 	j.mu.Lock()
@@ -328,10 +477,23 @@ func (j *statusJournal) compactIfDue() error {
 	if !due {
 		return nil
 	}
-	return j.compact()
+	return j.compact(false)
 }
 
-func (j *statusJournal) compact() error {
+// rewriteIfDue rewrites the journal from memory when the file is known to be behind it.
+func (j *statusJournal) rewriteIfDue() error {
+	j.mu.Lock()
+	due := j.f != nil && j.rewrite
+	j.mu.Unlock()
+	if !due {
+		return nil
+	}
+	return j.compact(true)
+}
+
+// compact rewrites the journal from j.state, if it is still due (another caller may have
+// compacted meanwhile) or forced.
+func (j *statusJournal) compact(force bool) error {
 	j.syncMu.Lock()
 	defer j.syncMu.Unlock()
 	j.mu.Lock()
@@ -339,38 +501,44 @@ func (j *statusJournal) compact() error {
 	if j.f == nil {
 		return ErrClosed
 	}
+	if !force && !j.rewrite && j.size <= j.compactAt {
+		return nil
+	}
 	data, err := j.snapshotLocked()
 	if err != nil {
 		return err
 	}
-	f, err := placeJournal(j.path, data)
+	f, dirErr, err := placeJournal(j.path, data)
 	if err != nil {
 		j.compactAt = 2 * j.size // not again at the next append
 		return fmt.Errorf("compact status journal: %w", err)
 	}
 	j.f.Close()
-	j.f, j.size, j.deferred = f, int64(len(data)), nil
+	j.f, j.size, j.deferred, j.rewrite = f, int64(len(data)), nil, false
 	j.written++
 	j.synced = j.written
 	j.syncs.Add(2) // the file's and the directory's
 	j.bytesWritten.Add(uint64(len(data)))
-	j.compactAt = max(compactMin, 4*j.size)
+	j.setCompactAt()
+	// The rename is done but its directory entry may not be durable: the next sync syncs the
+	// directory before it reports anything durable.
+	j.dirDirty = dirErr != nil
 	return nil
 }
 
 // placeJournal writes data to a synced temporary file, renames it to path, syncs the
 // directory and returns the file, open for the appends that follow: a power cut leaves the
-// old journal or the new one.
-func placeJournal(path string, data []byte) (*os.File, error) {
+// old journal or the new one. dirErr is a failed sync of the directory after the rename.
+func placeJournal(path string, data []byte) (f *os.File, dirErr, err error) {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".outbox-*")
+	f, err = os.CreateTemp(dir, ".outbox-*")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	fail := func(err error) (*os.File, error) {
+	fail := func(err error) (*os.File, error, error) {
 		f.Close()
 		os.Remove(f.Name())
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := f.Write(data); err != nil {
 		return fail(err)
@@ -381,18 +549,13 @@ func placeJournal(path string, data []byte) (*os.File, error) {
 	if err := os.Rename(f.Name(), path); err != nil {
 		return fail(err)
 	}
-	if err := fsutil.SyncDir(dir); err != nil {
-		// Renamed, but the rename may not survive a power cut: the old journal would come
-		// back, which holds everything the new one does.
-		return f, nil
-	}
-	return f, nil
+	return f, fsutil.SyncDir(dir), nil
 }
 
 // snapshotLocked encodes the state as a compaction writes it: the highest sequence number,
 // then each pod's entry, by UID.
 func (j *statusJournal) snapshotLocked() ([]byte, error) {
-	out, err := journalFrame(journalRecord{Kind: journalSeq, Seq: j.state.lastSeq})
+	out, err := j.frame(journalRecord{Kind: journalSeq, Seq: j.state.lastSeq})
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +567,7 @@ func (j *statusJournal) snapshotLocked() ([]byte, error) {
 	for _, uid := range uids {
 		p := j.state.pods[uid]
 		e := p.latest
-		frame, err := journalFrame(journalRecord{Kind: journalSnapshot, Seq: p.latestSeq, Entry: &e,
+		frame, err := j.frame(journalRecord{Kind: journalSnapshot, Seq: p.latestSeq, Entry: &e,
 			Pending: p.pending, FirstSeq: p.firstSeq, FirstTimestamp: p.firstTimestamp})
 		if err != nil {
 			return nil, err
@@ -414,7 +577,7 @@ func (j *statusJournal) snapshotLocked() ([]byte, error) {
 	return out, nil
 }
 
-// close writes what was deferred, syncs and closes the file.
+// close writes what was deferred, syncs what is not synced and closes the file.
 func (j *statusJournal) close() error {
 	if j == nil {
 		return nil // Open failed before the journal was opened
@@ -430,8 +593,12 @@ func (j *statusJournal) close() error {
 	if len(j.deferred) > 0 {
 		if err = j.writeLocked(j.deferred); err == nil {
 			j.deferred = nil
-			err = unix.Fdatasync(int(j.f.Fd()))
+		}
+	}
+	if err == nil && j.written > j.synced {
+		if err = unix.Fdatasync(int(j.f.Fd())); err == nil {
 			j.syncs.Add(1)
+			j.synced = j.written
 		}
 	}
 	if cerr := j.f.Close(); err == nil {
@@ -453,107 +620,55 @@ func (j *statusJournal) takeDamage() (map[string]error, map[string][]byte) {
 	return d, b
 }
 
-func (j *statusJournal) superseded() uint64 {
-	if j == nil {
-		return 0
-	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.state.superseded
-}
-
-// adoptJournal finishes opening the outbox: the statuses an agent before the journal left in
-// the database's outbox bucket move into the journal (synced, then the bucket emptied, so a
-// crash between leaves them in both and the move is done again); what the journal's replay
-// could not read goes to the quarantine; statuses of pods with no record left are dropped once
-// delivered.
+// adoptJournal finishes opening the outbox, in an order a crash anywhere leaves safe:
+//
+//  1. what the journal's replay could not read goes to the quarantine, before the file is
+//     rewritten without it;
+//  2. pod records that carry a status (written by an agent before the journal, at an upgrade
+//     or after a rollback and a new upgrade: this one writes none) give it to the journal as
+//     the pod's latest, and are written again without it;
+//  3. statuses such an agent left in the database's outbox bucket move into the journal,
+//     numbered after everything in it (they are the newest), synced before the bucket is
+//     emptied (a crash between moves them twice: the second supersedes the first);
+//  4. the bucket's sequence follows the journal's, so an older agent after a rollback numbers
+//     its statuses above every number handed out;
+//  5. statuses of pods with no record left are dropped once delivered.
 func (s *BoltStore) adoptJournal(report *OpenReport) error {
 	j := s.journal
-	var migrated []sequencedStatus
-	var lastSeq uint64
-	var q *quarantiner
-	undecodable := false
-	err := s.db.View(func(tx *bolt.Tx) error {
-		ob := tx.Bucket(bucketOutbox)
-		lastSeq = ob.Sequence()
-		return ob.ForEach(func(k, v []byte) error {
-			seq, ok := parseSeqKey(k)
-			if !ok || v == nil {
-				undecodable = true
-				return nil
-			}
-			e, err := decodeStatus(v)
-			if err != nil {
-				undecodable = true
-				return nil
-			}
-			migrated = append(migrated, sequencedStatus{seq: seq, entry: e})
-			return nil
-		})
-	})
-	if err != nil {
-		return fmt.Errorf("read the outbox bucket: %w", err)
-	}
-	if len(migrated) > 0 || lastSeq > 0 || undecodable {
-		if err := j.migrate(migrated, lastSeq); err != nil {
-			return err
-		}
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			q = newQuarantiner(s.now)
-			ob := tx.Bucket(bucketOutbox)
-			if err := ob.ForEach(func(k, v []byte) error {
-				key := fmt.Sprintf("outbox/%x", k)
-				if seq, ok := parseSeqKey(k); ok {
-					key = "outbox/" + seqString(seq)
-				}
-				switch _, ok := parseSeqKey(k); {
-				case !ok || v == nil:
-					return q.putAndNote(tx, key, key, v, fmt.Errorf("%w: outbox key of %d bytes", errUndecodable, len(k)))
-				default:
-					if _, err := decodeStatus(v); err != nil {
-						return q.putAndNote(tx, key, key, v, err)
-					}
-				}
-				return nil
-			}); err != nil {
-				return err
-			}
-			for _, name := range [][]byte{bucketOutbox, bucketOutboxIndex} {
-				if err := tx.DeleteBucket(name); err != nil {
-					return err
-				}
-				if _, err := tx.CreateBucket(name); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("empty the outbox bucket moved to the status journal: %w", err)
-		}
-		s.commits.Add(1)
-		if len(q.errs) > 0 && report.Quarantined == nil {
-			report.Quarantined = map[string]error{}
-		}
-		maps.Copy(report.Quarantined, q.errs)
-	}
-	if _, raw := j.peekDamage(); len(raw) > 0 {
+	if damage, raw := j.peekDamage(); len(raw) > 0 {
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			q := newQuarantiner(s.now)
-			for key, b := range raw {
-				if err := q.put(tx, "outbox/"+key, b, j.damage[key]); err != nil {
+			for _, key := range slices.Sorted(maps.Keys(raw)) {
+				if err := q.put(tx, "outbox/"+key, raw[key], damage[key]); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("quarantine the unreadable end of the status journal: %w", err)
+			return fmt.Errorf("quarantine what the status journal's replay could not read: %w", err)
 		}
 		s.commits.Add(1)
+		s.quarantined.Add(uint64(len(raw)))
 	}
+	if err := j.rewriteIfDue(); err != nil {
+		return err
+	}
+	// The records' statuses first: an older agent's outbox entries are newer than the
+	// apiserver's echo it cached in its records.
+	if err := s.moveRecordStatuses(); err != nil {
+		return err
+	}
+	if err := s.moveOutboxBucket(report); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	lastSeq := j.state.lastSeq
+	j.mu.Unlock()
 	var uids map[types.UID]bool
-	err = s.db.View(func(tx *bolt.Tx) error {
+	var bucketSeq uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		bucketSeq = tx.Bucket(bucketOutbox).Sequence()
 		uids = map[types.UID]bool{}
 		return tx.Bucket(bucketPods).ForEach(func(k, _ []byte) error {
 			uids[types.UID(k)] = true
@@ -562,6 +677,12 @@ func (s *BoltStore) adoptJournal(report *OpenReport) error {
 	})
 	if err != nil {
 		return fmt.Errorf("list pod records: %w", err)
+	}
+	if bucketSeq != lastSeq {
+		if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketOutbox).SetSequence(lastSeq) }); err != nil {
+			return fmt.Errorf("set the outbox bucket's sequence: %w", err)
+		}
+		s.commits.Add(1)
 	}
 	j.mu.Lock()
 	var gone []types.UID
@@ -577,32 +698,171 @@ func (s *BoltStore) adoptJournal(report *OpenReport) error {
 	return nil
 }
 
-// migrate appends statuses of the database's outbox bucket the journal does not have yet (a
-// sequence number above its last), and the bucket's last number, and syncs.
-func (j *statusJournal) migrate(entries []sequencedStatus, lastSeq uint64) error {
+// moveOutboxBucket moves the statuses found in the database's outbox bucket into the journal
+// and empties the bucket (its keys: the bucket and its sequence stay, for an older agent).
+func (s *BoltStore) moveOutboxBucket(report *OpenReport) error {
+	var found []outboxEntry
+	any := false
+	var bucketSeq uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		bucketSeq = min(tx.Bucket(bucketOutbox).Sequence(), maxSeq)
+		return tx.Bucket(bucketOutbox).ForEach(func(k, v []byte) error {
+			any = true
+			if _, ok := parseSeqKey(k); ok && v != nil {
+				if e, err := decodeStatus(v); err == nil {
+					found = append(found, e)
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("read the outbox bucket: %w", err)
+	}
+	if !any {
+		return nil
+	}
+	// Numbers go on above the bucket's last: none the older agent handed out is reused.
+	s.journal.mu.Lock()
+	s.journal.state.lastSeq = max(s.journal.state.lastSeq, bucketSeq)
+	s.journal.mu.Unlock()
+	if err := s.journal.appendAll(found); err != nil {
+		return fmt.Errorf("move the outbox bucket into the status journal: %w", err)
+	}
+	q := newQuarantiner(s.now)
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		q = newQuarantiner(s.now)
+		var keys [][]byte
+		if err := tx.Bucket(bucketOutbox).ForEach(func(k, v []byte) error {
+			keys = append(keys, clone(k))
+			name := fmt.Sprintf("outbox/%x", k)
+			seq, ok := parseSeqKey(k)
+			if ok {
+				name = "outbox/" + seqString(seq)
+			}
+			if !ok || v == nil {
+				return q.putAndNote(tx, name, name, v, fmt.Errorf("%w: outbox key of %d bytes", errUndecodable, len(k)))
+			}
+			if _, err := decodeStatus(v); err != nil {
+				return q.putAndNote(tx, name, name, v, err)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		ob := tx.Bucket(bucketOutbox)
+		for _, k := range keys {
+			if ob.Bucket(k) != nil {
+				if err := ob.DeleteBucket(k); err != nil {
+					return err
+				}
+			} else if err := ob.Delete(k); err != nil {
+				return err
+			}
+		}
+		idx := tx.Bucket(bucketOutboxIndex)
+		var uids [][]byte
+		if err := idx.ForEach(func(k, _ []byte) error { uids = append(uids, clone(k)); return nil }); err != nil {
+			return err
+		}
+		for _, k := range uids {
+			if idx.Bucket(k) != nil {
+				if err := idx.DeleteBucket(k); err != nil {
+					return err
+				}
+			} else if err := idx.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("empty the outbox bucket moved to the status journal: %w", err)
+	}
+	s.commits.Add(1)
+	s.quarantined.Add(uint64(q.moved))
+	if len(q.errs) > 0 {
+		if report.Quarantined == nil {
+			report.Quarantined = map[string]error{}
+		}
+		maps.Copy(report.Quarantined, q.errs)
+	}
+	return nil
+}
+
+// moveRecordStatuses gives the journal the status of each pod record that carries one, as the
+// pod's latest (delivered unless the journal has it pending), and writes the records again
+// without it. Records that do not open with the store's key are left as they are.
+func (s *BoltStore) moveRecordStatuses() error {
+	type found struct {
+		uid    types.UID
+		source Source
+		pod    *v1.Pod
+	}
+	var withStatus []found
+	err := s.db.View(func(tx *bolt.Tx) error {
+		pods := tx.Bucket(bucketPods)
+		return pods.ForEach(func(k, _ []byte) error {
+			pb := pods.Bucket(k)
+			if pb == nil {
+				return nil
+			}
+			e, err := decodePod(s.seal, types.UID(k), pb.Get(keyPod))
+			if err != nil || equality.Semantic.DeepEqual(e.Pod.Status, v1.PodStatus{}) {
+				return nil
+			}
+			withStatus = append(withStatus, found{types.UID(k), e.Source, e.Pod})
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("read pod records: %w", err)
+	}
+	if len(withStatus) == 0 {
+		return nil
+	}
+	for _, f := range withStatus {
+		if err := s.journal.adoptStatus(f.pod, s.now()); err != nil {
+			return fmt.Errorf("move the status of pod record %s into the status journal: %w", f.uid, err)
+		}
+	}
+	if err := s.journal.sync(s.journal.generation()); err != nil {
+		return err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, f := range withStatus {
+			raw, err := encodePod(s.seal, f.source, f.pod) // without its status
+			if err != nil {
+				return err
+			}
+			if pb := bucketAt(tx, bucketPods, []byte(f.uid)); pb != nil {
+				if err := pb.Put(keyPod, raw); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write pod records without their status: %w", err)
+	}
+	s.commits.Add(1)
+	return nil
+}
+
+// appendAll appends statuses, numbered after everything in the journal, with one sync.
+func (j *statusJournal) appendAll(entries []outboxEntry) error {
 	j.mu.Lock()
 	var buf []byte
 	for _, e := range entries {
-		if e.seq <= j.state.lastSeq {
-			continue
-		}
-		entry := e.entry
-		frame, err := journalFrame(journalRecord{Kind: journalStatus, Seq: e.seq, Entry: &entry})
+		seq := j.state.lastSeq + 1
+		frame, err := j.frame(journalRecord{Kind: journalStatus, Seq: seq, Entry: &e})
 		if err != nil {
 			j.mu.Unlock()
 			return err
 		}
 		buf = append(buf, frame...)
-		j.state.appendStatus(e.seq, entry)
-	}
-	if lastSeq > j.state.lastSeq {
-		frame, err := journalFrame(journalRecord{Kind: journalSeq, Seq: lastSeq})
-		if err != nil {
-			j.mu.Unlock()
-			return err
-		}
-		buf = append(buf, frame...)
-		j.state.lastSeq = lastSeq
+		j.state.appendStatus(seq, e)
 	}
 	var err error
 	if len(buf) > 0 {
@@ -611,9 +871,56 @@ func (j *statusJournal) migrate(entries []sequencedStatus, lastSeq uint64) error
 	gen := j.written
 	j.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("move the outbox into the status journal: %w", err)
+		return err
 	}
 	return j.sync(gen)
+}
+
+// adoptStatus makes status the pod's latest, delivered unless a status of the pod is pending,
+// and writes it (not synced: the caller syncs).
+func (j *statusJournal) adoptStatus(pod *v1.Pod, at time.Time) error {
+	raw, err := encodeStatus(StatusUpdate{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Status: pod.Status, Timestamp: at})
+	if err != nil {
+		return err
+	}
+	e, err := decodeStatus(raw)
+	if err != nil {
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.state.lastSeq++
+	p := j.state.pods[pod.UID]
+	if p == nil {
+		p = &outboxPod{}
+		j.state.pods[pod.UID] = p
+	}
+	p.latest, p.latestSeq = e, j.state.lastSeq
+	if p.pending == 1 {
+		p.firstSeq, p.firstTimestamp = p.latestSeq, e.Timestamp
+	}
+	frame, err := j.frame(journalRecord{Kind: journalSnapshot, Seq: p.latestSeq, Entry: &e,
+		Pending: p.pending, FirstSeq: p.firstSeq, FirstTimestamp: p.firstTimestamp})
+	if err != nil {
+		return err
+	}
+	return j.writeLocked(frame)
+}
+
+// generation is the count of writes so far, for sync.
+func (j *statusJournal) generation() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.written
+}
+
+func (j *statusJournal) superseded() uint64 {
+	if j == nil {
+		return 0
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.state.superseded
 }
 
 // peekDamage is what takeDamage will return.

@@ -1,12 +1,17 @@
 package offline
 
 import (
+	"strings"
+
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -79,7 +84,14 @@ type journalOp struct {
 // checks the journal against a model of the outbox after each step: pending statuses, their
 // order, the latest status a restart gives back, and sequence numbers that never go back.
 func TestJournalModel(t *testing.T) {
-	for seed := range uint64(200) {
+	seeds := 40
+	if v := os.Getenv("HOLDFAST_JOURNAL_MODEL_SEQUENCES"); v != "" {
+		var err error
+		if seeds, err = strconv.Atoi(v); err != nil || seeds < 1 {
+			t.Fatalf("HOLDFAST_JOURNAL_MODEL_SEQUENCES=%q: want a positive count", v)
+		}
+	}
+	for seed := range uint64(seeds) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		dir := t.TempDir()
 		path := filepath.Join(dir, "state.db")
@@ -225,20 +237,22 @@ func mustEncodeStatus(t *testing.T, u StatusUpdate) []byte {
 }
 
 // TestJournalCutAnywhereOpens cuts the journal at every length and flips bytes at random:
-// Open never fails, and what it gives back is statuses that were appended, with sequence
-// numbers going on above every one it kept.
+// the replay never fails, what it gives back is statuses that were appended, and sequence
+// numbers go on above every one it kept, and above every one handed out when it found damage.
 func TestJournalCutAnywhereOpens(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.db")
 	s, _, err := Open(path, Options{})
 	must(t, err)
 	appended := map[uint64]int32{}
+	var lastAppended uint64
 	for i := range 12 {
 		uid := types.UID(fmt.Sprintf("p%d", i%3))
 		must(t, s.PutPod(SourceAPI, testPod(string(uid), string(uid))))
 		seq, err := s.AppendStatus(StatusUpdate{UID: uid, Status: testStatus(v1.PodRunning, int32(i)), Timestamp: t0})
 		must(t, err)
 		appended[seq] = int32(i)
+		lastAppended = seq
 		if i%4 == 3 {
 			must(t, s.AckStatuses(uid, seq))
 		}
@@ -246,34 +260,27 @@ func TestJournalCutAnywhereOpens(t *testing.T) {
 	must(t, s.Close())
 	whole, err := os.ReadFile(path + journalSuffix)
 	must(t, err)
-	db, err := os.ReadFile(path)
-	must(t, err)
 
 	check := func(name string, journal []byte) {
 		t.Helper()
-		d := t.TempDir()
-		p := filepath.Join(d, "state.db")
-		must(t, os.WriteFile(p, db, 0o600))
-		must(t, os.WriteFile(p+journalSuffix, journal, 0o600))
-		s, _, err := Open(p, Options{})
-		if err != nil {
-			t.Fatalf("%s: Open: %v", name, err)
+		j := &statusJournal{}
+		good, damaged := j.replay(journal)
+		if good > int64(len(journal)) || (!damaged && good != int64(len(journal))) {
+			t.Fatalf("%s: readable prefix %d of %d, damaged %v", name, good, len(journal), damaged)
 		}
-		defer s.Close()
-		pending, _, err := s.PendingStatuses()
-		must(t, err)
 		var maxSeq uint64
-		for _, ps := range pending {
+		for _, ps := range j.state.pendingStatuses() {
 			restarts, ok := appended[ps.LastSeq]
 			if !ok || ps.Status.ContainerStatuses[0].RestartCount != restarts {
 				t.Fatalf("%s: pending %+v was never appended", name, ps)
 			}
 			maxSeq = max(maxSeq, ps.LastSeq)
 		}
-		seq, err := s.AppendStatus(StatusUpdate{UID: "p0", Status: testStatus(v1.PodRunning, 99), Timestamp: t0})
-		must(t, err)
-		if seq <= maxSeq {
-			t.Fatalf("%s: new sequence %d not above kept %d", name, seq, maxSeq)
+		if j.state.lastSeq < maxSeq {
+			t.Fatalf("%s: next sequence %d not above kept %d", name, j.state.lastSeq+1, maxSeq)
+		}
+		if damaged && j.state.lastSeq < lastAppended {
+			t.Fatalf("%s: after damage the next sequence %d may reuse one handed out (up to %d)", name, j.state.lastSeq+1, lastAppended)
 		}
 	}
 	for n := range len(whole) {
@@ -305,19 +312,29 @@ func TestJournalDamageQuarantined(t *testing.T) {
 	first := 4 + int(binary.BigEndian.Uint32(raw))
 	raw[first+10] ^= 0xff // inside the second frame
 	must(t, os.WriteFile(path+journalSuffix, raw, 0o600))
+	second := first + 4 + int(binary.BigEndian.Uint32(raw[first:]))
 	s2, _ := openTestStore(t, path, Options{})
 	pending, errs, err := s2.PendingStatuses()
 	must(t, err)
-	if len(pending) != 1 || pending[0].Status.ContainerStatuses[0].RestartCount != 0 || len(errs) != 1 || errs[fmt.Sprintf("journal@%d", first)] == nil {
-		t.Errorf("PendingStatuses = %+v, %v; want the first status and the damage at %d", pending, errs, first)
+	// The replay resynchronizes after the damaged frame: the third status, written after it,
+	// is kept; the second alone is lost.
+	if len(pending) != 1 || pending[0].FirstSeq != 1 || pending[0].Status.ContainerStatuses[0].RestartCount != 2 ||
+		len(errs) != 1 || errs[fmt.Sprintf("journal@%d", first)] == nil {
+		t.Errorf("PendingStatuses = %+v, %v; want the first and third statuses and the damage at %d", pending, errs, first)
 	}
 	if _, errs, _ := s2.PendingStatuses(); len(errs) != 0 {
 		t.Errorf("damage reported twice: %v", errs)
 	}
 	q, err := s2.Quarantined()
 	must(t, err)
-	if len(q) != 1 || q[0].Key != fmt.Sprintf("outbox/journal@%d", first) || len(q[0].Value) != len(raw)-first {
-		t.Errorf("quarantine = %+v", q)
+	if len(q) != 1 || q[0].Key != fmt.Sprintf("outbox/journal@%d", first) || len(q[0].Value) != second-first {
+		t.Errorf("quarantine = %+v, want the %d bytes of the second frame", q, second-first)
+	}
+	// Numbers handed out before the damage are not handed out again.
+	seq, err := s2.AppendStatus(StatusUpdate{UID: "u", Status: testStatus(v1.PodRunning, 3), Timestamp: t0})
+	must(t, err)
+	if seq <= 3+seqJumpAfterDamage-1 {
+		t.Errorf("sequence %d after damage, want a jump past every number handed out", seq)
 	}
 }
 
@@ -326,7 +343,7 @@ func TestJournalDamageQuarantined(t *testing.T) {
 func TestJournalCompacts(t *testing.T) {
 	s := newTestBolt(t)
 	var max int64
-	for i := range 3000 {
+	for i := range 800 {
 		uid := types.UID(fmt.Sprintf("p%d", i%5))
 		seq, err := s.AppendStatus(StatusUpdate{UID: uid, Status: testStatus(v1.PodRunning, int32(i)), Timestamp: t0})
 		must(t, err)
@@ -397,14 +414,14 @@ func TestOutboxBucketMovesToTheJournal(t *testing.T) {
 	}
 	pending, _, err := s2.PendingStatuses()
 	must(t, err)
-	if len(pending) != 2 || pending[0].UID != "a" || pending[0].FirstSeq != 1 || pending[0].LastSeq != 3 ||
+	if len(pending) != 2 || pending[0].UID != "a" || pending[0].FirstSeq <= 4 || pending[0].Entries != 2 ||
 		pending[0].Status.ContainerStatuses[0].RestartCount != 2 || pending[1].UID != "b" {
-		t.Errorf("pending after the upgrade = %+v", pending)
+		t.Errorf("pending after the upgrade = %+v, want a's two then b's, numbered after the bucket's 4", pending)
 	}
 	seq, err := s2.AppendStatus(StatusUpdate{UID: "c", Status: testStatus(v1.PodRunning, 0), Timestamp: t0})
 	must(t, err)
-	if seq <= 4 {
-		t.Errorf("sequence %d after the bucket's 4", seq)
+	if seq <= pending[0].LastSeq || seq <= pending[1].LastSeq {
+		t.Errorf("sequence %d after the moved ones %+v", seq, pending)
 	}
 	must(t, s2.db.View(func(tx *bolt.Tx) error {
 		if k, _ := tx.Bucket(bucketOutbox).Cursor().First(); k != nil {
@@ -445,5 +462,213 @@ func TestDeliveredStatusGoesWithItsRecord(t *testing.T) {
 	must(t, s2.AckStatuses("final", final))
 	if _, ok := s2.latestStatus("final"); ok {
 		t.Error("a delivered status whose record went is kept")
+	}
+}
+
+// TestPlantedStatusRefused: with a state key the journal's records are sealed; a record
+// written in the clear by whoever can write the disk (a Failed, Evicted status that would stop
+// the pod at an offline boot) is refused, and the sealed record's status stands.
+func TestPlantedStatusRefused(t *testing.T) {
+	s := newTestBolt(t)
+	pod := testPod("uid-1", "web")
+	must(t, s.PutPod(SourceAPI, pod))
+	_, err := s.AppendStatus(StatusUpdate{UID: pod.UID, Status: testStatus(v1.PodRunning, 0), Timestamp: t0})
+	must(t, err)
+	path := s.Path()
+	must(t, s.Close())
+	raw, err := os.ReadFile(path + journalSuffix)
+	must(t, err)
+	if strings.Contains(string(raw), "Running") {
+		t.Fatal("the journal holds a status in the clear with a state key")
+	}
+	evicted := outboxEntry{UID: pod.UID, Timestamp: t0, Status: v1.PodStatus{Phase: v1.PodFailed, Reason: "Evicted", Message: "attacker"}}
+	planted, err := (&statusJournal{}).frame(journalRecord{Kind: journalSnapshot, Seq: 99, Entry: &evicted})
+	must(t, err)
+	must(t, os.WriteFile(path+journalSuffix, append(raw, planted...), 0o600))
+	s2, _ := openTestStore(t, path, Options{Key: testKey})
+	rec, err := s2.GetPod(pod.UID)
+	must(t, err)
+	if rec.Pod.Status.Phase != v1.PodRunning {
+		t.Errorf("status after a planted record = %+v, want Running", rec.Pod.Status)
+	}
+	if _, errs, _ := s2.PendingStatuses(); len(errs) != 1 {
+		t.Errorf("the planted record is not reported: %v", errs)
+	}
+}
+
+// TestRollbackAndUpgradeAgain: an older agent run after a rollback writes its statuses into
+// the pod record and the outbox bucket; the next upgrade takes them as the newest, whatever
+// the journal held from before the rollback, and numbers on above the bucket's.
+func TestRollbackAndUpgradeAgain(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	s, _, err := Open(path, Options{})
+	must(t, err)
+	pod := testPod("uid-1", "web")
+	must(t, s.PutPod(SourceAPI, pod))
+	seq, err := s.AppendStatus(StatusUpdate{UID: pod.UID, Status: testStatus(v1.PodRunning, 0), Timestamp: t0})
+	must(t, err)
+	must(t, s.AckStatuses(pod.UID, seq))
+	must(t, s.Close())
+
+	// The older agent: a record with its status (the apiserver's echo), then a pending status.
+	db, err := bolt.Open(path, 0o600, nil)
+	must(t, err)
+	echo := pod.DeepCopy()
+	echo.Status = testStatus(v1.PodRunning, 5)
+	must(t, db.Update(func(tx *bolt.Tx) error {
+		raw, err := encodeValue(podEntry{Source: SourceAPI, Pod: echo})
+		if err != nil {
+			return err
+		}
+		if err := bucketAt(tx, bucketPods, []byte(pod.UID)).Put(keyPod, raw); err != nil {
+			return err
+		}
+		ob := tx.Bucket(bucketOutbox)
+		next, _ := ob.NextSequence()
+		raw, err = encodeStatus(StatusUpdate{UID: pod.UID, Status: testStatus(v1.PodFailed, 7), Timestamp: t0.Add(time.Hour)})
+		if err != nil {
+			return err
+		}
+		return ob.Put(seqKey(next), raw)
+	}))
+	must(t, db.Close())
+
+	s2, _ := openTestStore(t, path, Options{})
+	pending, _, err := s2.PendingStatuses()
+	must(t, err)
+	if len(pending) != 1 || pending[0].Status.Phase != v1.PodFailed || pending[0].Status.ContainerStatuses[0].RestartCount != 7 {
+		t.Fatalf("pending after the new upgrade = %+v, want the older agent's Failed status", pending)
+	}
+	rec, err := s2.GetPod(pod.UID)
+	must(t, err)
+	if rec.Pod.Status.Phase != v1.PodFailed {
+		t.Errorf("GetPod's status = %+v, want the newest (Failed)", rec.Pod.Status)
+	}
+	if pending[0].LastSeq <= seq {
+		t.Errorf("the older agent's status numbered %d, not after %d", pending[0].LastSeq, seq)
+	}
+	must(t, s2.db.View(func(tx *bolt.Tx) error {
+		if got := tx.Bucket(bucketOutbox).Sequence(); got < pending[0].LastSeq {
+			t.Errorf("the outbox bucket's sequence %d is below the journal's %d: an older agent would reuse numbers", got, pending[0].LastSeq)
+		}
+		e, err := decodePod(s2.seal, pod.UID, bucketAt(tx, bucketPods, []byte(pod.UID)).Get(keyPod))
+		if err != nil || e.Pod.Status.Phase != "" {
+			t.Errorf("the record still carries a status: %+v, %v", e.Pod.Status, err)
+		}
+		return nil
+	}))
+}
+
+// TestJournalCompactsFromItsLiveSize: a journal found large at open, whose live statuses are
+// few, is compacted by the next append (its threshold comes from what it holds, not from its
+// size: four times the size at each boot would never compact).
+func TestJournalCompactsFromItsLiveSize(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	s, _, err := Open(path, Options{})
+	must(t, err)
+	must(t, s.Close())
+	j := &statusJournal{}
+	var big []byte
+	for i := range 3000 {
+		e := outboxEntry{UID: "u", Timestamp: t0, Status: testStatus(v1.PodRunning, int32(i))}
+		f, err := j.frame(journalRecord{Kind: journalStatus, Seq: uint64(i + 1), Entry: &e})
+		must(t, err)
+		big = append(big, f...)
+	}
+	must(t, os.WriteFile(path+journalSuffix, big, 0o600))
+	s2, _ := openTestStore(t, path, Options{})
+	_, err = s2.AppendStatus(StatusUpdate{UID: "u", Status: testStatus(v1.PodRunning, 1), Timestamp: t0})
+	must(t, err)
+	fi, err := os.Stat(path + journalSuffix)
+	must(t, err)
+	if fi.Size() >= int64(len(big)) {
+		t.Errorf("journal of %d bytes (one live pod) not compacted: %d", len(big), fi.Size())
+	}
+}
+
+// TestJournalPathNotARegularFile: a directory, a FIFO (which would block a read) or a symbolic
+// link at the journal's path does not stop the boot: it is moved aside, a link's target left
+// alone.
+func TestJournalPathNotARegularFile(t *testing.T) {
+	for name, plant := range map[string]func(path, target string) error{
+		"directory": func(path, _ string) error { return os.Mkdir(path, 0o700) },
+		"fifo":      func(path, _ string) error { return unix.Mkfifo(path, 0o600) },
+		"symlink":   func(path, target string) error { return os.Symlink(target, path) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "state.db")
+			target := filepath.Join(dir, "precious")
+			must(t, os.WriteFile(target, []byte("keep me"), 0o600))
+			must(t, plant(path+journalSuffix, target))
+			s, _ := openTestStore(t, path, Options{})
+			if _, err := s.AppendStatus(StatusUpdate{UID: "u", Status: testStatus(v1.PodRunning, 0), Timestamp: t0}); err != nil {
+				t.Fatalf("append after a %s at the journal's path: %v", name, err)
+			}
+			if _, errs, _ := s.PendingStatuses(); errs["journal"] == nil {
+				t.Errorf("the unusable journal is not reported: %v", errs)
+			}
+			if b, err := os.ReadFile(target); err != nil || string(b) != "keep me" {
+				t.Errorf("the link's target = %q, %v", b, err)
+			}
+		})
+	}
+}
+
+// TestStatusKeptAsAppended: the outbox keeps what was appended, not the caller's slices, and
+// gives back before a restart what it gives after.
+func TestStatusKeptAsAppended(t *testing.T) {
+	s := newTestBolt(t)
+	must(t, s.PutPod(SourceAPI, testPod("u", "u")))
+	st := testStatus(v1.PodRunning, 1)
+	now := metav1.NewTime(t0.Add(123 * time.Millisecond))
+	st.StartTime = &now
+	_, err := s.AppendStatus(StatusUpdate{UID: "u", Status: st, Timestamp: t0})
+	must(t, err)
+	st.ContainerStatuses[0].RestartCount = 42
+	before, _, err := s.PendingStatuses()
+	must(t, err)
+	if before[0].Status.ContainerStatuses[0].RestartCount != 1 {
+		t.Errorf("the caller's change reached the outbox: %+v", before[0].Status)
+	}
+	path := s.Path()
+	must(t, s.Close())
+	s2, _ := openTestStore(t, path, Options{Key: testKey})
+	after, _, err := s2.PendingStatuses()
+	must(t, err)
+	if !sameJSON(t, before, after) || !before[0].Status.StartTime.Equal(after[0].Status.StartTime) {
+		t.Errorf("before a restart %+v, after %+v", before, after)
+	}
+}
+
+// TestRecordPutAgainKeepsItsStatus: a pod whose record went while a status was pending and
+// came back keeps its status once delivered.
+func TestRecordPutAgainKeepsItsStatus(t *testing.T) {
+	for name, s := range map[string]Store{"bolt": newTestBolt(t), "mem": NewMemStore(nil)} {
+		pod := testPod("u", "u")
+		must(t, s.PutPod(SourceAPI, pod))
+		seq, err := s.AppendStatus(StatusUpdate{UID: "u", Status: testStatus(v1.PodRunning, 1), Timestamp: t0})
+		must(t, err)
+		must(t, s.DeletePod("u"))
+		must(t, s.PutPod(SourceAPI, pod))
+		must(t, s.AckStatuses("u", seq))
+		rec, err := s.GetPod("u")
+		must(t, err)
+		if len(rec.Pod.Status.ContainerStatuses) != 1 {
+			t.Errorf("%s: status lost: %+v", name, rec.Pod.Status)
+		}
+	}
+}
+
+// TestSequenceNearItsEndRefused: a record numbered near the end of uint64 (damage, or planted)
+// is refused: numbers would wrap to 0, which is never acknowledged.
+func TestSequenceNearItsEndRefused(t *testing.T) {
+	j := &statusJournal{}
+	f, err := j.frame(journalRecord{Kind: journalSeq, Seq: ^uint64(0)})
+	must(t, err)
+	if _, damaged := j.replay(f); !damaged || j.state.lastSeq >= maxSeq {
+		t.Errorf("a sequence of 2^64-1 accepted: last %d", j.state.lastSeq)
 	}
 }

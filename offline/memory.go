@@ -182,6 +182,7 @@ func (m *MemStore) PutPod(source Source, pod *v1.Pod) error {
 	}
 	defer m.mu.Unlock()
 	p := m.pods[pod.UID]
+	m.outbox.recordPut(pod.UID)
 	if p == nil {
 		p = &memPod{containers: map[string][]byte{}, tokens: map[string][]byte{}}
 		m.pods[pod.UID] = p

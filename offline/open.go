@@ -198,7 +198,7 @@ func Open(path string, opts Options) (*BoltStore, OpenReport, error) {
 		_ = s.Close()
 		return fail(err)
 	}
-	if s.journal, err = openStatusJournal(path + journalSuffix); err != nil {
+	if s.journal, err = openStatusJournal(path+journalSuffix, opts.Key); err != nil {
 		_ = s.Close()
 		return fail(err)
 	}

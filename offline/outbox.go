@@ -96,6 +96,14 @@ func (o *outboxState) recordDeleted(uid types.UID) (gone bool) {
 	return false
 }
 
+// recordPut is told that the pod has a record (again, after it went with a status pending):
+// its status stays once delivered.
+func (o *outboxState) recordPut(uid types.UID) {
+	if p := o.pods[uid]; p != nil {
+		p.recordGone = false
+	}
+}
+
 // forget drops the pod's entry, pending or not.
 func (o *outboxState) forget(uid types.UID) { delete(o.pods, uid) }
 
