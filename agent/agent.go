@@ -17,38 +17,26 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/containerd/containerd/v2/pkg/apparmor"
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 
-	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/events"
 	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/identity"
 	"github.com/holdfast-dev/holdfast/agent/metrics"
-	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
 	"github.com/holdfast-dev/holdfast/agent/nodeapi"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/policy"
-	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
-	"github.com/holdfast-dev/holdfast/agent/services"
-	"github.com/holdfast-dev/holdfast/agent/sources"
 	"github.com/holdfast-dev/holdfast/agent/statekey"
 	"github.com/holdfast-dev/holdfast/agent/stats"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/agent/systemd"
-	"github.com/holdfast-dev/holdfast/agent/volumes"
 	"github.com/holdfast-dev/holdfast/offline"
 )
 
@@ -78,333 +66,47 @@ func NewHollow(cfg config.Config, log *slog.Logger, version string) *Agent {
 
 // Run runs the agent until ctx ends. Ending it stops the agent, never the pods: containers
 // keep running and are adopted by the next start.
+//
+// It starts in named steps, in the order they run (start.go): each builds what the next
+// ones use and says what it guarantees before they run. What the steps start runs in one
+// errgroup, which Run waits for; what they open is closed when Run returns, in reverse.
 func (a *Agent) Run(ctx context.Context) error {
-	cfg := a.cfg
-	a.metrics = metrics.New()
-	boot := a.metrics.Boot()
-	if !a.hollow {
-		// klog's logger is the process's, and setting it races with anything logging: the
-		// hollow command, whose nodes share one process, sets it once before they start.
-		klog.SetSlogLogger(a.log.With("component", "client-go"))
-	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
-	}
-	// The state database first: its lock keeps a second agent on the same state directory
-	// from touching anything (the logger, the PKI, the containers) before it gives up.
-	stateKey := a.loadStateKey()
-	store, report, err := offline.Open(filepath.Join(cfg.StateDir, "state.db"), offline.Options{Key: stateKey, SealConfigMaps: a.cfg.SealConfigMaps})
-	if err != nil {
-		return fmt.Errorf("%w (is another holdfast running with state dir %s?)", err, cfg.StateDir)
-	}
-	defer store.Close()
-	boot.Done("open_store")
-
-	be, err := a.openBackend(ctx, boot)
-	if err != nil {
+	r := a.newRun()
+	if err := r.openState(); err != nil {
 		return err
 	}
-	defer be.close()
-	rt, netMgr := be.runtime, be.network
-
-	var client, heartbeatClient kubernetes.Interface
-	reach := &node.Reachability{Metrics: a.metrics}
-	var id *identity.Identity
-	if !cfg.Standalone() {
-		// The node's identity: a kubeconfig as it is, or a certificate bootstrapped with a
-		// token and renewed (agent/identity). Never waits for the apiserver.
-		id, err = identity.New(identity.Options{
-			NodeName:            cfg.NodeName,
-			Kubeconfig:          cfg.Kubeconfig,
-			BootstrapKubeconfig: cfg.BootstrapKubeconfig,
-			PKIDir:              filepath.Join(cfg.StateDir, "pki"),
-			Log:                 a.log.With("component", "identity"),
-		})
-		if err != nil {
-			return err
-		}
-		restCfg := id.RESTConfig()
-		restCfg.UserAgent = "holdfast/" + a.version
-		restCfg.QPS, restCfg.Burst = 50, 100
-		httpClient, err := rest.HTTPClientFor(restCfg)
-		if err != nil {
-			return fmt.Errorf("apiserver client: %w", err)
-		}
-		if client, err = kubernetes.NewForConfigAndClient(restCfg, httpClient); err != nil {
-			return fmt.Errorf("apiserver client: %w", err)
-		}
-		// The heartbeats (Lease, node status) get a client of their own with a deadline on
-		// every request, the kubelet's: on a link that died without a reset a request would
-		// otherwise hang until the connection's health check gave up (76 s measured by
-		// TestApiserverBlackhole), past the Lease's duration. It shares the other client's
-		// transport, so both use one HTTP/2 connection, which the watches keep open: a
-		// transport of its own would close its connection after 90 s idle, and each Lease
-		// renewal of the metered profile (every 2m) would pay a new TLS handshake, several
-		// times the renewal's bytes (docs/benchmarks.md, "Uplink").
-		hbCfg := rest.CopyConfig(restCfg)
-		hbCfg.QPS = -1 // never throttled behind the other requests
-		hbHTTP := &http.Client{
-			// Its answers say whether the apiserver is reachable: the node status is written
-			// only when it changed, so the Lease renewals are the requests made whatever happens.
-			Transport: reach.Wrap(httpClient.Transport),
-			Timeout:   min(cfg.NodeStatus.UpdateFrequency.Duration, cfg.NodeStatus.LeaseDuration.Duration),
-		}
-		if heartbeatClient, err = kubernetes.NewForConfigAndClient(hbCfg, hbHTTP); err != nil {
-			return fmt.Errorf("apiserver heartbeat client: %w", err)
-		}
-		boot.Done("identity")
-	}
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	defer broadcaster.Shutdown()
-	// The agent's recent events, for `holdfast describe` when the apiserver is out of reach.
-	recent := events.NewRecent(20, 2000)
-	broadcaster.StartEventWatcher(func(e *v1.Event) {
-		a.log.Info("event", "object", e.InvolvedObject.Namespace+"/"+e.InvolvedObject.Name,
-			"type", e.Type, "reason", e.Reason, "message", e.Message)
-		recent.Add(e)
-	})
-	// Events recorded while the apiserver is out of reach wait in a bounded backlog.
-	var eventBacklog *events.Backlog
-	if client != nil {
-		eventBacklog = events.NewBacklog(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, events.DefaultBacklogSize, a.log.With("component", "events"))
-		broadcaster.StartRecordingToSink(eventBacklog)
-		a.metrics.WatchEventBacklog(eventBacklog)
-	}
-	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "holdfast", Host: cfg.NodeName})
-
-	hostIPs := node.NewAddressKeeper(cfg.NodeIP, cfg.StateDir).IPs
-	a.metrics.WatchStore(store, store.Path())
-	stateCondition := a.reportStore(report)
-	for _, c := range stateCondition {
-		recorder.Eventf(a.nodeRef(), v1.EventTypeWarning, c.Reason, "%s", c.Message)
-	}
-
-	statusMgr := status.NewManager(client, store, cfg.NodeName, a.log.With("component", "status"))
-	a.metrics.WatchOutbox(statusMgr.Pending)
-	reserved, err := a.reservations()
-	if err != nil {
+	defer r.store.Close()
+	if err := r.openRuntime(ctx); err != nil {
 		return err
 	}
-	// Allocatable is the capacity, which does not change while the agent runs, less what is
-	// reserved: what resourceFieldRef without limits reads, as with kubelet.
-	capacity, err := node.Capacity(cfg.StateDir, cfg.MaxPods)
-	if err != nil {
-		a.log.Warn("measure node capacity; resourceFieldRef without limits will read 0", "err", err)
-	}
-	allocatable := node.Allocatable(capacity, reserved(capacity))
-	volMgr := volumes.NewManager(filepath.Join(cfg.StateDir, "pods"), client, recorder, a.log.With("component", "volumes"), volumes.Options{
-		ResyncPeriod:   cfg.Pods.VolumeResyncPeriod.Duration,
-		Allocatable:    func() v1.ResourceList { return allocatable },
-		Cache:          store,
-		PersistSecrets: stateKey != nil,
-		APIDown:        reach.Down,
-		PlainDirs:      a.hollow,
-	})
-	svcCache := services.NewCache(client, cfg.StateDir, a.log.With("component", "services"))
-	podMgr := pods.NewManager(pods.Config{
-		StateDir:        cfg.StateDir,
-		PodLogDir:       cfg.PodLogDir,
-		RelistPeriod:    cfg.Pods.RelistPeriod.Duration,
-		RelistThreshold: cfg.Pods.RelistThreshold.Duration,
-		BackOffBase:     cfg.Pods.BackOffBase.Duration,
-		BackOffMax:      cfg.Pods.BackOffMax.Duration,
-		HostIPs:         hostIPs,
-		Volumes:         volMgr,
-		Security:        nodeSecurity(cfg),
-
-		ImagePullBackOffBase:    cfg.Pods.ImagePullBackOffBase.Duration,
-		ImagePullBackOffMax:     cfg.Pods.ImagePullBackOffMax.Duration,
-		RegistryCredentialsFile: cfg.Containerd.RegistryCredentialsFile,
-
-		NodeName:       cfg.NodeName,
-		DNS:            network.DNSSettings{ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain},
-		Services:       svcCache,
-		MemoryCapacity: capacity.Memory().Value(),
-		NoSwap:         cgroups.Host().SwapController(),
-		Metrics:        a.metrics,
-	}, rt, netMgr, statusMgr, recorder, a.log.With("component", "pods"))
-	svcCache.OnKnown(podMgr.ResyncAll)
-
-	imageFS := be.imageFS
-	collector, err := gc.New(gc.Config{
-		Period:                    cfg.GC.Period.Duration,
-		MaxDeadPerContainer:       cfg.GC.MaxDeadPerContainer,
-		PodLogDir:                 cfg.PodLogDir,
-		ImageHighThresholdPercent: cfg.GC.ImageHighThresholdPercent,
-		ImageLowThresholdPercent:  cfg.GC.ImageLowThresholdPercent,
-		ImageMinAge:               cfg.GC.ImageMinAge.Duration,
-		PinnedImages:              append(append([]string{}, cfg.GC.PinnedImages...), be.preloaded...),
-	}, rt, be.images,
-		imageFS, podMgr, a.log.With("component", "gc"))
-	if err != nil {
-		return fmt.Errorf("garbage collector: %w", err)
-	}
-
-	// What the node has and uses: eviction's signals, and the node API's stats.
-	host := eviction.HostObserver{NodeFS: cfg.StateDir, ImageFS: imageFS.Root}
-	activePods := func() []*v1.Pod { pods, _ := podMgr.ActivePods(); return pods }
-	usage := &stats.Provider{NodeName: cfg.NodeName, Usage: be.usage, Pods: activePods, Runtime: rt, Host: host}
-	evictionMgr, err := a.evictionManager(rt, be.usage, host, podMgr, collector, recorder)
-	if err != nil {
+	defer r.be.close()
+	if err := r.connectAPI(); err != nil {
 		return err
 	}
-
-	adm := &admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods,
-		sysctls: allowedSysctls(cfg), appArmor: apparmor.HostSupports(), pressure: evictionMgr, reserved: reserved}
-	policies, err := a.openPolicies(ctx, store, recorder)
-	if err != nil {
-		// Fail closed for new pods only: running pods were admitted and keep running.
-		a.log.Error("policies unusable: new pods are refused until the configuration is fixed and the agent restarted", "err", err)
-		adm.policyErr = err
+	r.recordEvents(ctx)
+	defer r.broadcaster.Shutdown()
+	if err := r.buildPods(); err != nil {
+		return err
 	}
-	if policies != nil {
-		defer policies.Close(context.WithoutCancel(ctx))
-		adm.policies = policies
+	if err := r.buildReclaim(); err != nil {
+		return err
 	}
-	podMgr.SetAdmission(adm, store)
-	boot.Done("load_policies")
-
-	var probePolicies prober.PolicyProber // a nil interface, not a nil *policy.Manager
-	if policies != nil {
-		probePolicies = policies
+	r.buildAdmission(ctx)
+	if r.policies != nil {
+		defer r.policies.Close(context.WithoutCancel(ctx))
 	}
-	handlers := prober.NewHandlers(rt, probePolicies)
-	probeMgr := prober.NewManager(prober.Config{
-		Handler:              handlers,
-		Recorder:             recorder,
-		OnStatusChange:       podMgr.Resync,
-		OnContainerUnhealthy: func(uid types.UID, _, _, _ string) { podMgr.Resync(uid) },
-		Log:                  a.log.With("component", "prober"),
-	})
-	podMgr.SetProber(probeMgr, handlers)
+	r.buildProber()
 
 	g, ctx := errgroup.WithContext(ctx)
-	if policies != nil {
-		g.Go(func() error { return policies.Run(ctx) })
-	}
-	var ready []func() bool
-	var apiReachable func() error // nil: standalone
-	if cfg.ManifestDir != "" {
-		fs := &sources.FileSource{Dir: cfg.ManifestDir, NodeName: cfg.NodeName, Sink: podMgr, Log: a.log.With("component", "static"), Recorder: recorder}
-		ready = append(ready, fs.Ready)
-		g.Go(func() error { return fs.Run(ctx) })
-	}
-	if client != nil {
-		api := &sources.APISource{Client: client, NodeName: cfg.NodeName, Sink: podMgr, Store: store,
-			Log: a.log.With("component", "apisource"), Recorder: recorder, OnMirrorDeleted: statusMgr.MirrorDeleted, OnStatus: statusMgr.Observed,
-			Orphans: &sources.OrphanedMirrors{AllReady: podMgr.SourcesReady, StaticPodRuns: podMgr.RunsStaticPod, DeleteOrphan: statusMgr.DeleteOrphanedMirror}}
-		// Boot from the cache first, with no apiserver call on the path; the informer then
-		// reconciles when the apiserver answers.
-		if n := api.Restore(); n > 0 {
-			a.log.Info("restored cached pods", "pods", n)
-		}
-		if n := statusMgr.RestoreOutbox(); n > 0 {
-			a.log.Info("status updates waiting for the apiserver", "pods", n)
-		}
-		boot.Done("restore_pods")
-		factory := api.Start()
-		ready = append(ready, api.Ready)
-		g.Go(func() error { return api.Run(ctx, factory) })
-		g.Go(func() error { return id.Run(ctx, recorder) })
-		conditions := func() []v1.NodeCondition { return policyConditions(policies, adm.policyErr) }
-		if id.Bootstrapped() {
-			conditions = func() []v1.NodeCondition {
-				return append([]v1.NodeCondition{id.Condition()}, policyConditions(policies, adm.policyErr)...)
-			}
-		}
-		nc := node.NewController(node.Config{
-			NodeName:        cfg.NodeName,
-			AgentVersion:    a.version,
-			NodeIP:          cfg.NodeIP,
-			HostIPs:         hostIPs,
-			Labels:          cfg.NodeLabels,
-			MaxPods:         cfg.MaxPods,
-			StorageDir:      cfg.StateDir,
-			LeaseDuration:   cfg.NodeStatus.LeaseDuration.Duration,
-			RenewInterval:   cfg.NodeStatus.LeaseRenewInterval.Duration,
-			UpdateFrequency: cfg.NodeStatus.UpdateFrequency.Duration,
-			ReportFrequency: cfg.NodeStatus.ReportFrequency.Duration,
-			ExtraConditions: stateCondition,
-			Conditions:      conditions,
-			UnderPressure:   evictionMgr.UnderPressure,
-			Reserved:        reserved,
-			KubeletPort:     int32(cfg.NodeAPIPort()),
-			Metrics:         a.metrics,
-			// As the kubelet: repeated Lease failures close every connection, so that the
-			// informer's watch, hung on a dead link, reconnects.
-			OnRepeatedHeartbeatFailure: id.CloseAllConns,
-			// The Node from a watch, not a GET every UpdateFrequency.
-			Watch:        client,
-			Reachability: reach,
-		}, heartbeatClient, rt.Version, func() error {
-			if err := podMgr.RelistHealthy(); err != nil {
-				return err
-			}
-			if err := netMgr.Ready(); err != nil {
-				return err
-			}
-			return nil
-		}, a.log.With("component", "node"))
-		g.Go(func() error { return nc.Run(ctx) })
-		apiReachable = nc.APIReachable
-	}
-	podMgr.SetSourcesReady(func() bool {
-		for _, r := range ready {
-			if !r() {
-				return false
-			}
-		}
-		return true
-	})
-	if eventBacklog != nil {
-		g.Go(func() error { return eventBacklog.Run(ctx) })
-	}
-	g.Go(func() error { return podMgr.Run(ctx) })
-	g.Go(func() error { return netMgr.Run(ctx) })
-	if be.run != nil {
-		g.Go(func() error { return be.run(ctx) })
-	}
-	g.Go(func() error { return collector.Run(ctx) })
-	g.Go(func() error { return evictionMgr.Run(ctx) })
-	g.Go(func() error { return volMgr.Run(ctx) })
-	g.Go(func() error { return svcCache.Run(ctx) })
-	g.Go(func() error { return probeMgr.Run(ctx) })
-	g.Go(func() error { return statusMgr.Run(ctx) })
-	if cfg.HealthzAddress != "" {
-		g.Go(func() error { return a.serveHealthz(ctx, podMgr) })
-	}
-	serving := a.servingCertificate(client, hostIPs)
-	if serving != nil {
-		g.Go(func() error { return serving.Run(ctx) })
-	}
-	if api, err := a.nodeAPI(client, hostIPs, statusMgr, rt, netMgr, podMgr, usage, serving, recent); err != nil {
-		// Not worth stopping the agent, and with it the node's heartbeat, for.
-		a.log.Error("node API not served: fix the configuration and restart holdfast", "err", err)
-	} else if api != nil {
-		a.metrics.WatchTokenReviews(api)
-		if cfg.NodeAPIPort() != 0 && !cfg.Tunnel.Only {
-			g.Go(func() error { return api.Run(ctx) })
-		}
-		if cfg.Tunnel.Server != "" && client != nil {
-			g.Go(func() error { return a.runTunnel(ctx, api, hostIPs) })
-		}
-		if cfg.LocalAPISocket != "" {
-			g.Go(func() error { return api.ServeLocal(ctx, cfg.LocalAPISocket) })
-		}
-	}
-	// Restored and running: tell systemd, and keep petting its watchdog while the relist is
-	// healthy (the same health /healthz reports).
-	notifier := &systemd.Notifier{
-		Healthy: podMgr.RelistHealthy,
-		Status:  func() string { return statusLine(len(podMgr.PodUIDs()), apiReachable) },
-		Grace:   cfg.Pods.RelistThreshold.Duration,
-		Log:     a.log.With("component", "systemd"),
-	}
-	g.Go(func() error { return notifier.Run(ctx) })
-	boot.Done("start")
-	a.log.Info("holdfast running", "node", cfg.NodeName, "version", a.version, "standalone", cfg.Standalone(),
-		"manifests", cfg.ManifestDir, "containerd", cfg.Containerd.Address)
+	r.runPolicies(ctx, g)
+	r.startFileSource(ctx, g)
+	r.restore()
+	r.startAPI(ctx, g)
+	r.runPods(ctx, g)
+	r.serve(ctx, g)
+	r.boot.Done("start")
+	a.log.Info("holdfast running", "node", a.cfg.NodeName, "version", a.version, "standalone", a.cfg.Standalone(),
+		"manifests", a.cfg.ManifestDir, "containerd", a.cfg.Containerd.Address)
 	return g.Wait()
 }
 

@@ -8,15 +8,12 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/containerd/errdefs"
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
@@ -201,7 +198,7 @@ func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
 	var out []*v1.Pod
 	for uid, w := range m.workers {
 		w.mu.Lock()
-		if uid != except && w.decision != nil && w.decision.Admitted && !w.removed && !w.orphan && !w.terminal {
+		if uid != except && w.decision != nil && w.decision.Admitted && w.removal == nil && !w.terminalLocked() {
 			out = append(out, w.pod)
 		}
 		w.mu.Unlock()
@@ -219,7 +216,7 @@ func (m *Manager) ActivePods() (active []*v1.Pod, undecided int) {
 	for _, w := range m.workers {
 		w.mu.Lock()
 		switch {
-		case w.removed || w.orphan || w.terminal:
+		case w.removal != nil || w.terminalLocked():
 		case w.decision == nil:
 			undecided++
 		case w.decision.Admitted && w.eviction == nil && w.pod.DeletionTimestamp == nil:
@@ -260,7 +257,7 @@ func (m *Manager) CleanedUp(uid types.UID) bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.cleaned
+	return w.cleanedLocked()
 }
 
 // SetProber installs the probe runner, before Run. The workers report each observation of
@@ -391,7 +388,7 @@ func (m *Manager) Remove(uid types.UID, reason string) {
 		return
 	}
 	w.mu.Lock()
-	w.removed, w.reason = true, reason
+	w.removal = &removalOrder{reason: reason, orphan: w.removal != nil && w.removal.orphan}
 	w.readded = nil
 	w.cancelRunLocked()
 	w.mu.Unlock()
@@ -404,7 +401,7 @@ func (m *Manager) Remove(uid types.UID, reason string) {
 // pods); deleted before, it would be made again while the pod still reports, in a loop.
 func (m *Manager) RunsStaticPod(namespace, name string) bool {
 	for _, w := range m.workerList() {
-		pod, _, _ := w.snapshot()
+		pod := w.latestPod()
 		if manifest.IsStatic(pod) && pod.Namespace == namespace && pod.Name == name {
 			return true
 		}
@@ -435,7 +432,7 @@ func (m *Manager) Images() []string {
 	defer m.mu.Unlock()
 	var out []string
 	for _, w := range m.workers {
-		pod, _, _ := w.snapshot()
+		pod := w.latestPod()
 		for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 			for _, c := range cs {
 				out = append(out, c.Image)
@@ -457,7 +454,7 @@ func (m *Manager) startWorkerLocked(w *worker) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		uid := w.podUID()
-		if !w.finished || m.workers[uid] != w {
+		if w.currentPhase() != phaseTerminated || m.workers[uid] != w {
 			return
 		}
 		delete(m.workers, uid)
@@ -470,7 +467,7 @@ func (m *Manager) startWorkerLocked(w *worker) {
 			// The next version of this static pod waits for this one to stop (see
 			// previousStaticVersion): it may start now.
 			for _, other := range m.workers {
-				if p, _, _ := other.snapshot(); manifest.IsStatic(p) && p.Namespace == ended.Namespace && p.Name == ended.Name {
+				if p := other.latestPod(); manifest.IsStatic(p) && p.Namespace == ended.Namespace && p.Name == ended.Name {
 					other.poke()
 				}
 			}
@@ -517,221 +514,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	}()
 	defer eventsDone.Wait()
 
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var prev map[string]string
-	sourcesWereReady := false
-	for {
-		wait := m.untilRelist()
-		if wait <= 0 {
-			m.scheduleRelist(m.cfg.RelistPeriod)
-			cur, ready, ok := m.relist(ctx, prev)
-			if ok {
-				prev, sourcesWereReady = cur, ready
-			} else {
-				m.requestRelist(relistRetry)
-			}
-			continue
-		}
-		if !sourcesWereReady {
-			// Orphans are adopted at the first relist once the sources are ready: look
-			// every second (no runtime call) rather than wait for the next relist.
-			wait = min(wait, sourcesReadyPoll)
-		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		case <-m.relistCh:
-			timer.Stop() // Go 1.23 timers: no stale tick after Stop or Reset
-		}
-		if !sourcesWereReady && m.SourcesReady() {
-			m.requestRelist(0)
-		}
-	}
-}
-
-const (
-	// relistRetry is how soon a failed relist is tried again (containerd restarting).
-	relistRetry = time.Second
-	// sourcesReadyPoll is how often the sources are checked for readiness until they are.
-	sourcesReadyPoll = time.Second
-	// subscribeSettle is how long after the event subscription is set up the relist that
-	// catches what happened without one runs: containerd registers the subscriber when its
-	// side of the stream starts, a moment after the client's side.
-	subscribeSettle = time.Second
-)
-
-// scheduleRelist sets the next relist d from now, whatever was due: a relist begins.
-func (m *Manager) scheduleRelist(d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.relistDue = time.Now().Add(d)
-}
-
-// requestRelist asks for a relist within d (0: now); an earlier one already due stands.
-func (m *Manager) requestRelist(d time.Duration) {
-	m.mu.Lock()
-	if due := time.Now().Add(d); m.relistDue.IsZero() || due.Before(m.relistDue) {
-		m.relistDue = due
-	}
-	m.mu.Unlock()
-	select {
-	case m.relistCh <- struct{}{}:
-	default:
-	}
-}
-
-// untilRelist is the time left until the next relist is due (0 or less: now).
-func (m *Manager) untilRelist() time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.relistDue.IsZero() {
-		return 0
-	}
-	return time.Until(m.relistDue)
-}
-
-// DefaultRelistThreshold is kubelet's PLEG relist threshold.
-const DefaultRelistThreshold = 3 * time.Minute
-
-// RelistHealthy says whether the runtime was relisted recently (kubelet's "PLEG is not
-// healthy" once RelistThreshold passed without a successful relist).
-func (m *Manager) RelistHealthy() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lastRelist.IsZero() {
-		return fmt.Errorf("runtime not relisted yet")
-	}
-	if d := m.now().Sub(m.lastRelist); d > m.cfg.RelistThreshold {
-		return fmt.Errorf("PLEG is not healthy: pleg was last seen active %s ago; threshold is %s", d.Round(time.Second), m.cfg.RelistThreshold)
-	}
+	m.relistLoop(ctx)
 	return nil
-}
-
-// relist lists the runtime, pokes the workers of pods whose containers changed since the
-// previous list (every pod's at the first), and hands containers of pods that no source
-// claims to an orphan worker once the sources are ready. It returns the pods' fingerprints,
-// whether the sources were ready, and false when the list failed. The list is bounded by
-// RelistThreshold: a call a hung runtime never answers must not hold the relist loop for
-// good; it gives up (RelistHealthy fails by then anyway) and tries again.
-func (m *Manager) relist(ctx context.Context, prev map[string]string) (fingerprints map[string]string, sourcesReady, ok bool) {
-	listCtx, cancel := context.WithTimeout(ctx, m.cfg.RelistThreshold)
-	began := time.Now()
-	list, err := m.rt.List(listCtx)
-	cancel()
-	if ctx.Err() == nil { // a relist cut short by the agent's stop says nothing of the runtime
-		m.cfg.Metrics.ObserveRelist(time.Since(began), err)
-	}
-	if err != nil {
-		m.log.Warn("relist runtime", "err", err)
-		return prev, false, false
-	}
-	byPod := map[string][]runtime.Container{}
-	for _, c := range list {
-		byPod[c.PodUID] = append(byPod[c.PodUID], c)
-	}
-	cur := make(map[string]string, len(byPod))
-	for uid, cs := range byPod {
-		cur[uid] = fingerprint(cs)
-	}
-	m.mu.Lock()
-	m.lastRelist = m.now()
-	for uid, at := range m.terminated {
-		if m.now().Sub(at) > 10*time.Minute {
-			delete(m.terminated, uid)
-		}
-	}
-	ready := m.sourcesReady()
-	for uid, fp := range cur {
-		w, ok := m.workers[types.UID(uid)]
-		switch {
-		case ok && (prev == nil || prev[uid] != fp):
-			w.poke()
-		case !ok && ready:
-			m.adoptOrphanLocked(byPod[uid][0])
-		}
-	}
-	if ready {
-		// Pods with a network or a volume directory left but no container (deleted while the
-		// agent was down, after their containers went) are orphans too.
-		for _, uid := range append(m.net.Known(), m.cfg.Volumes.Known()...) {
-			if _, ok := m.workers[types.UID(uid)]; !ok && byPod[uid] == nil {
-				m.adoptOrphanLocked(runtime.Container{PodUID: uid})
-			}
-		}
-	}
-	m.mu.Unlock()
-	return cur, ready, true
-}
-
-// adoptOrphanLocked starts a worker that tears down a pod no source claims: it was deleted
-// while the agent was not running.
-func (m *Manager) adoptOrphanLocked(c runtime.Container) {
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(c.PodUID), Name: c.PodName, Namespace: c.PodNamespace}}
-	w := newWorker(m, pod)
-	w.removed, w.orphan, w.reason = true, true, "no source has this pod any more (deleted while the agent was down)"
-	m.workers[pod.UID] = w
-	m.startWorkerLocked(w)
-	w.poke()
-}
-
-func fingerprint(cs []runtime.Container) string {
-	parts := make([]string, 0, len(cs))
-	for _, c := range cs {
-		parts = append(parts, fmt.Sprintf("%s:%s:%d", c.ID, c.State, c.ExitCode))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
-}
-
-// followEvents hands containerd's task exits and OOMs to the workers of their pods. When the
-// subscription breaks (containerd restarted), it subscribes again and has the runtime
-// relisted once the new subscription is in place: what happened in between is not
-// delivered.
-func (m *Manager) followEvents(ctx context.Context) {
-	subscribed := func() { m.requestRelist(subscribeSettle) }
-	for ctx.Err() == nil {
-		err := m.rt.SubscribeTaskEvents(ctx, subscribed, func(ev runtime.TaskEvent) { m.taskEvent(ctx, ev) })
-		if ctx.Err() != nil {
-			return
-		}
-		m.log.Warn("containerd event subscription ended; subscribing again", "err", err)
-		m.requestRelist(0)
-		select {
-		case <-ctx.Done():
-		case <-time.After(resubscribeDelay):
-		}
-	}
-}
-
-// resubscribeDelay is the pause between two attempts to subscribe to containerd's events.
-const resubscribeDelay = time.Second
-
-// taskEvent pokes the worker of the pod whose container exited or was OOM-killed (after
-// recording the OOM on the container, which its exit then reports). A container of no known
-// pod, or one whose pod cannot be read, is left to a relist at once.
-func (m *Manager) taskEvent(ctx context.Context, ev runtime.TaskEvent) {
-	if ev.OOM {
-		if err := m.rt.RecordOOM(ctx, ev.ContainerID); err != nil {
-			m.log.Debug("record OOM", "container", ev.ContainerID, "err", err)
-		}
-	}
-	uid, err := m.rt.PodOf(ctx, ev.ContainerID)
-	if errdefs.IsNotFound(err) {
-		return // removed already: by its worker, which knows
-	}
-	if err != nil {
-		m.log.Debug("find the pod of a task event", "container", ev.ContainerID, "err", err)
-		m.requestRelist(0)
-		return
-	}
-	if w := m.worker(types.UID(uid)); w != nil {
-		w.poke()
-		return
-	}
-	m.requestRelist(0)
 }
 
 // PodUIDs returns the UID of every pod a worker handles, for the local /pods endpoint.

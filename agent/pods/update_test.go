@@ -88,7 +88,7 @@ func TestPodDeliveredToAnOrphanWorkerStartsAgain(t *testing.T) {
 	m := NewManager(Config{}, nil, nil, nil, nil, slog.New(slog.DiscardHandler))
 	stub := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u1", Name: "sensor-gw", Namespace: "default"}}
 	w := newWorker(m, stub)
-	w.removed, w.orphan = true, true
+	w.removal = &removalOrder{reason: "no source has this pod any more", orphan: true}
 	m.workers[stub.UID] = w
 	pod := stub.DeepCopy()
 	pod.Spec.Containers = []v1.Container{{Name: "reader", Image: "busybox"}}
@@ -116,7 +116,7 @@ func TestRunsStaticPodWhileItTerminates(t *testing.T) {
 	if !m.RunsStaticPod("default", "sensor-gw") {
 		t.Error("a running static pod is not counted")
 	}
-	m.workers["s1"].removed = true // its manifest was removed: the worker terminates it
+	m.workers["s1"].removal = &removalOrder{reason: "manifest removed"} // its manifest was removed: the worker terminates it
 	if !m.RunsStaticPod("default", "sensor-gw") {
 		t.Error("a terminating static pod is not counted: its mirror would be deleted and made again")
 	}

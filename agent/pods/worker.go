@@ -45,41 +45,44 @@ type worker struct {
 	m      *Manager
 	signal chan struct{} // buffered(1): a pending "sync again", coalesced
 
-	mu      sync.Mutex // protects pod, removed, reason, terminating, cancelRun, readded, decision, terminal, eviction, cleaned, restart
-	pod     *v1.Pod
-	removed bool   // authoritative removal: terminate the pod
-	reason  string // why it was removed, for the event
-	// terminating is the termination in progress, nil when none is.
-	terminating *termination
+	mu  sync.Mutex // protects pod, phase, terminatedFrom, removal, activeTermination, cancelRun, readded, decision, eviction, restart
+	pod *v1.Pod
+	// phase is where the pod is in its life (phase.go); only the worker's goroutine moves
+	// it, under mu, so that goroutine reads it without.
+	phase lifePhase
+	// terminatedFrom is the phase the pod's termination began in, once it began.
+	terminatedFrom lifePhase
+	// removal is the pod's authoritative removal (Manager.Remove, or an orphan's adoption),
+	// nil when there is none: the pod is terminated.
+	removal *removalOrder
+	// activeTermination is the termination in progress (a call to terminate), nil when none
+	// is: a deletion with a shorter grace period cancels it.
+	activeTermination *termination
 	// cancelRun cancels the sync in progress of a pod not being terminated (nil when none
 	// runs): a deletion does not wait for what it is blocked on.
 	cancelRun context.CancelFunc
 	// readded is the pod its source delivered again after removing it (a static manifest
 	// removed and put back, same UID): once this termination is over, it runs again.
 	readded *v1.Pod
-	orphan  bool // containers found at start that no source claims: no status to report
 	// decision is the admission outcome, nil until the first sync decides it.
 	decision *admission.Result
-	// terminal: the pod finished (Succeeded or Failed); it no longer counts in admission.
-	terminal bool
 	// eviction is the eviction manager's order to evict the pod, nil when there is none.
 	eviction *evictionOrder
-	// cleaned: the pod finished and its containers are stopped, its network and volumes
-	// released.
-	cleaned bool
 	// restart is why the pod's running containers are to be stopped and started again by their
 	// restart policy (`holdfast restart`), empty when they are not.
 	restart string
 
 	// Owned by the worker's goroutine.
-	waiting          map[string]waitingInfo
-	messages         map[string]string // termination messages of exited containers, by ID
-	lastPodIPs       []string          // the pod's addresses as last reported
-	startTime        time.Time
-	deadlineExceeded bool           // ran past spec.activeDeadlineSeconds
-	evicted          *evictionOrder // evicted for node pressure: stopped, Failed with reason Evicted
-	released         bool           // a finished pod's network and volumes are gone
-	finished         bool
+	waiting    map[string]waitingInfo
+	messages   map[string]string // termination messages of exited containers, by ID
+	lastPodIPs []string          // the pod's addresses as last reported
+	startTime  time.Time
+	// deadlineExceeded and evicted are why the pod's run ended, as its status reports it:
+	// it ran past spec.activeDeadlineSeconds; it was evicted for node pressure (stopped,
+	// Failed with reason Evicted). Either moves a running pod to phaseFinishing; either may
+	// also come after the pod finished on its own, and then changes what its status says.
+	deadlineExceeded bool
+	evicted          *evictionOrder
 	// seen is when the worker was made (the pod first seen); startPending: the pod had no
 	// running container at its first sync (not adopted from an earlier run of the agent) and
 	// has not had all its containers running since: its startup is still to be recorded.
@@ -89,7 +92,6 @@ type worker struct {
 	// does ("" otherwise): to log the wait once.
 	waitsFor types.UID
 	trace    startTrace // where the start went so far, while startPending
-	synced   bool       // a sync of the running pod happened (the next is not its creation)
 	syncErr  error      // why the sync in progress gave up, to be retried; nil when it did not
 	// startFailed holds each container's consecutive failed starts (not for an image pull,
 	// which has its own back-off): it is not tried again before its back-off has passed,
@@ -177,15 +179,24 @@ func (w *worker) poke() {
 	}
 }
 
-func (w *worker) snapshot() (*v1.Pod, bool, string) {
+// snapshot is the pod's latest version and its removal order (nil: none).
+func (w *worker) snapshot() (*v1.Pod, *removalOrder) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.pod, w.removed, w.reason
+	return w.pod, w.removal
 }
 
 func (w *worker) latestPod() *v1.Pod {
-	pod, _, _ := w.snapshot()
+	pod, _ := w.snapshot()
 	return pod
+}
+
+// isOrphan reports whether the worker tears down containers no source claims (see
+// removalOrder.orphan).
+func (w *worker) isOrphan() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.removal != nil && w.removal.orphan
 }
 
 // evictionOrder is an eviction of the pod for node pressure: its containers are stopped with
@@ -221,7 +232,7 @@ type termination struct {
 func (w *worker) setPod(pod *v1.Pod) (wake bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.removed && pod.DeletionTimestamp == nil {
+	if w.removal != nil && pod.DeletionTimestamp == nil {
 		// Delivered again while it terminates: started afresh once the termination is done.
 		// An orphan worker too (containers found at start that no source claimed yet): its
 		// pod's source has delivered it after all, and must not find it stopped for good.
@@ -230,7 +241,7 @@ func (w *worker) setPod(pod *v1.Pod) (wake bool) {
 	}
 	wake = specOrMetaChanged(w.pod, pod) || !apiequality.Semantic.DeepEqual(w.pod.Status.Conditions, pod.Status.Conditions)
 	w.pod = pod
-	if t := w.terminating; t != nil && pod.DeletionTimestamp != nil && gracePeriod(pod) < t.grace {
+	if t := w.activeTermination; t != nil && pod.DeletionTimestamp != nil && gracePeriod(pod) < t.grace {
 		t.cancel()
 	}
 	if pod.DeletionTimestamp != nil {
@@ -270,7 +281,7 @@ func (w *worker) run(ctx context.Context) {
 		case <-timer.C:
 		}
 		next := w.timedSync(ctx)
-		if w.finished {
+		if w.phase == phaseTerminated {
 			return
 		}
 		if !timer.Stop() {
@@ -286,12 +297,12 @@ func (w *worker) run(ctx context.Context) {
 // timedSync syncs the pod and records how long the sync took, by the kubelet's operation
 // types and whether it gave up.
 func (w *worker) timedSync(ctx context.Context) time.Duration {
-	pod, removed, _ := w.snapshot()
+	pod, removal := w.snapshot()
 	op := metrics.OperationSync
 	switch {
-	case removed || pod.DeletionTimestamp != nil:
+	case removal != nil || pod.DeletionTimestamp != nil:
 		op = metrics.OperationKill
-	case !w.synced:
+	case w.phase == phaseAdmitting:
 		op = metrics.OperationCreate
 	}
 	began := time.Now()
@@ -313,7 +324,7 @@ func (w *worker) timedSync(ctx context.Context) time.Duration {
 // pod; otherwise admit once, then either report a finished pod (its network and volumes
 // released) or prepare network and volumes, plan, apply and report.
 func (w *worker) sync(ctx context.Context) time.Duration {
-	pod, removed, reason := w.snapshot()
+	pod, removal := w.snapshot()
 	log := w.m.log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
 	observed, err := w.m.rt.ListPod(ctx, string(pod.UID))
 	if err != nil {
@@ -321,7 +332,11 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 		w.syncErr = err
 		return time.Second
 	}
-	if removed || pod.DeletionTimestamp != nil {
+	if removal != nil || pod.DeletionTimestamp != nil {
+		reason := ""
+		if removal != nil {
+			reason = removal.reason
+		}
 		return w.syncTermination(ctx, log, observed, reason)
 	}
 	// A deletion arriving now cancels this sync, whatever it waits for (an image pull, a
@@ -330,7 +345,7 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 	defer cancel()
 	w.mu.Lock()
 	w.cancelRun = cancel
-	deleted := w.removed || w.pod.DeletionTimestamp != nil
+	deleted := w.removal != nil || w.pod.DeletionTimestamp != nil
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
@@ -369,7 +384,7 @@ func (w *worker) previousStaticVersion(pod *v1.Pod, observed []runtime.Container
 		if other == w {
 			continue
 		}
-		p, _, _ := other.snapshot()
+		p := other.latestPod()
 		if p.UID != pod.UID && manifest.IsStatic(p) && p.Namespace == pod.Namespace && p.Name == pod.Name {
 			return p.UID
 		}
@@ -385,14 +400,15 @@ func (w *worker) syncTermination(ctx context.Context, log *slog.Logger, observed
 	}
 	termCtx, cancel := context.WithCancel(ctx)
 	w.mu.Lock()
+	w.moveToLocked(phaseTerminating)
 	pod := w.pod // the latest: a shorter grace period that came since the snapshot counts
-	w.terminating = &termination{grace: gracePeriod(pod), cancel: cancel}
+	w.activeTermination = &termination{grace: gracePeriod(pod), cancel: cancel}
 	w.mu.Unlock()
 	err := w.terminate(termCtx, pod, observed, reason)
 	shortened := termCtx.Err() != nil && ctx.Err() == nil
 	cancel()
 	w.mu.Lock()
-	w.terminating = nil
+	w.activeTermination = nil
 	w.mu.Unlock()
 	if err != nil && shortened {
 		log.Info("grace period shortened; terminating again", "grace", gracePeriod(w.latestPod()))
@@ -404,7 +420,7 @@ func (w *worker) syncTermination(ctx context.Context, log *slog.Logger, observed
 		return time.Second
 	}
 	w.mu.Lock()
-	removed := w.removed
+	removed := w.removal != nil
 	w.mu.Unlock()
 	if w.m.store != nil && removed {
 		// Gone from its source and from the node: its record goes too, or the store keeps
@@ -417,7 +433,7 @@ func (w *worker) syncTermination(ctx context.Context, log *slog.Logger, observed
 			log.Warn("remove the record of a terminated pod", "err", err)
 		}
 	}
-	w.finished = true
+	w.moveTo(phaseTerminated)
 	return 0
 }
 
@@ -429,7 +445,6 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		// a reboot); one whose containers run was adopted from a previous run of the agent.
 		w.startPending = !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning })
 	}
-	w.synced = true
 	began := w.m.now()
 	r := w.admitOnce(ctx, log, pod, observed)
 	w.timePhase(metrics.PhaseAdmission, began)
@@ -454,7 +469,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		w.evicted = w.evictionOrdered(pod)
 	}
 	w.readTerminationMessages(pod, observed)
-	if w.isTerminal() || w.deadlineExceeded || w.evicted != nil || podFinished(pod, observed) {
+	if w.phase == phaseFinishing || w.phase == phaseFinished || w.deadlineExceeded || w.evicted != nil || podFinished(pod, observed) {
 		return w.syncFinished(ctx, log, pod, observed)
 	}
 
@@ -535,6 +550,11 @@ func (w *worker) admitOnce(ctx context.Context, log *slog.Logger, pod *v1.Pod, o
 	r := w.m.admit(ctx, pod, observed, func(r admission.Result) {
 		w.mu.Lock()
 		w.decision = &r
+		if r.Admitted {
+			w.moveToLocked(phaseRunning)
+		} else {
+			w.moveToLocked(phaseRejected)
+		}
 		w.mu.Unlock()
 	})
 	if !r.Admitted {
@@ -607,13 +627,6 @@ func podFinished(pod *v1.Pod, observed []runtime.Container) bool {
 	return st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed
 }
 
-// isTerminal reports whether the pod finished (Succeeded or Failed) on this node.
-func (w *worker) isTerminal() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.terminal
-}
-
 // syncFinished handles a pod whose run is over (its containers are done under its restart
 // policy, or it ran past its activeDeadlineSeconds): containers still running (sidecars, or
 // every container past the deadline) are stopped, and what only a running pod needs goes,
@@ -621,10 +634,10 @@ func (w *worker) isTerminal() bool {
 // renewals, its probes; it no longer counts in admission. The exited containers stay, so
 // its status (phase, exit codes, messages) is still reported, until the pod is deleted.
 func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod, observed []runtime.Container) time.Duration {
-	w.mu.Lock()
-	w.terminal = true
-	w.mu.Unlock()
-	if !w.released {
+	if w.phase == phaseRunning {
+		w.moveTo(phaseFinishing)
+	}
+	if w.phase == phaseFinishing {
 		why, grace := "pod finished", gracePeriod(pod)
 		if w.deadlineExceeded {
 			why = MessageDeadlineExceeded
@@ -643,10 +656,7 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 			log.Warn("release the network and volumes of a finished pod", "err", err)
 			return time.Second
 		}
-		w.released = true
-		w.mu.Lock()
-		w.cleaned = true
-		w.mu.Unlock()
+		w.moveTo(phaseFinished)
 		log.Info("pod finished; its network and volumes are released", "reason", why)
 		var err error
 		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
@@ -1188,7 +1198,8 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	if err != nil {
 		return err
 	}
-	if !w.orphan {
+	orphan := w.isOrphan()
+	if !orphan {
 		st := computeStatus(statusInput{
 			pod: pod, observed: final, waiting: w.waiting, hostIPs: w.m.hostIPs(),
 			startTime: w.startTime, terminated: true, now: w.m.now(),
@@ -1218,7 +1229,7 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	w.m.backoff.forget(string(pod.UID))
 	w.m.pullBackoff.forget(string(pod.UID))
 	log.Info("pod stopped", "reason", reason, "containers", len(final))
-	if !w.orphan {
+	if !orphan {
 		w.m.status.PodTerminated(pod)
 	}
 	return nil
