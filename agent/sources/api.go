@@ -65,7 +65,11 @@ type APISource struct {
 	synced  cache.InformerSynced
 	indexer cache.Indexer
 
-	mu sync.Mutex // protects uncached
+	mu sync.Mutex // protects uncached, delivered
+	// delivered holds the pods handed to the sink and not removed since (restored or from the
+	// informer): the reconcile after a full list removes those the list lacks, whether or not
+	// the store still has their record (a record lost or quarantined while the pod ran).
+	delivered map[types.UID]bool
 	// uncached holds the pods the store failed to cache (a full state file system), cached
 	// again every cacheRetry: a pod whose spec never changes would otherwise stay uncached.
 	uncached map[types.UID]bool
@@ -94,6 +98,7 @@ func (s *APISource) Restore() int {
 		if rec.Source != offline.SourceAPI || rec.Pod == nil {
 			continue
 		}
+		s.markDelivered(rec.UID, true)
 		s.Sink.Update(rec.Pod)
 		n++
 	}
@@ -166,7 +171,21 @@ func (s *APISource) deleted(pod *v1.Pod, reason string) {
 		return
 	}
 	s.forget(pod.UID)
+	s.markDelivered(pod.UID, false)
 	s.Sink.Remove(pod.UID, reason)
+}
+
+func (s *APISource) markDelivered(uid types.UID, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.delivered == nil {
+		s.delivered = map[types.UID]bool{}
+	}
+	if on {
+		s.delivered[uid] = true
+	} else {
+		delete(s.delivered, uid)
+	}
 }
 
 func (s *APISource) update(obj any) {
@@ -198,6 +217,7 @@ func (s *APISource) update(obj any) {
 		pod.Annotations[manifest.ConfigSourceAnnotation] = manifest.SourceAPI
 	}
 	s.cache(pod)
+	s.markDelivered(pod.UID, true)
 	s.Sink.Update(pod)
 }
 
@@ -294,17 +314,30 @@ func (s *APISource) reconcileCache() {
 			present[pod.UID] = true
 		}
 	}
+	// What to stop: the pods of the records (delivered at a restore, or not delivered yet),
+	// and the pods delivered whose record is gone (lost, or quarantined while they ran): no
+	// record says they are here, but they run, and the list proves them deleted.
+	gone := map[types.UID]string{}
 	for _, rec := range recs {
-		if rec.Source != offline.SourceAPI || present[rec.UID] {
-			continue
+		if rec.Source == offline.SourceAPI && !present[rec.UID] {
+			gone[rec.UID] = "?"
+			if rec.Pod != nil {
+				gone[rec.UID] = rec.Pod.Namespace + "/" + rec.Pod.Name
+			}
 		}
-		name := "?"
-		if rec.Pod != nil {
-			name = rec.Pod.Namespace + "/" + rec.Pod.Name
+	}
+	s.mu.Lock()
+	for uid := range s.delivered {
+		if _, ok := gone[uid]; !ok && !present[uid] {
+			gone[uid] = "(record lost)"
 		}
-		s.Log.Info("cached pod is gone from the apiserver; stopping it", "pod", name, "uid", rec.UID)
-		s.forget(rec.UID)
-		s.Sink.Remove(rec.UID, "pod was deleted in the API while the node was disconnected")
+	}
+	s.mu.Unlock()
+	for uid, name := range gone {
+		s.Log.Info("cached pod is gone from the apiserver; stopping it", "pod", name, "uid", uid)
+		s.forget(uid)
+		s.markDelivered(uid, false)
+		s.Sink.Remove(uid, "pod was deleted in the API while the node was disconnected")
 	}
 	// Records sealed with another state key were never restored, so no worker will delete
 	// them: those the list does not have are deleted here, or they would stay for good. A

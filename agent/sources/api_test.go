@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -231,5 +232,42 @@ func TestSameNameNewUIDReplacesThePod(t *testing.T) {
 	h.OnUpdate(b, b2)
 	if len(sink.removed) != 1 {
 		t.Errorf("an update of the same pod removed %v", sink.removed[1:])
+	}
+}
+
+// A pod restored at an offline boot whose record is then lost (quarantined by a read that found
+// it corrupt, a disk error) and which is deleted in the API while the node is away: the list
+// that comes back proves it deleted. Before, the reconcile walked the store's records only and
+// the pod ran on until the next restart (found by TestLifecycleModel).
+func TestDeliveredPodWithoutRecordRemovedByTheList(t *testing.T) {
+	store := offline.NewMemStore(nil)
+	gone := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gone", UID: "u-gone"}, Spec: v1.PodSpec{NodeName: "gw"}}
+	kept := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kept", UID: "u-kept"}, Spec: v1.PodSpec{NodeName: "gw"}}
+	for _, p := range []*v1.Pod{gone, kept} {
+		if err := store.PutPod(offline.SourceAPI, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
+	s := &APISource{Client: fake.NewSimpleClientset(kept), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
+	if n := s.Restore(); n != 2 {
+		t.Fatalf("restored %d pods, want 2", n)
+	}
+	if err := store.DeletePod("u-gone"); err != nil { // the record lost while the pod runs
+		t.Fatal(err)
+	}
+	factory := s.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx, factory) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the pod the list lacks removed", func() error {
+		if !slices.Contains(sink.removedUIDs(), "u-gone") {
+			return fmt.Errorf("removed %v", sink.removedUIDs())
+		}
+		return nil
+	})
+	if slices.Contains(sink.removedUIDs(), "u-kept") {
+		t.Errorf("the pod the apiserver has was removed")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,6 +36,12 @@ func (s *recordingSink) Remove(uid types.UID, _ string) {
 	defer s.mu.Unlock()
 	delete(s.pods, uid)
 	s.removed = append(s.removed, uid)
+}
+
+func (s *recordingSink) removedUIDs() []types.UID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.removed)
 }
 
 func (s *recordingSink) names() map[string]types.UID {
