@@ -50,7 +50,7 @@ func TestConcurrentWritesAreBatched(t *testing.T) {
 		wg.Go(func() {
 			uid := types.UID(fmt.Sprintf("uid-%d", w))
 			for i := range each {
-				errs <- s.PutContainer(uid, ContainerRecord{Name: "app", RestartCount: int32(i)})
+				errs <- s.PutToken(uid, "t", Token{Token: fmt.Sprintf("jwt-%d", i)})
 				_, err := s.AppendStatus(StatusUpdate{UID: uid, Status: testStatus(v1.PodRunning, int32(i)), Timestamp: t0})
 				errs <- err
 			}
@@ -71,11 +71,10 @@ func TestConcurrentWritesAreBatched(t *testing.T) {
 	if maxBatch.Load() < writers-1 || commits > writes-uint64(writers-2) {
 		t.Errorf("writes were not batched: %d writes, %d commits, largest batch %d", writes, commits, maxBatch.Load())
 	}
-	recs, _, err := s.LoadPods()
-	must(t, err)
-	for _, r := range recs {
-		if c, _ := r.Container("app"); c.RestartCount != each-1 {
-			t.Errorf("pod %s: restartCount %d, want %d", r.UID, c.RestartCount, each-1)
+	for w := range writers {
+		uid := types.UID(fmt.Sprintf("uid-%d", w))
+		if tok, err := s.GetToken(uid, "t"); err != nil || tok.Token != fmt.Sprintf("jwt-%d", each-1) {
+			t.Errorf("pod %s: token %+v, %v; want jwt-%d", uid, tok, err, each-1)
 		}
 	}
 	pending, _, err := s.PendingStatuses()
@@ -144,7 +143,7 @@ func TestLoneWritesEachCommit(t *testing.T) {
 	start := time.Now()
 	const n = 20
 	for i := range n {
-		must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app", RestartCount: int32(i)}))
+		must(t, s.PutToken("uid-1", "t", Token{Token: fmt.Sprintf("jwt-%d", i)}))
 	}
 	per := time.Since(start) / n
 	t.Logf("lone fsynced write: %s", per)

@@ -2,7 +2,6 @@ package offline
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -340,16 +339,6 @@ func (s *BoltStore) SetAdmission(uid types.UID, a Admission) error {
 	return nil
 }
 
-// PutContainer implements Store.
-func (s *BoltStore) PutContainer(uid types.UID, c ContainerRecord) error {
-	op := fmt.Sprintf("put container %q of pod %s", c.Name, uid)
-	raw, err := encodeContainer(c)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return s.putPodChild(op, uid, bucketContainers, c.Name, raw)
-}
-
 // putPodChild stores raw at pods/<uid>/<bucket>/<name> unless it is already
 // there; ErrNotFound if the pod is not recorded.
 func (s *BoltStore) putPodChild(op string, uid types.UID, bucket []byte, name string, raw []byte) error {
@@ -395,10 +384,10 @@ func (s *BoltStore) putPodChild(op string, uid types.UID, bucket []byte, name st
 	return nil
 }
 
-// readPod decodes one pod bucket. Bad parts are reported to q; in a
-// writable transaction they are also quarantined (the whole pod if its
-// object or admission is bad, else only the container record). ok is false
-// if the pod itself is unusable.
+// readPod decodes one pod bucket. A bad object or admission is reported to q;
+// in a writable transaction the whole pod is also quarantined. ok is false if
+// the pod is unusable. The containers sub-bucket that agents before this one
+// wrote is not read (see doc.go): it goes with its pod.
 func readPod(tx *bolt.Tx, seal sealing, pods *bolt.Bucket, uid types.UID, q *quarantiner) (rec PodRecord, ok bool, err error) {
 	key := "pods/" + string(uid)
 	pb := pods.Bucket([]byte(uid))
@@ -441,52 +430,6 @@ func readPod(tx *bolt.Tx, seal sealing, pods *bolt.Bucket, uid types.UID, q *qua
 	if raw := pb.Get(keyAdmission); raw != nil {
 		if rec.Admission, err = decodeAdmission(raw); err != nil {
 			return podErr(fmt.Errorf("admission: %w", err))
-		}
-	}
-	cb := pb.Bucket(bucketContainers)
-	if cb == nil {
-		return rec, true, nil
-	}
-	type bad struct {
-		name string
-		raw  []byte
-		err  error
-	}
-	var bads []bad
-	c := cb.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		name := string(k)
-		if v == nil && cb.Bucket(k) != nil {
-			bads = append(bads, bad{name, nil, fmt.Errorf("%w: a bucket where a container record was expected", errUndecodable)})
-			continue
-		}
-		cr, err := decodeContainer(name, v)
-		if err != nil {
-			bads = append(bads, bad{name, clone(v), err})
-			continue
-		}
-		rec.Containers = append(rec.Containers, cr)
-	}
-	for _, b := range bads {
-		reportKey := string(uid) + "/" + b.name
-		q.note(reportKey, b.err)
-		if !tx.Writable() {
-			continue
-		}
-		if sub := cb.Bucket([]byte(b.name)); sub != nil {
-			if err := q.quarantineBucket(tx, sub, key+"/containers/"+b.name, b.err); err != nil {
-				return rec, true, err
-			}
-			if err := cb.DeleteBucket([]byte(b.name)); err != nil {
-				return rec, true, err
-			}
-			continue
-		}
-		if err := q.put(tx, key+"/containers/"+b.name, b.raw, b.err); err != nil {
-			return rec, true, err
-		}
-		if err := cb.Delete([]byte(b.name)); err != nil {
-			return rec, true, err
 		}
 	}
 	return rec, true, nil
@@ -634,7 +577,7 @@ func (s *BoltStore) DeletePodSealedWithAnotherKey(uid types.UID) (bool, error) {
 	return deleted, nil
 }
 
-// --- single values: pod list resourceVersion, node ---
+// --- reading one record ---
 
 // getValue reads path/key, quarantining it if decode fails. found is false
 // if it is absent (or was just quarantined, in which case err wraps
@@ -676,56 +619,6 @@ func (s *BoltStore) getValue(op string, bucket, key []byte, decode func([]byte) 
 		return false, fmt.Errorf("%s: %w", op, err)
 	}
 	return found, nil
-}
-
-// SetPodListResourceVersion implements Store.
-func (s *BoltStore) SetPodListResourceVersion(rv string) error {
-	raw, err := encodeValue(rv)
-	if err != nil {
-		return fmt.Errorf("set pod list resourceVersion: %w", err)
-	}
-	return s.put("set pod list resourceVersion", [][]byte{bucketSync}, keyPodListRV, raw, true)
-}
-
-// PodListResourceVersion implements Store.
-func (s *BoltStore) PodListResourceVersion() (string, error) {
-	var rv string
-	_, err := s.getValue("get pod list resourceVersion", bucketSync, keyPodListRV, func(raw []byte) (err error) {
-		rv, err = decodeString(raw)
-		return err
-	})
-	if err != nil {
-		return "", err
-	}
-	return rv, nil
-}
-
-// PutNode implements Store.
-func (s *BoltStore) PutNode(node *v1.Node) error {
-	if node == nil {
-		return fmt.Errorf("put node: %w: nil node", ErrInvalid)
-	}
-	raw, err := encodeValue(node)
-	if err != nil {
-		return fmt.Errorf("put node: %w", err)
-	}
-	return s.put("put node", [][]byte{bucketNode}, keyNode, raw, true)
-}
-
-// GetNode implements Store.
-func (s *BoltStore) GetNode() (*v1.Node, error) {
-	var node *v1.Node
-	found, err := s.getValue("get node", bucketNode, keyNode, func(raw []byte) (err error) {
-		node, err = decodeNode(raw)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if !found {
-		return nil, fmt.Errorf("get node: %w", ErrNotFound)
-	}
-	return node, nil
 }
 
 // --- policy modules ---
@@ -824,65 +717,6 @@ func getObject[T any, P namedObject[T]](s *BoltStore, c objectClass, namespace, 
 	return obj, nil
 }
 
-func loadObjects[T any, P namedObject[T]](s *BoltStore, c objectClass) ([]P, map[string]error, error) {
-	var objs []P
-	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
-		objs = nil
-		b := tx.Bucket(c.bucket)
-		type bad struct {
-			key []byte
-			raw []byte
-			err error
-			sub bool
-		}
-		var bads []bad
-		cur := b.Cursor()
-		for k, v := cur.First(); k != nil; k, v = cur.Next() {
-			if v == nil && b.Bucket(k) != nil {
-				bads = append(bads, bad{clone(k), nil, fmt.Errorf("%w: a bucket where a record was expected", errUndecodable), true})
-				continue
-			}
-			obj, err := decodeObject[T, P](s.seal, c, string(k), v)
-			if errors.Is(err, ErrKeyMismatch) {
-				q.keyMismatch(string(k), err)
-				continue
-			}
-			if err != nil {
-				bads = append(bads, bad{clone(k), clone(v), err, false})
-				continue
-			}
-			objs = append(objs, obj)
-		}
-		for _, e := range bads {
-			q.note(string(e.key), e.err)
-			if !tx.Writable() {
-				continue
-			}
-			path := c.place(string(e.key))
-			if e.sub {
-				if err := q.quarantineBucket(tx, b.Bucket(e.key), path, e.err); err != nil {
-					return err
-				}
-				if err := b.DeleteBucket(e.key); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := q.put(tx, path, e.raw, e.err); err != nil {
-				return err
-			}
-			if err := b.Delete(e.key); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("load %ss: %w", c.kind, err)
-	}
-	return objs, errs, nil
-}
-
 func (s *BoltStore) deleteObject(c objectClass, namespace, name string) error {
 	key, err := objectKey(namespace, name)
 	if err != nil {
@@ -906,11 +740,6 @@ func (s *BoltStore) DeleteConfigMap(namespace, name string) error {
 	return s.deleteObject(classConfigMap, namespace, name)
 }
 
-// LoadConfigMaps implements Store.
-func (s *BoltStore) LoadConfigMaps() ([]*v1.ConfigMap, map[string]error, error) {
-	return loadObjects[v1.ConfigMap](s, classConfigMap)
-}
-
 // PutSecret implements Store.
 func (s *BoltStore) PutSecret(secret *v1.Secret) error {
 	return putObject(s, classSecret, secret)
@@ -924,11 +753,6 @@ func (s *BoltStore) GetSecret(namespace, name string) (*v1.Secret, error) {
 // DeleteSecret implements Store.
 func (s *BoltStore) DeleteSecret(namespace, name string) error {
 	return s.deleteObject(classSecret, namespace, name)
-}
-
-// LoadSecrets implements Store.
-func (s *BoltStore) LoadSecrets() ([]*v1.Secret, map[string]error, error) {
-	return loadObjects[v1.Secret](s, classSecret)
 }
 
 // --- tokens ---
@@ -1050,66 +874,6 @@ func (s *BoltStore) latestStatus(uid types.UID) (v1.PodStatus, bool) {
 	s.journal.mu.Lock()
 	defer s.journal.mu.Unlock()
 	return s.journal.state.latestStatus(uid)
-}
-
-// --- meta ---
-
-// NodeName implements Store.
-func (s *BoltStore) NodeName() (string, error) {
-	var name string
-	err := s.view(func(tx *bolt.Tx) error {
-		name = string(tx.Bucket(bucketMeta).Get(keyNodeName))
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("get node name: %w", err)
-	}
-	return name, nil
-}
-
-// SetNodeName implements Store.
-func (s *BoltStore) SetNodeName(name string) error {
-	if name == "" {
-		return fmt.Errorf("set node name: %w: empty name", ErrInvalid)
-	}
-	return s.put("set node name", [][]byte{bucketMeta}, keyNodeName, []byte(name), false)
-}
-
-// BootCount implements Store.
-func (s *BoltStore) BootCount() (uint64, error) {
-	var n uint64
-	err := s.view(func(tx *bolt.Tx) error {
-		n = decodeCounter(tx.Bucket(bucketMeta).Get(keyBootCount))
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("get boot count: %w", err)
-	}
-	return n, nil
-}
-
-// IncrementBootCount implements Store.
-func (s *BoltStore) IncrementBootCount() (uint64, error) {
-	var n uint64
-	err := s.update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		n = decodeCounter(meta.Get(keyBootCount)) + 1
-		return meta.Put(keyBootCount, binary.BigEndian.AppendUint64(nil, n))
-	})
-	if err != nil {
-		return 0, fmt.Errorf("increment boot count: %w", err)
-	}
-	s.count(bucketMeta, true)
-	return n, nil
-}
-
-// decodeCounter reads an 8-byte big-endian counter; anything else (a
-// damaged raw meta value) counts as 0 rather than stopping a boot.
-func decodeCounter(raw []byte) uint64 {
-	if len(raw) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(raw)
 }
 
 // Quarantined implements Store.

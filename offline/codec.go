@@ -176,34 +176,6 @@ func decodeAdmission(raw []byte) (Admission, error) {
 	return a, nil
 }
 
-func encodeContainer(c ContainerRecord) ([]byte, error) {
-	if c.Name == "" {
-		return nil, fmt.Errorf("%w: container record without a name", ErrInvalid)
-	}
-	if t := c.LastTermination; t != nil {
-		cp := *t
-		cp.StartedAt, cp.FinishedAt = cp.StartedAt.UTC(), cp.FinishedAt.UTC()
-		c.LastTermination = &cp
-	}
-	return encodeValue(c)
-}
-
-func decodeContainer(name string, raw []byte) (ContainerRecord, error) {
-	var c ContainerRecord
-	if err := decodeValue(raw, &c); err != nil {
-		return ContainerRecord{}, err
-	}
-	if c.Name == "" || c.Name != name {
-		return ContainerRecord{}, fmt.Errorf("%w: container %q stored under key %q", errUndecodable, c.Name, name)
-	}
-	if t := c.LastTermination; t != nil {
-		if err := checkTimes(t.StartedAt, t.FinishedAt); err != nil {
-			return ContainerRecord{}, err
-		}
-	}
-	return c, nil
-}
-
 func encodeStatus(u StatusUpdate) ([]byte, error) {
 	if u.UID == "" {
 		return nil, fmt.Errorf("%w: status update without pod UID", ErrInvalid)
@@ -343,22 +315,6 @@ func decodeToken(k *Key, uid types.UID, name string, raw []byte) (Token, error) 
 		return Token{}, fmt.Errorf("%w: empty token", errUndecodable)
 	}
 	return t, nil
-}
-
-func decodeNode(raw []byte) (*v1.Node, error) {
-	n := new(v1.Node)
-	if err := decodeValue(raw, n); err != nil {
-		return nil, err
-	}
-	return n, nil
-}
-
-func decodeString(raw []byte) (string, error) {
-	var s string
-	if err := decodeValue(raw, &s); err != nil {
-		return "", err
-	}
-	return s, nil
 }
 
 // seqKey encodes a sequence number so keys sort in numeric order.

@@ -44,11 +44,6 @@ func TestDecodeChecksKeys(t *testing.T) {
 	if _, err := decodePod(sealing{}, "uid-2", raw); !errors.Is(err, errUndecodable) {
 		t.Errorf("pod under another UID: %v", err)
 	}
-	raw, err = encodeContainer(ContainerRecord{Name: "app"})
-	must(t, err)
-	if _, err := decodeContainer("sidecar", raw); !errors.Is(err, errUndecodable) {
-		t.Errorf("container under another name: %v", err)
-	}
 	raw, err = encodeValue(Admission{Accepted: true})
 	must(t, err)
 	if _, err := decodeAdmission(raw); !errors.Is(err, errUndecodable) {

@@ -3,6 +3,7 @@ package offline
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -162,11 +163,6 @@ func testKeyChange(t *testing.T, open func(*Key) Store, rekey func(Store, *Key) 
 		if _, err := s.GetToken("u1", "t"); !errors.Is(err, ErrKeyMismatch) {
 			t.Errorf("GetToken with key %v: %v, want ErrKeyMismatch", k, err)
 		}
-		secs, errs, err := s.LoadSecrets()
-		must(t, err)
-		if len(secs) != 0 || !errors.Is(errs["ns/s"], ErrKeyMismatch) {
-			t.Errorf("LoadSecrets with key %v: %v, %v", k, secs, errs)
-		}
 		// The pod record was sealed (its env values may be secrets): not restored, not lost.
 		if _, err := s.GetPod("u1"); !errors.Is(err, ErrKeyMismatch) || errors.Is(err, ErrCorruptRecord) {
 			t.Errorf("GetPod with key %v: %v, want ErrKeyMismatch only", k, err)
@@ -269,16 +265,13 @@ var contractCases = []struct {
 	{"PodRoundTrip", testPodRoundTrip},
 	{"WritesByBucket", testWritesByBucket},
 	{"PutPodRejectsInvalid", testPutPodRejectsInvalid},
-	{"PutPodKeepsAdmissionAndContainers", testPutPodKeeps},
+	{"PutPodKeepsAdmissionAndTokens", testPutPodKeeps},
 	{"AdmissionIsDecidedOnce", testAdmissionOnce},
-	{"Containers", testContainers},
 	{"DeletePod", testDeletePod},
 	{"SkipsUnchangedWrites", testSkipUnchanged},
 	{"ConfigMapsAndSecrets", testObjects},
 	{"Tokens", testTokens},
 	{"QuarantineToken", testQuarantineToken},
-	{"NodeAndMeta", testNodeAndMeta},
-	{"PodListResourceVersion", testPodListRV},
 	{"OutboxOrderCoalesceAck", testOutbox},
 	{"OutboxBoundedOffline", testOutboxBounded},
 	{"QuarantinePodRecords", testQuarantinePods},
@@ -300,7 +293,7 @@ func testPodRoundTrip(t *testing.T, s Store) {
 	must(t, s.PutPod(SourceAPI, pod))
 	got, err := s.GetPod("uid-1")
 	must(t, err)
-	if got.UID != "uid-1" || got.Source != SourceAPI || got.Admission.Decided() || len(got.Containers) != 0 {
+	if got.UID != "uid-1" || got.Source != SourceAPI || got.Admission.Decided() {
 		t.Errorf("GetPod = %+v", got)
 	}
 	if !equality.Semantic.DeepEqual(got.Pod, pod) {
@@ -333,24 +326,24 @@ func testPutPodRejectsInvalid(t *testing.T, s Store) {
 	if err := s.SetAdmission("u", Admission{Accepted: true}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("admission without time: %v, want ErrInvalid", err)
 	}
-	if err := s.PutContainer("u", ContainerRecord{}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("container without name: %v, want ErrInvalid", err)
-	}
 }
 
 func testPutPodKeeps(t *testing.T, s Store) {
 	pod := testPod("uid-1", "web")
 	must(t, s.PutPod(SourceAPI, pod))
 	must(t, s.SetAdmission("uid-1", Admission{Accepted: true, At: t0}))
-	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app", ContainerID: "c1", RestartCount: 2}))
+	must(t, s.PutToken("uid-1", "t", Token{Token: "jwt-1"}))
 	pod = pod.DeepCopy()
 	pod.Labels["version"] = "2"
 	pod.ResourceVersion = "101"
 	must(t, s.PutPod(SourceAPI, pod))
 	got, err := s.GetPod("uid-1")
 	must(t, err)
-	if got.Pod.Labels["version"] != "2" || !got.Admission.Accepted || len(got.Containers) != 1 || got.Containers[0].RestartCount != 2 {
+	if got.Pod.Labels["version"] != "2" || !got.Admission.Accepted {
 		t.Errorf("after update: %+v", got)
+	}
+	if tok, err := s.GetToken("uid-1", "t"); err != nil || tok.Token != "jwt-1" {
+		t.Errorf("token after the pod's update: %+v, %v", tok, err)
 	}
 }
 
@@ -386,56 +379,25 @@ func testAdmissionOnce(t *testing.T, s Store) {
 	}
 }
 
-func testContainers(t *testing.T, s Store) {
-	if err := s.PutContainer("uid-1", ContainerRecord{Name: "app"}); !errors.Is(err, ErrNotFound) {
-		t.Errorf("container of an unknown pod: %v, want ErrNotFound", err)
-	}
-	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
-	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "sidecar", ContainerID: "s0"}))
-	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app", ContainerID: "a0"}))
-	term := &Termination{
-		ExitCode: 137, Signal: 9, Reason: "OOMKilled", ContainerID: "a0",
-		StartedAt: t0, FinishedAt: t0.Add(90 * time.Second).In(time.FixedZone("X", -7200)),
-	}
-	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app", ContainerID: "a1", Attempt: 1, RestartCount: 1, LastTermination: term}))
-	got, err := s.GetPod("uid-1")
-	must(t, err)
-	names := []string{}
-	for _, c := range got.Containers {
-		names = append(names, c.Name)
-	}
-	if !slices.Equal(names, []string{"app", "sidecar"}) {
-		t.Errorf("containers = %v, want [app sidecar]", names)
-	}
-	app, ok := got.Container("app")
-	if !ok || app.ContainerID != "a1" || app.Attempt != 1 || app.RestartCount != 1 || app.LastTermination == nil {
-		t.Fatalf("app = %+v", app)
-	}
-	lt := app.LastTermination
-	if lt.ExitCode != 137 || lt.Signal != 9 || lt.Reason != "OOMKilled" || lt.ContainerID != "a0" ||
-		!lt.StartedAt.Equal(t0) || !lt.FinishedAt.Equal(t0.Add(90*time.Second)) {
-		t.Errorf("lastTermination = %+v", lt)
-	}
-	if _, ok := got.Container("nope"); ok {
-		t.Error("Container(nope) found")
-	}
-}
-
 func testDeletePod(t *testing.T, s Store) {
 	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
-	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app"}))
+	must(t, s.SetAdmission("uid-1", Admission{Accepted: true, At: t0}))
+	must(t, s.PutToken("uid-1", "t", Token{Token: "jwt"}))
 	must(t, s.PutPod(SourceAPI, testPod("uid-2", "db")))
 	must(t, s.DeletePod("uid-1"))
 	if _, err := s.GetPod("uid-1"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("deleted pod: %v", err)
 	}
 	must(t, s.DeletePod("uid-1")) // absent: no-op
-	// Re-creating it starts with no containers.
+	// Re-creating it starts with no admission and no tokens.
 	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
 	got, err := s.GetPod("uid-1")
 	must(t, err)
-	if len(got.Containers) != 0 || got.Admission.Decided() {
+	if got.Admission.Decided() {
 		t.Errorf("re-created pod kept old state: %+v", got)
+	}
+	if _, err := s.GetToken("uid-1", "t"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("re-created pod kept its old token: %v", err)
 	}
 	recs, _, err := s.LoadPods()
 	must(t, err)
@@ -448,16 +410,15 @@ func testSkipUnchanged(t *testing.T, s Store) {
 	pod := testPod("uid-1", "web")
 	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cfg", ResourceVersion: "3"}, Data: map[string]string{"a": "1"}}
 	sec := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "tok", ResourceVersion: "4"}, Data: map[string][]byte{"t": []byte("x")}}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gw-01"}}
-	c := ContainerRecord{Name: "app", ContainerID: "a0", LastTermination: &Termination{StartedAt: t0, FinishedAt: t0}}
+	admission := Admission{Accepted: true, At: t0}
+	tok := Token{Token: "jwt", IssuedAt: t0, ExpiresAt: t0.Add(time.Hour)}
 	writes := []func() error{
 		func() error { return s.PutPod(SourceAPI, pod) },
-		func() error { return s.PutContainer("uid-1", c) },
+		func() error { return s.SetAdmission("uid-1", admission) },
+		func() error { return s.PutToken("uid-1", "t", tok) },
 		func() error { return s.PutConfigMap(cm) },
 		func() error { return s.PutSecret(sec) },
-		func() error { return s.PutNode(node) },
-		func() error { return s.SetPodListResourceVersion("1234") },
-		func() error { return s.SetNodeName("gw-01") },
+		func() error { return s.PutPolicyModule("sha256:"+strings.Repeat("c", 64), []byte("\x00asm")) },
 	}
 	for round := range 3 {
 		before := s.Stats()
@@ -477,9 +438,7 @@ func testSkipUnchanged(t *testing.T, s Store) {
 	// still byte-identical once encoded.
 	before := s.Stats()
 	must(t, s.PutPod(SourceAPI, pod.DeepCopy()))
-	c2 := c
-	c2.LastTermination = &Termination{StartedAt: t0.Local(), FinishedAt: t0.In(time.FixedZone("Y", 5*3600))}
-	must(t, s.PutContainer("uid-1", c2))
+	must(t, s.SetAdmission("uid-1", Admission{Accepted: true, At: t0.In(time.FixedZone("Y", 5*3600))}))
 	if d := s.Stats(); d.Writes != before.Writes || d.SkippedWrites != before.SkippedWrites+2 {
 		t.Errorf("equal values: stats %+v -> %+v, want 2 more skipped", before, d)
 	}
@@ -509,71 +468,21 @@ func testObjects(t *testing.T, s Store) {
 	if string(sec.Data["k"]) != "b" || sec.ResourceVersion != "8" {
 		t.Errorf("GetSecret = %+v", sec)
 	}
-	cms, errs, err := s.LoadConfigMaps()
-	must(t, err)
-	if len(errs) != 0 || len(cms) != 2 || cms[0].Name != "a" || cms[1].Name != "b" {
-		t.Errorf("LoadConfigMaps = %v, %v", cms, errs)
+	if cm, err := s.GetConfigMap("ns", "b"); err != nil || cm.Data["k"] != "b" {
+		t.Errorf("GetConfigMap(ns/b) = %+v, %v", cm, err)
 	}
 	must(t, s.DeleteSecret("ns", "a"))
 	if _, err := s.GetSecret("ns", "a"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("deleted secret: %v", err)
 	}
-	secs, _, err := s.LoadSecrets()
-	must(t, err)
-	if len(secs) != 1 || secs[0].Name != "b" {
-		t.Errorf("LoadSecrets = %v", secs)
+	if sec, err := s.GetSecret("ns", "b"); err != nil || string(sec.Data["k"]) != "b" {
+		t.Errorf("the other secret after a delete: %+v, %v", sec, err)
 	}
 	if _, err := s.GetConfigMap("ns", "zz"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("absent configmap: %v", err)
 	}
 	if err := s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "a/b", Name: "c"}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("namespace with a slash: %v, want ErrInvalid", err)
-	}
-}
-
-func testNodeAndMeta(t *testing.T, s Store) {
-	if _, err := s.GetNode(); !errors.Is(err, ErrNotFound) {
-		t.Errorf("GetNode on empty store: %v", err)
-	}
-	must(t, s.PutNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gw-01", ResourceVersion: "5"}}))
-	n, err := s.GetNode()
-	must(t, err)
-	if n.Name != "gw-01" || n.ResourceVersion != "5" {
-		t.Errorf("GetNode = %+v", n)
-	}
-	name, err := s.NodeName()
-	must(t, err)
-	if name != "" {
-		t.Errorf("NodeName on empty store = %q", name)
-	}
-	must(t, s.SetNodeName("gw-01"))
-	if name, _ := s.NodeName(); name != "gw-01" {
-		t.Errorf("NodeName = %q", name)
-	}
-	if n, _ := s.BootCount(); n != 0 {
-		t.Errorf("BootCount on empty store = %d", n)
-	}
-	for want := uint64(1); want <= 3; want++ {
-		n, err := s.IncrementBootCount()
-		must(t, err)
-		if n != want {
-			t.Errorf("IncrementBootCount = %d, want %d", n, want)
-		}
-	}
-	if n, _ := s.BootCount(); n != 3 {
-		t.Errorf("BootCount = %d, want 3", n)
-	}
-}
-
-func testPodListRV(t *testing.T, s Store) {
-	rv, err := s.PodListResourceVersion()
-	must(t, err)
-	if rv != "" {
-		t.Errorf("unknown resourceVersion = %q, want \"\"", rv)
-	}
-	must(t, s.SetPodListResourceVersion("4711"))
-	if rv, _ := s.PodListResourceVersion(); rv != "4711" {
-		t.Errorf("resourceVersion = %q", rv)
 	}
 }
 
@@ -737,15 +646,13 @@ func testQuarantinePods(t *testing.T, s Store) {
 		uid := fmt.Sprintf("uid-%d", i)
 		must(t, s.PutPod(SourceAPI, testPod(uid, "p"+uid)))
 		must(t, s.SetAdmission(types.UID(uid), Admission{Accepted: true, At: t0}))
-		must(t, s.PutContainer(types.UID(uid), ContainerRecord{Name: "app", RestartCount: 3}))
-		must(t, s.PutContainer(types.UID(uid), ContainerRecord{Name: "sidecar"}))
+		must(t, s.PutToken(types.UID(uid), "t", Token{Token: "jwt-" + uid}))
 	}
 	cr.corruptRecord(t, "pod", "uid-0", garbage)
 	cr.corruptRecord(t, "admission", "uid-1", garbage)
-	cr.corruptRecord(t, "container", "uid-2/sidecar", garbage)
-	// Valid framing, valid JSON, but the record says it is another container.
-	wrong, _ := encodeContainer(ContainerRecord{Name: "other"})
-	cr.corruptRecord(t, "container", "uid-3/app", wrong)
+	// Valid framing, valid JSON, but an admission that was never decided.
+	undecided, _ := encodeValue(Admission{Accepted: true})
+	cr.corruptRecord(t, "admission", "uid-3", undecided)
 
 	recs, errs, err := s.LoadPods()
 	must(t, err)
@@ -753,19 +660,16 @@ func testQuarantinePods(t *testing.T, s Store) {
 	for _, r := range recs {
 		uids = append(uids, string(r.UID))
 	}
-	if !slices.Equal(uids, []string{"uid-2", "uid-3"}) {
-		t.Errorf("good pods = %v, want [uid-2 uid-3]", uids)
+	if !slices.Equal(uids, []string{"uid-2"}) {
+		t.Errorf("good pods = %v, want [uid-2]", uids)
 	}
-	for _, k := range []string{"uid-0", "uid-1", "uid-2/sidecar", "uid-3/app"} {
+	for _, k := range []string{"uid-0", "uid-1", "uid-3"} {
 		if !errors.Is(errs[k], errUndecodable) {
 			t.Errorf("errs[%s] = %v", k, errs[k])
 		}
 	}
-	if len(errs) != 4 {
+	if len(errs) != 3 {
 		t.Errorf("errs = %v", errs)
-	}
-	if c, ok := recs[0].Container("app"); !ok || c.RestartCount != 3 || len(recs[0].Containers) != 1 {
-		t.Errorf("uid-2 containers = %+v", recs[0].Containers)
 	}
 	q, err := s.Quarantined()
 	must(t, err)
@@ -773,42 +677,39 @@ func testQuarantinePods(t *testing.T, s Store) {
 	for _, r := range q {
 		keys[r.Key] = r
 	}
-	for _, k := range []string{"pods/uid-0/pod", "pods/uid-1/admission", "pods/uid-2/containers/sidecar", "pods/uid-3/containers/app"} {
+	for _, k := range []string{"pods/uid-0/pod", "pods/uid-1/admission", "pods/uid-3/admission"} {
 		if _, ok := keys[k]; !ok {
-			t.Errorf("quarantine lacks %s; has %v", k, slices.Sorted(func(yield func(string) bool) {
-				for k := range keys {
-					if !yield(k) {
-						return
-					}
-				}
-			}))
+			t.Errorf("quarantine lacks %s; has %v", k, slices.Sorted(maps.Keys(keys)))
 		}
 	}
 	if r := keys["pods/uid-0/pod"]; string(r.Value) != string(garbage) || r.Reason == "" || r.At.IsZero() {
 		t.Errorf("quarantined pod record = %+v", r)
 	}
 	// The whole of pod uid-0 went, its good parts kept for inspection too.
-	if _, ok := keys["pods/uid-0/containers/app"]; !ok {
-		t.Error("the good parts of a quarantined pod were not kept")
+	for _, k := range []string{"pods/uid-0/admission", "pods/uid-0/tokens/t"} {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("the good part %s of a quarantined pod was not kept", k)
+		}
 	}
-	if st := s.Stats(); st.Quarantined < 4 {
+	if st := s.Stats(); st.Quarantined < 3 {
 		t.Errorf("Stats.Quarantined = %d", st.Quarantined)
 	}
-	// Quarantined records are gone: the next load is clean.
+	// Quarantined records are gone, tokens with their pod: the next load is clean.
 	recs, errs, err = s.LoadPods()
 	must(t, err)
-	if len(recs) != 2 || len(errs) != 0 {
+	if len(recs) != 1 || len(errs) != 0 {
 		t.Errorf("second load: %d pods, errs %v", len(recs), errs)
 	}
-	// GetPod quarantines too.
-	cr.corruptRecord(t, "container", "uid-2/app", garbage)
-	if _, err := s.GetPod("uid-2"); !errors.Is(err, ErrCorruptRecord) {
-		t.Errorf("GetPod with a bad container: %v, want ErrCorruptRecord", err)
+	if _, err := s.GetToken("uid-0", "t"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("token of a quarantined pod: %v, want ErrNotFound", err)
 	}
-	got, err := s.GetPod("uid-2")
-	must(t, err)
-	if len(got.Containers) != 0 || !got.Admission.Accepted {
-		t.Errorf("GetPod after quarantine = %+v", got)
+	// GetPod quarantines too.
+	cr.corruptRecord(t, "admission", "uid-2", garbage)
+	if _, err := s.GetPod("uid-2"); !errors.Is(err, ErrCorruptRecord) {
+		t.Errorf("GetPod with a bad admission: %v, want ErrCorruptRecord", err)
+	}
+	if _, err := s.GetPod("uid-2"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetPod after quarantine: %v, want ErrNotFound", err)
 	}
 }
 
@@ -818,13 +719,15 @@ func testQuarantineOthers(t *testing.T, s Store) {
 		must(t, s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n}}))
 		must(t, s.PutSecret(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n}}))
 	}
-	must(t, s.PutNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gw"}}))
-	must(t, s.SetPodListResourceVersion("9"))
 	cr.corruptRecord(t, "configmap", "ns/a", garbage)
-	cms, errs, err := s.LoadConfigMaps()
-	must(t, err)
-	if len(cms) != 1 || cms[0].Name != "b" || len(errs) != 1 || errs["ns/a"] == nil {
-		t.Errorf("LoadConfigMaps = %v, %v", cms, errs)
+	if _, err := s.GetConfigMap("ns", "a"); !errors.Is(err, ErrCorruptRecord) {
+		t.Errorf("GetConfigMap(bad) = %v, want ErrCorruptRecord", err)
+	}
+	if _, err := s.GetConfigMap("ns", "a"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetConfigMap after quarantine = %v, want ErrNotFound", err)
+	}
+	if cm, err := s.GetConfigMap("ns", "b"); err != nil || cm.Name != "b" {
+		t.Errorf("the good ConfigMap: %+v, %v", cm, err)
 	}
 	// A secret stored under the wrong key is as bad as garbage.
 	moved, _ := encodeValue(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}})
@@ -835,17 +738,6 @@ func testQuarantineOthers(t *testing.T, s Store) {
 	if _, err := s.GetSecret("ns", "b"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("GetSecret after quarantine = %v, want ErrNotFound", err)
 	}
-	cr.corruptRecord(t, "node", "", garbage)
-	if _, err := s.GetNode(); !errors.Is(err, ErrCorruptRecord) {
-		t.Errorf("GetNode(bad) = %v", err)
-	}
-	cr.corruptRecord(t, "rv", "", garbage)
-	if _, err := s.PodListResourceVersion(); !errors.Is(err, ErrCorruptRecord) {
-		t.Errorf("PodListResourceVersion(bad) = %v", err)
-	}
-	if rv, err := s.PodListResourceVersion(); rv != "" || err != nil {
-		t.Errorf("after quarantine: %q, %v; want unknown", rv, err)
-	}
 
 	q, err := s.Quarantined()
 	must(t, err)
@@ -853,7 +745,7 @@ func testQuarantineOthers(t *testing.T, s Store) {
 	for _, r := range q {
 		keys = append(keys, r.Key)
 	}
-	want := []string{"configmaps/ns/a", "secrets/ns/b", "node/node", "sync/pods_resource_version"}
+	want := []string{"configmaps/ns/a", "secrets/ns/b"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("quarantine keys = %v, want %v", keys, want)
 	}
@@ -892,8 +784,8 @@ func testClosed(t *testing.T, s Store) {
 		"GetPod": func() error { _, err := s.GetPod("uid-1"); return err }(),
 		"Load":   func() error { _, _, err := s.LoadPods(); return err }(),
 		"Append": func() error { _, err := s.AppendStatus(StatusUpdate{UID: "u"}); return err }(),
-		"Boot":   func() error { _, err := s.IncrementBootCount(); return err }(),
-		"Node":   s.PutNode(&v1.Node{}),
+		"Token":  func() error { _, err := s.GetToken("uid-1", "t"); return err }(),
+		"Secret": s.PutSecret(&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}}),
 	}
 	for name, err := range checks {
 		if !errors.Is(err, ErrClosed) {
@@ -908,7 +800,7 @@ func testWritesByBucket(t *testing.T, s Store) {
 	before := s.Stats()
 	must(t, s.PutPod(SourceAPI, testPod("u1", "p")))
 	must(t, s.PutPod(SourceAPI, testPod("u1", "p"))) // unchanged: skipped
-	must(t, s.PutContainer("u1", ContainerRecord{Name: "app", RestartCount: 1}))
+	must(t, s.SetAdmission("u1", Admission{Accepted: true, At: t0}))
 	_, err := s.AppendStatus(StatusUpdate{UID: "u1", Namespace: "default", Name: "p", Status: testStatus(v1.PodRunning, 0), Timestamp: t0})
 	must(t, err)
 	must(t, s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}))

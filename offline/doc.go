@@ -31,12 +31,12 @@
 //     OpenReport (for an event and a node condition). The agent then
 //     rebuilds from containerd's labels, static manifests and the apiserver.
 //   - A bad record never fails a load: it is moved to the quarantine bucket
-//     with its key, and reported in the per-key error map of the Load* call
-//     (or as ErrCorruptRecord by a single Get); the good records are
-//     returned. Every value carries a CRC-32C so bit rot is caught here
-//     rather than acted upon.
-//   - Empty means unknown: PodListResourceVersion returns "" when no list
-//     ever completed; nothing in this package turns "no record" into "delete".
+//     with its key, and reported in the per-key error map of LoadPods or
+//     PendingStatuses (or as ErrCorruptRecord by a single Get); the good
+//     records are returned. Every value carries a CRC-32C so bit rot is
+//     caught here rather than acted upon.
+//   - Empty means unknown: nothing in this package turns "no record" into
+//     "delete".
 //
 // # Files
 //
@@ -77,8 +77,8 @@
 //
 //	meta/
 //	|-- version                  -> "4" (raw ASCII decimal)
-//	|-- node_name                -> node name (raw)
-//	|-- boot_count               -> uint64, 8 bytes big-endian (raw)
+//	|-- node_name                -> node name (raw); legacy, see below
+//	|-- boot_count               -> uint64, 8 bytes big-endian (raw); created as 0; legacy
 //	|-- sealed_by                -> ID of the key pod records are sealed with (raw); absent
 //	                                while the database never had a key (then pod records are
 //	                                in the clear; once set, a pod record in the clear is refused
@@ -88,20 +88,20 @@
 //	    |-- pod                  -> {"source": "api"|"file", "pod": v1.Pod as applied}
 //	                                (sealed when there is a key)
 //	    |-- admission            -> Admission {accepted, at, reason, message}; absent until decided
-//	    |-- containers/
-//	        |-- <container name> -> ContainerRecord {name, containerID, attempt,
+//	    |-- containers/             legacy, see below
+//	        |-- <container name> -> container record {name, containerID, attempt,
 //	                                restartCount, lastTermination {exitCode, signal,
 //	                                reason, message, startedAt, finishedAt, containerID}}
 //	    |-- tokens/
 //	        |-- <name>           -> Token {token, issuedAt, expiresAt} (sealed); the name
 //	                                is the caller's, one per projection
-//	sync/
+//	sync/                           legacy, see below
 //	|-- pods_resource_version    -> string: RV of the last complete pod list/watch event
 //	configmaps/
 //	|-- <namespace>/<name>       -> v1.ConfigMap (its RV in metadata); sealed with SealConfigMaps
 //	secrets/
 //	|-- <namespace>/<name>       -> v1.Secret (sealed; its RV in metadata)
-//	node/
+//	node/                           legacy, see below
 //	|-- node                     -> v1.Node
 //	outbox/, outbox_index/          empty: agents before the status journal kept the outbox
 //	                                here; Open moves what it finds into the journal (and the
@@ -114,6 +114,19 @@
 //	|-- <sha256:hex>             -> crc32c (4 bytes, big-endian) || Wasm module bytes (not JSON:
 //	                                a module may be 64 MiB); the key is the OCI manifest digest
 //	                                policies.yaml pins
+//
+// The legacy parts, meta/node_name, meta/boot_count, sync/, node/ and a pod's containers/,
+// held a node name, a boot counter, the last pod list's resourceVersion, the Node object and
+// one record per container. Earlier versions of this package had methods to write and read
+// them (the v1 prototype wrote the node name and the Node); the agent never used them, and
+// records what runs on containerd's labels instead. This version neither writes nor reads
+// them, but keeps the tree they live in, so that an older agent started again after a firmware
+// rollback finds what it expects: Open and the migrations still create sync/, node/ and
+// meta/boot_count (0), and v1 pods get an empty containers/ bucket. A file that holds them
+// (a v1 or v2 file, or one written through those methods) opens and loads as any other: a
+// pod's containers/ bucket, whatever it holds (undecodable records too), is not read, never
+// quarantined, and is deleted with its pod. Their shapes drawn above stay part of the schema
+// while an older agent may read them.
 //
 // The status journal, "<path>.outbox" beside the database (journal.go): frames of a 4-byte
 // length and a CRC-32C-checked JSON record, appended: a status {seq, uid, namespace, name,
@@ -162,7 +175,8 @@
 // framed with its checksum, the new buckets are created. A v1 record that
 // does not decode, or a pod without a UID, is quarantined under its v1 key.
 //
-// Changing the JSON shape of a record type (Admission, ContainerRecord,
-// Termination, the entries in codec.go) means a new schema version and a
-// migration, with a test against a file of the previous version.
+// Changing the JSON shape of a record type (Admission, Token, the entries in
+// codec.go, and the legacy container records an older agent may still read)
+// means a new schema version and a migration, with a test against a file of
+// the previous version.
 package offline

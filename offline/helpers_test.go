@@ -139,9 +139,6 @@ func (s *BoltStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 		switch kind {
 		case "pod", "admission":
 			b, k = bucketAt(tx, bucketPods, []byte(key)), []byte(kind)
-		case "container":
-			uid, name, _ := strings.Cut(key, "/")
-			b, k = bucketAt(tx, bucketPods, []byte(uid), bucketContainers), []byte(name)
 		case "token":
 			uid, name, _ := strings.Cut(key, "/")
 			b, k = bucketAt(tx, bucketPods, []byte(uid), bucketTokens), []byte(name)
@@ -149,10 +146,6 @@ func (s *BoltStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 			b, k = tx.Bucket(bucketConfigMaps), []byte(key)
 		case "secret":
 			b, k = tx.Bucket(bucketSecrets), []byte(key)
-		case "node":
-			b, k = tx.Bucket(bucketNode), keyNode
-		case "rv":
-			b, k = tx.Bucket(bucketSync), keyPodListRV
 		case "policymodule":
 			b, k = tx.Bucket(bucketPolicyModules), []byte(key)
 		default:
@@ -178,12 +171,6 @@ func (m *MemStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 		if p := m.pods[types.UID(key)]; p != nil {
 			slot = map[string]*[]byte{"pod": &p.pod, "admission": &p.admission}[kind]
 		}
-	case "container":
-		uid, name, _ := strings.Cut(key, "/")
-		if p := m.pods[types.UID(uid)]; p != nil && p.containers[name] != nil {
-			p.containers[name] = clone(raw)
-			return
-		}
 	case "token":
 		uid, name, _ := strings.Cut(key, "/")
 		if p := m.pods[types.UID(uid)]; p != nil && p.tokens[name] != nil {
@@ -201,10 +188,6 @@ func (m *MemStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 			m.policyModules[key] = clone(raw)
 			return
 		}
-	case "node":
-		slot = &m.node
-	case "rv":
-		slot = &m.podListRV
 	default:
 		t.Fatalf("unknown kind %q", kind)
 	}
@@ -213,7 +196,6 @@ func (m *MemStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 	}
 	*slot = clone(raw)
 }
-
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {

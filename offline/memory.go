@@ -26,24 +26,19 @@ type MemStore struct {
 	closed     bool
 	failWrites error
 	pods       map[types.UID]*memPod
-	podListRV  []byte
 	configMaps map[string][]byte
 	secrets    map[string][]byte
-	node       []byte
 	// policyModules: digest -> framed module, as BoltStore keeps them.
 	policyModules map[string][]byte
 	outbox        outboxState
-	nodeName      string
-	bootCount     uint64
 	quarantine    []QuarantinedRecord
 	stats         Stats
 }
 
 type memPod struct {
-	pod        []byte
-	admission  []byte
-	containers map[string][]byte
-	tokens     map[string][]byte
+	pod       []byte
+	admission []byte
+	tokens    map[string][]byte
 }
 
 var _ Store = (*MemStore)(nil)
@@ -182,12 +177,12 @@ func (m *MemStore) PutPod(source Source, pod *v1.Pod) error {
 	}
 	defer m.mu.Unlock()
 	p := m.pods[pod.UID]
-	m.outbox.recordPut(pod.UID)
 	if p == nil {
-		p = &memPod{containers: map[string][]byte{}, tokens: map[string][]byte{}}
+		p = &memPod{tokens: map[string][]byte{}}
 		m.pods[pod.UID] = p
 	}
 	m.setBytes(bucketPods, &p.pod, raw)
+	m.outbox.recordPut(pod.UID)
 	return nil
 }
 
@@ -222,27 +217,6 @@ func (m *MemStore) SetAdmission(uid types.UID, a Admission) error {
 	return nil
 }
 
-// PutContainer implements Store.
-func (m *MemStore) PutContainer(uid types.UID, c ContainerRecord) error {
-	op := fmt.Sprintf("put container %q of pod %s", c.Name, uid)
-	raw, err := encodeContainer(c)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if err := m.lock(true); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	defer m.mu.Unlock()
-	p := m.pods[uid]
-	if p == nil {
-		return fmt.Errorf("%s: %w", op, ErrNotFound)
-	}
-	slot := p.containers[c.Name]
-	m.setBytes(bucketPods, &slot, raw)
-	p.containers[c.Name] = slot
-	return nil
-}
-
 // readPodLocked decodes one pod, quarantining bad parts as BoltStore does.
 func (m *MemStore) readPodLocked(uid types.UID, errs map[string]error) (PodRecord, bool) {
 	p := m.pods[uid]
@@ -252,9 +226,6 @@ func (m *MemStore) readPodLocked(uid types.UID, errs map[string]error) (PodRecor
 		m.quarantineLocked(key+"/pod", p.pod, err)
 		if p.admission != nil {
 			m.quarantineLocked(key+"/admission", p.admission, err)
-		}
-		for _, name := range slices.Sorted(maps.Keys(p.containers)) {
-			m.quarantineLocked(key+"/containers/"+name, p.containers[name], err)
 		}
 		for _, name := range slices.Sorted(maps.Keys(p.tokens)) {
 			m.quarantineLocked(key+"/tokens/"+name, p.tokens[name], err)
@@ -280,18 +251,6 @@ func (m *MemStore) readPodLocked(uid types.UID, errs map[string]error) (PodRecor
 		if rec.Admission, err = decodeAdmission(p.admission); err != nil {
 			return podErr(fmt.Errorf("admission: %w", err))
 		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(p.containers)) {
-		c, err := decodeContainer(name, p.containers[name])
-		if err != nil {
-			errs[string(uid)+"/"+name] = err
-			m.quarantineLocked(key+"/containers/"+name, p.containers[name], err)
-			delete(p.containers, name)
-			m.stats.Writes++
-			m.stats.Commits++
-			continue
-		}
-		rec.Containers = append(rec.Containers, c)
 	}
 	return rec, true
 }
@@ -365,20 +324,6 @@ func (m *MemStore) DeletePod(uid types.UID) error {
 	return nil
 }
 
-// SetPodListResourceVersion implements Store.
-func (m *MemStore) SetPodListResourceVersion(rv string) error {
-	raw, err := encodeValue(rv)
-	if err != nil {
-		return fmt.Errorf("set pod list resourceVersion: %w", err)
-	}
-	if err := m.lock(true); err != nil {
-		return fmt.Errorf("set pod list resourceVersion: %w", err)
-	}
-	defer m.mu.Unlock()
-	m.setBytes(bucketSync, &m.podListRV, raw)
-	return nil
-}
-
 // getSlotLocked decodes *slot, quarantining it under key if it is bad.
 func (m *MemStore) getSlotLocked(op, key string, slot *[]byte, decode func([]byte) error) (bool, error) {
 	if *slot == nil {
@@ -395,58 +340,6 @@ func (m *MemStore) getSlotLocked(op, key string, slot *[]byte, decode func([]byt
 		return false, fmt.Errorf("%s: %w: %s: %v", op, ErrCorruptRecord, key, err)
 	}
 	return true, nil
-}
-
-// PodListResourceVersion implements Store.
-func (m *MemStore) PodListResourceVersion() (string, error) {
-	op := "get pod list resourceVersion"
-	if err := m.lock(false); err != nil {
-		return "", fmt.Errorf("%s: %w", op, err)
-	}
-	defer m.mu.Unlock()
-	var rv string
-	_, err := m.getSlotLocked(op, "sync/pods_resource_version", &m.podListRV, func(raw []byte) (err error) {
-		rv, err = decodeString(raw)
-		return err
-	})
-	return rv, err
-}
-
-// PutNode implements Store.
-func (m *MemStore) PutNode(node *v1.Node) error {
-	if node == nil {
-		return fmt.Errorf("put node: %w: nil node", ErrInvalid)
-	}
-	raw, err := encodeValue(node)
-	if err != nil {
-		return fmt.Errorf("put node: %w", err)
-	}
-	if err := m.lock(true); err != nil {
-		return fmt.Errorf("put node: %w", err)
-	}
-	defer m.mu.Unlock()
-	m.setBytes(bucketNode, &m.node, raw)
-	return nil
-}
-
-// GetNode implements Store.
-func (m *MemStore) GetNode() (*v1.Node, error) {
-	if err := m.lock(false); err != nil {
-		return nil, fmt.Errorf("get node: %w", err)
-	}
-	defer m.mu.Unlock()
-	var node *v1.Node
-	found, err := m.getSlotLocked("get node", "node/node", &m.node, func(raw []byte) (err error) {
-		node, err = decodeNode(raw)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if !found {
-		return nil, fmt.Errorf("get node: %w", ErrNotFound)
-	}
-	return node, nil
 }
 
 func memPutObject[T any, P namedObject[T]](m *MemStore, c objectClass, table map[string][]byte, obj P) error {
@@ -497,34 +390,6 @@ func memGetObject[T any, P namedObject[T]](m *MemStore, c objectClass, table map
 		return nil, fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
 	return obj, nil
-}
-
-func memLoadObjects[T any, P namedObject[T]](m *MemStore, c objectClass, table map[string][]byte) ([]P, map[string]error, error) {
-	if err := m.lock(false); err != nil {
-		return nil, nil, fmt.Errorf("load %ss: %w", c.kind, err)
-	}
-	defer m.mu.Unlock()
-	var objs []P
-	var errs map[string]error
-	for _, key := range slices.Sorted(maps.Keys(table)) {
-		obj, err := decodeObject[T, P](m.seal, c, key, table[key])
-		if err != nil {
-			if errs == nil {
-				errs = map[string]error{}
-			}
-			errs[key] = err
-			if errors.Is(err, ErrKeyMismatch) {
-				continue // left in place: the right key may come back
-			}
-			m.quarantineLocked(c.place(key), table[key], err)
-			delete(table, key)
-			m.stats.Writes++
-			m.stats.Commits++
-			continue
-		}
-		objs = append(objs, obj)
-	}
-	return objs, errs, nil
 }
 
 func (m *MemStore) deleteObject(c objectClass, table map[string][]byte, namespace, name string) error {
@@ -624,11 +489,6 @@ func (m *MemStore) DeleteConfigMap(namespace, name string) error {
 	return m.deleteObject(classConfigMap, m.configMaps, namespace, name)
 }
 
-// LoadConfigMaps implements Store.
-func (m *MemStore) LoadConfigMaps() ([]*v1.ConfigMap, map[string]error, error) {
-	return memLoadObjects[v1.ConfigMap](m, classConfigMap, m.configMaps)
-}
-
 // PutSecret implements Store.
 func (m *MemStore) PutSecret(s *v1.Secret) error {
 	return memPutObject(m, classSecret, m.secrets, s)
@@ -642,11 +502,6 @@ func (m *MemStore) GetSecret(namespace, name string) (*v1.Secret, error) {
 // DeleteSecret implements Store.
 func (m *MemStore) DeleteSecret(namespace, name string) error {
 	return m.deleteObject(classSecret, m.secrets, namespace, name)
-}
-
-// LoadSecrets implements Store.
-func (m *MemStore) LoadSecrets() ([]*v1.Secret, map[string]error, error) {
-	return memLoadObjects[v1.Secret](m, classSecret, m.secrets)
 }
 
 // PutToken implements Store.
@@ -748,49 +603,6 @@ func (m *MemStore) OutboxLen() (int, error) {
 	}
 	defer m.mu.Unlock()
 	return m.outbox.pendingLen(), nil
-}
-
-// NodeName implements Store.
-func (m *MemStore) NodeName() (string, error) {
-	if err := m.lock(false); err != nil {
-		return "", fmt.Errorf("get node name: %w", err)
-	}
-	defer m.mu.Unlock()
-	return m.nodeName, nil
-}
-
-// SetNodeName implements Store.
-func (m *MemStore) SetNodeName(name string) error {
-	if name == "" {
-		return fmt.Errorf("set node name: %w: empty name", ErrInvalid)
-	}
-	if err := m.lock(true); err != nil {
-		return fmt.Errorf("set node name: %w", err)
-	}
-	defer m.mu.Unlock()
-	m.wrote(bucketMeta, m.nodeName != name)
-	m.nodeName = name
-	return nil
-}
-
-// BootCount implements Store.
-func (m *MemStore) BootCount() (uint64, error) {
-	if err := m.lock(false); err != nil {
-		return 0, fmt.Errorf("get boot count: %w", err)
-	}
-	defer m.mu.Unlock()
-	return m.bootCount, nil
-}
-
-// IncrementBootCount implements Store.
-func (m *MemStore) IncrementBootCount() (uint64, error) {
-	if err := m.lock(true); err != nil {
-		return 0, fmt.Errorf("increment boot count: %w", err)
-	}
-	defer m.mu.Unlock()
-	m.bootCount++
-	m.wrote(bucketMeta, true)
-	return m.bootCount, nil
 }
 
 // Quarantined implements Store.

@@ -35,14 +35,11 @@ func TestReopenKeepsEverything(t *testing.T) {
 	}
 	must(t, s.PutPod(SourceFile, testPod("uid-1", "web")))
 	must(t, s.SetAdmission("uid-1", Admission{Accepted: true, At: t0}))
-	must(t, s.PutContainer("uid-1", ContainerRecord{Name: "app", ContainerID: "a3", Attempt: 3, RestartCount: 3,
-		LastTermination: &Termination{ExitCode: 1, Reason: "Error", StartedAt: t0, FinishedAt: t0.Add(time.Second)}}))
 	_, err := s.AppendStatus(StatusUpdate{UID: "uid-1", Namespace: "default", Name: "web", Status: testStatus(v1.PodRunning, 3), Timestamp: t0})
 	must(t, err)
-	must(t, s.SetNodeName("gw-01"))
-	must(t, s.SetPodListResourceVersion("77"))
-	_, err = s.IncrementBootCount()
-	must(t, err)
+	must(t, s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cfg"}, Data: map[string]string{"k": "v"}}))
+	digest := "sha256:" + strings.Repeat("d", 64)
+	must(t, s.PutPolicyModule(digest, []byte("\x00asm")))
 	must(t, s.Close())
 
 	s, rep = openTestStore(t, path, Options{})
@@ -51,16 +48,14 @@ func TestReopenKeepsEverything(t *testing.T) {
 	}
 	got, err := s.GetPod("uid-1")
 	must(t, err)
-	c, _ := got.Container("app")
-	if got.Source != SourceFile || !got.Admission.Accepted || c.RestartCount != 3 || c.LastTermination.Reason != "Error" {
+	if got.Source != SourceFile || !got.Admission.Accepted || got.Pod.Status.ContainerStatuses[0].RestartCount != 3 {
 		t.Errorf("pod after reopen: %+v", got)
 	}
-	n, _ := s.IncrementBootCount()
-	rv, _ := s.PodListResourceVersion()
-	name, _ := s.NodeName()
+	cm, _ := s.GetConfigMap("default", "cfg")
+	module, _ := s.GetPolicyModule(digest)
 	pending, _, _ := s.PendingStatuses()
-	if n != 2 || rv != "77" || name != "gw-01" || len(pending) != 1 || !pending[0].Timestamp.Equal(t0) {
-		t.Errorf("after reopen: boot %d, rv %q, name %q, pending %+v", n, rv, name, pending)
+	if cm == nil || cm.Data["k"] != "v" || string(module) != "\x00asm" || len(pending) != 1 || !pending[0].Timestamp.Equal(t0) {
+		t.Errorf("after reopen: configmap %+v, module %q, pending %+v", cm, module, pending)
 	}
 }
 
@@ -117,7 +112,6 @@ func writeValidDB(t *testing.T, path string) {
 		pod.Annotations = map[string]string{"padding": strings.Repeat("x", 1500)}
 		must(t, s.PutPod(SourceAPI, pod))
 		must(t, s.SetAdmission(uid, Admission{Accepted: true, At: t0}))
-		must(t, s.PutContainer(uid, ContainerRecord{Name: "app", RestartCount: int32(i)}))
 	}
 	must(t, s.Close())
 }
@@ -385,23 +379,28 @@ func TestMigrateFromV1(t *testing.T) {
 	}
 	for _, r := range recs {
 		w, ok := want[r.UID]
-		if !ok || r.Pod.Name != w.name || r.Source != w.source || !r.Admission.Accepted || !r.Admission.At.Equal(w.at) || len(r.Containers) != 0 {
+		if !ok || r.Pod.Name != w.name || r.Source != w.source || !r.Admission.Accepted || !r.Admission.At.Equal(w.at) {
 			t.Errorf("migrated pod %s: %+v", r.UID, r)
 		}
-		// Containers can be recorded on a migrated pod.
-		must(t, s.PutContainer(r.UID, ContainerRecord{Name: "app", ContainerID: "c1"}))
+		// The empty containers bucket of v2, for an older agent after a rollback.
+		if c := legacyContainers(t, s, r.UID); c == nil || len(c) != 0 {
+			t.Errorf("migrated pod %s: containers bucket %v, want an empty one", r.UID, c)
+		}
 	}
 	cm, err := s.GetConfigMap("default", "sensor-config")
 	must(t, err)
 	sec, err := s.GetSecret("default", "sensor-token")
 	must(t, err)
-	node, err := s.GetNode()
-	must(t, err)
-	name, _ := s.NodeName()
-	boots, _ := s.BootCount()
+	// The legacy parts no method reads (doc.go), as an older agent would read them.
+	var node v1.Node
+	if err := decodeValue(rawRecord(t, s, "node", "node"), &node); err != nil {
+		t.Errorf("migrated node/node: %v", err)
+	}
+	name := rawRecord(t, s, "meta", "node_name")
+	boots := rawRecord(t, s, "meta", "boot_count")
 	if cm.Data["interval"] != "5s" || cm.ResourceVersion != "17" || string(sec.Data["token"]) != "s3cr3t" ||
-		node.ResourceVersion != "99" || name != "gw-01" || boots != 0 {
-		t.Errorf("migrated: cm %+v, secret %+v, node %+v, name %q, boots %d", cm, sec, node, name, boots)
+		node.ResourceVersion != "99" || string(name) != "gw-01" || !bytes.Equal(boots, make([]byte, 8)) {
+		t.Errorf("migrated: cm %+v, secret %+v, node %+v, name %q, boots %x", cm, sec, node, name, boots)
 	}
 	q, err := s.Quarantined()
 	must(t, err)
@@ -414,9 +413,97 @@ func TestMigrateFromV1(t *testing.T) {
 	if rep.MigratedFrom != 0 || rep.Recovered != nil {
 		t.Errorf("second open migrated again: %v", rep)
 	}
-	recs, _, _ = s.LoadPods()
-	if len(recs) != 2 || len(recs[0].Containers) != 1 {
-		t.Errorf("after reopen: %+v", recs)
+	recs, errs, _ = s.LoadPods()
+	if len(recs) != 2 || len(errs) != 0 {
+		t.Errorf("after reopen: %+v, %v", recs, errs)
+	}
+}
+
+// rawRecord is the raw value at path (buckets, then the key) in the store's file, nil if
+// absent: what an older agent reads of the legacy parts of the schema (doc.go).
+func rawRecord(t *testing.T, s *BoltStore, path ...string) []byte {
+	t.Helper()
+	buckets := make([][]byte, len(path)-1)
+	for i, name := range path[:len(path)-1] {
+		buckets[i] = []byte(name)
+	}
+	var raw []byte
+	must(t, s.view(func(tx *bolt.Tx) error {
+		if b := bucketAt(tx, buckets...); b != nil {
+			raw = clone(b.Get([]byte(path[len(path)-1])))
+		}
+		return nil
+	}))
+	return raw
+}
+
+// legacyContainers is the raw content of the pod's containers bucket (doc.go), nil if there
+// is none.
+func legacyContainers(t *testing.T, s *BoltStore, uid types.UID) map[string][]byte {
+	t.Helper()
+	var records map[string][]byte
+	must(t, s.view(func(tx *bolt.Tx) error {
+		b := bucketAt(tx, bucketPods, []byte(uid), bucketContainers)
+		if b == nil {
+			return nil
+		}
+		records = map[string][]byte{}
+		return b.ForEach(func(k, v []byte) error {
+			records[string(k)] = clone(v)
+			return nil
+		})
+	}))
+	return records
+}
+
+// TestContainerRecordsOfEarlierVersionsAreIgnored: a file in which an earlier version of the
+// store kept container records (pods/<uid>/containers/, doc.go), some of them damaged since,
+// opens, and its pods load, with nothing reported or quarantined; the records go with their pod.
+func TestContainerRecordsOfEarlierVersionsAreIgnored(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, _ := openTestStore(t, path, Options{Key: testKey})
+	must(t, s.PutPod(SourceAPI, testPod("uid-1", "web")))
+	must(t, s.SetAdmission("uid-1", Admission{Accepted: true, At: t0}))
+	must(t, s.PutPod(SourceAPI, testPod("uid-2", "db")))
+	record, err := encodeValue(map[string]any{"name": "app", "containerID": "c-app-3", "attempt": 3, "restartCount": 3})
+	must(t, err)
+	must(t, s.db.Update(func(tx *bolt.Tx) error {
+		b, err := bucketAt(tx, bucketPods, []byte("uid-1")).CreateBucket(bucketContainers)
+		if err != nil {
+			return err
+		}
+		if err := b.Put([]byte("app"), record); err != nil {
+			return err
+		}
+		if err := b.Put([]byte("sidecar"), garbage); err != nil {
+			return err
+		}
+		_, err = b.CreateBucket([]byte("nested"))
+		return err
+	}))
+	must(t, s.Close())
+
+	s, rep := openTestStore(t, path, Options{Key: testKey})
+	if rep.Recovered != nil || rep.MigratedFrom != 0 || len(rep.Quarantined) != 0 {
+		t.Fatalf("open: %v", rep)
+	}
+	recs, errs, err := s.LoadPods()
+	must(t, err)
+	if len(recs) != 2 || len(errs) != 0 || recs[0].UID != "uid-1" || !recs[0].Admission.Accepted {
+		t.Errorf("LoadPods = %+v, %v", recs, errs)
+	}
+	if rec, err := s.GetPod("uid-1"); err != nil || rec.Pod.Name != "web" {
+		t.Errorf("GetPod = %+v, %v", rec, err)
+	}
+	if q, _ := s.Quarantined(); len(q) != 0 {
+		t.Errorf("quarantined: %+v", q)
+	}
+	if c := legacyContainers(t, s, "uid-1"); len(c) != 3 {
+		t.Errorf("containers bucket after the loads: %v, want it left as it was", c)
+	}
+	must(t, s.DeletePod("uid-1"))
+	if c := legacyContainers(t, s, "uid-1"); c != nil {
+		t.Errorf("containers bucket after DeletePod: %v, want gone with the pod", c)
 	}
 }
 
@@ -469,25 +556,6 @@ func TestOpenErrorsThatRecoveryCannotFix(t *testing.T) {
 		if _, _, err := Open(path, Options{}); !errors.Is(err, os.ErrPermission) {
 			t.Errorf("Open of an unreadable file: %v", err)
 		}
-	}
-}
-
-// TestNodeObjectSurvives is a small check that the node object keeps its
-// status fields, which the agent re-sends on reconnect.
-func TestNodeObjectSurvives(t *testing.T) {
-	s := newTestBolt(t)
-	node := &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "gw-01"},
-		Status: v1.NodeStatus{
-			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(t0)}},
-			NodeInfo:   v1.NodeSystemInfo{Architecture: "arm64"},
-		},
-	}
-	must(t, s.PutNode(node))
-	got, err := s.GetNode()
-	must(t, err)
-	if got.Status.NodeInfo.Architecture != "arm64" || !got.Status.Conditions[0].LastHeartbeatTime.Equal(&node.Status.Conditions[0].LastHeartbeatTime) {
-		t.Errorf("node = %+v", got.Status)
 	}
 }
 
@@ -571,8 +639,9 @@ func TestStaleNewFileFromACrashedCreate(t *testing.T) {
 }
 
 // TestMigrateFromV2: a v2 file (Secrets in the clear) opens as v3 with its
-// pods, containers, ConfigMaps and counters; with a key its Secrets are
-// sealed, without one they are dropped.
+// pods and ConfigMaps, and the container records, boot counter and pod list
+// resourceVersion an older agent reads after a rollback; with a key its
+// Secrets are sealed, without one they are dropped.
 func TestMigrateFromV2(t *testing.T) {
 	for _, key := range []*Key{testKey, nil} {
 		t.Run(fmt.Sprintf("key=%t", key != nil), func(t *testing.T) {
@@ -583,17 +652,29 @@ func TestMigrateFromV2(t *testing.T) {
 			if rep.MigratedFrom != 2 || rep.Recovered != nil || rep.Created || len(rep.Quarantined) != 0 {
 				t.Fatalf("report %v, want a clean migration from v2", rep)
 			}
-			rec, err := s.GetPod("6f1b6a3e-0000-4000-8000-000000000003")
+			const uid = "6f1b6a3e-0000-4000-8000-000000000003"
+			rec, err := s.GetPod(uid)
 			must(t, err)
-			if c, ok := rec.Container("app"); rec.Pod.Name != "meter" || !rec.Admission.Accepted || !ok || c.RestartCount != 2 || c.ContainerID != "c-app-2" {
+			if rec.Pod.Name != "meter" || !rec.Admission.Accepted {
 				t.Errorf("migrated pod %+v", rec)
+			}
+			// The legacy parts no method reads (doc.go), as an older agent would read them.
+			var c struct {
+				ContainerID  string `json:"containerID"`
+				RestartCount int32  `json:"restartCount"`
+			}
+			if err := decodeValue(legacyContainers(t, s, uid)["app"], &c); err != nil || c.RestartCount != 2 || c.ContainerID != "c-app-2" {
+				t.Errorf("migrated container record %+v, %v", c, err)
+			}
+			var rv string
+			if err := decodeValue(rawRecord(t, s, "sync", "pods_resource_version"), &rv); err != nil || rv != "1234" {
+				t.Errorf("migrated pod list resourceVersion %q, %v", rv, err)
 			}
 			cm, err := s.GetConfigMap("default", "meter-config")
 			must(t, err)
-			boots, _ := s.BootCount()
-			rv, _ := s.PodListResourceVersion()
-			if cm.Data["interval"] != "10s" || boots != 7 || rv != "1234" {
-				t.Errorf("migrated: cm %+v, boots %d, rv %q", cm, boots, rv)
+			boots := rawRecord(t, s, "meta", "boot_count")
+			if cm.Data["interval"] != "10s" || len(boots) != 8 || binary.BigEndian.Uint64(boots) != 7 {
+				t.Errorf("migrated: cm %+v, boots %x", cm, boots)
 			}
 			sec, err := s.GetSecret("default", "meter-secret")
 			switch {
@@ -601,6 +682,11 @@ func TestMigrateFromV2(t *testing.T) {
 				t.Errorf("secret sealed by the migration: %+v, %v", sec, err)
 			case key == nil && !errors.Is(err, ErrNotFound):
 				t.Errorf("secret without a key: %+v, %v, want it dropped", sec, err)
+			}
+			// The container records go with their pod.
+			must(t, s.DeletePod(uid))
+			if c := legacyContainers(t, s, uid); c != nil {
+				t.Errorf("containers bucket after DeletePod: %v", c)
 			}
 		})
 	}

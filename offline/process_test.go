@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -41,7 +42,7 @@ func runHelper(mode, path string) int {
 	return 2
 }
 
-// helperWrite writes pods, admissions, containers and statuses from several
+// helperWrite writes pods, admissions, ConfigMaps and statuses from several
 // goroutines as fast as it can, printing "ack <uid> <i>" after the writes
 // for one (uid, i) returned, until it is killed.
 func helperWrite(path string) int {
@@ -59,7 +60,7 @@ func helperWrite(path string) int {
 				steps := []error{
 					s.PutPod(SourceAPI, testPod(string(uid), string(uid))),
 					s.SetAdmission(uid, Admission{Accepted: true, At: t0}),
-					s.PutContainer(uid, ContainerRecord{Name: "app", ContainerID: "c-" + string(uid), RestartCount: int32(i)}),
+					s.PutConfigMap(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: string(uid)}, Data: map[string]string{"i": strconv.Itoa(i)}}),
 					func() error {
 						_, err := s.AppendStatus(StatusUpdate{UID: uid, Name: string(uid), Status: testStatus(v1.PodRunning, int32(i)), Timestamp: t0})
 						return err
@@ -190,9 +191,9 @@ func TestKillDuringWrites(t *testing.T) {
 		}
 		for uid, i := range acked {
 			r, ok := byUID[uid]
-			c, _ := r.Container("app")
-			if !ok || !r.Admission.Accepted || c.RestartCount != int32(i) || !delivered[uid] {
-				t.Errorf("round %d: acked write %s lost: %+v", round, uid, r)
+			cm, err := s.GetConfigMap("default", uid)
+			if !ok || !r.Admission.Accepted || err != nil || cm.Data["i"] != strconv.Itoa(i) || !delivered[uid] {
+				t.Errorf("round %d: acked write %s lost: %+v, configmap %+v (%v)", round, uid, r, cm, err)
 			}
 		}
 		// The next round's child writes the same keys over this state.

@@ -19,11 +19,13 @@ import (
 // the tree of each version.
 const SchemaVersion = 4
 
-// Bucket and key names of schema v4 (doc.go draws the tree).
+// Bucket and key names of schema v4 (doc.go draws the tree). The legacy
+// meta/boot_count, sync/, node/ and pods/<uid>/containers/ are created as
+// before, for older agents after a rollback, but never read or updated (see
+// doc.go).
 var (
 	bucketMeta   = []byte("meta")
 	keyVersion   = []byte("version")
-	keyNodeName  = []byte("node_name")
 	keyBootCount = []byte("boot_count")
 	// keySealedBy (v4) is the ID of the state key the pod records are sealed with; absent
 	// while there has never been a key. See sealing.
@@ -34,11 +36,9 @@ var (
 	bucketContainers  = []byte("containers")
 	bucketTokens      = []byte("tokens")
 	bucketSync        = []byte("sync")
-	keyPodListRV      = []byte("pods_resource_version")
 	bucketConfigMaps  = []byte("configmaps")
 	bucketSecrets     = []byte("secrets")
 	bucketNode        = []byte("node")
-	keyNode           = []byte("node")
 	bucketOutbox      = []byte("outbox")
 	bucketOutboxIndex = []byte("outbox_index")
 	bucketQuarantine  = []byte("quarantine")

@@ -3,7 +3,6 @@ package offline
 import (
 	"errors"
 	"io"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -24,13 +23,14 @@ import (
 //   - Values handed in are encoded before the call returns: the caller may
 //     reuse or mutate them afterwards. Values handed out are fresh copies.
 //   - A read that meets an undecodable record moves it to the quarantine and
-//     reports it (ErrCorruptRecord for single reads, the per-key error map for
-//     Load* calls); it never fails a whole load because of one record.
+//     reports it (ErrCorruptRecord for single reads, the per-key error map of
+//     LoadPods and PendingStatuses); it never fails a whole load because of
+//     one record.
 //   - After Close every method returns ErrClosed.
 type Store interface {
 	// PutPod records a pod the agent has received, keyed by pod.UID, with
 	// its source. It creates the record or replaces the stored object; it
-	// never touches the pod's admission or container records. The object is
+	// never touches the pod's admission or tokens. The object is
 	// stored as given: callers store the pod as applied (status and
 	// managedFields only cost flash writes).
 	PutPod(source Source, pod *v1.Pod) error
@@ -42,26 +42,19 @@ type Store interface {
 	// recorded.
 	SetAdmission(uid types.UID, a Admission) error
 
-	// PutContainer records (or replaces) the state of one container of a
-	// recorded pod, keyed by container name. ErrNotFound if the pod is not
-	// recorded: persist the pod before creating its containers.
-	PutContainer(uid types.UID, c ContainerRecord) error
-
-	// GetPod returns one pod record with its admission and containers.
-	// ErrNotFound if absent. If any part of it is undecodable, that part is
-	// quarantined (the whole pod if its object or admission is bad, only the
-	// container record otherwise) and an error wrapping ErrCorruptRecord is
-	// returned; a second call returns what is left.
+	// GetPod returns one pod record with its admission. ErrNotFound if
+	// absent. If its object or admission is undecodable, the whole pod (its
+	// tokens included) is quarantined and an error wrapping ErrCorruptRecord
+	// is returned; a second call returns ErrNotFound.
 	GetPod(uid types.UID) (PodRecord, error)
 
 	// LoadPods returns every decodable pod record, sorted by UID, and a map
-	// from key to error for every record that could not be decoded (key: the
-	// pod UID, or "<uid>/<container>" for a single container record). Those
-	// records are moved to the quarantine. The error return is for failures
-	// of the store itself, in which case the other two are nil.
+	// from pod UID to error for every pod that could not be decoded. Those
+	// pods are moved to the quarantine. The error return is for failures of
+	// the store itself, in which case the other two are nil.
 	LoadPods() ([]PodRecord, map[string]error, error)
 
-	// DeletePod removes the pod record with its admission and containers.
+	// DeletePod removes the pod record with its admission and tokens.
 	// Pending status updates of the pod stay in the outbox until acked.
 	// Deleting an absent pod is a no-op.
 	DeletePod(uid types.UID) error
@@ -72,14 +65,6 @@ type Store interface {
 	// the pod's worker or its source, stays. deleted reports whether it went.
 	DeletePodSealedWithAnotherKey(uid types.UID) (deleted bool, err error)
 
-	// SetPodListResourceVersion records the resourceVersion of the last
-	// complete, successful pod list or watch event from the apiserver.
-	SetPodListResourceVersion(rv string) error
-
-	// PodListResourceVersion returns what SetPodListResourceVersion stored,
-	// or "" if nothing was stored: unknown, never "no pods".
-	PodListResourceVersion() (string, error)
-
 	// PutConfigMap records a ConfigMap a pod mounts, keyed namespace/name;
 	// its resourceVersion is in its ObjectMeta.
 	PutConfigMap(cm *v1.ConfigMap) error
@@ -87,9 +72,6 @@ type Store interface {
 	GetConfigMap(namespace, name string) (*v1.ConfigMap, error)
 	// DeleteConfigMap removes a recorded ConfigMap; absent is a no-op.
 	DeleteConfigMap(namespace, name string) error
-	// LoadConfigMaps returns every decodable ConfigMap sorted by
-	// namespace/name, and per-key errors for the ones quarantined.
-	LoadConfigMaps() ([]*v1.ConfigMap, map[string]error, error)
 
 	// PutSecret records a Secret a pod mounts, keyed namespace/name,
 	// encrypted with the store's state key (AES-GCM). Without a key it
@@ -101,10 +83,6 @@ type Store interface {
 	GetSecret(namespace, name string) (*v1.Secret, error)
 	// DeleteSecret removes a recorded Secret; absent is a no-op.
 	DeleteSecret(namespace, name string) error
-	// LoadSecrets returns every decodable Secret sorted by namespace/name,
-	// and per-key errors for the ones quarantined or sealed with another
-	// key (ErrKeyMismatch, not quarantined).
-	LoadSecrets() ([]*v1.Secret, map[string]error, error)
 
 	// PutToken records the last service account token fetched for a
 	// recorded pod, under a name the caller chooses per projection,
@@ -114,11 +92,6 @@ type Store interface {
 	// GetToken returns a recorded token, ErrNotFound, or ErrKeyMismatch as
 	// GetSecret does.
 	GetToken(uid types.UID, name string) (Token, error)
-
-	// PutNode records the Node object last seen or sent.
-	PutNode(node *v1.Node) error
-	// GetNode returns the recorded Node or ErrNotFound.
-	GetNode() (*v1.Node, error)
 
 	// AppendStatus appends a pod status update to the outbox and returns
 	// its sequence number. Sequence numbers increase strictly, across
@@ -146,16 +119,6 @@ type Store interface {
 	// (at most two per pod): what it costs in the file while the apiserver
 	// is out of reach.
 	OutboxLen() (int, error)
-
-	// NodeName returns the node name recorded by SetNodeName, or "".
-	NodeName() (string, error)
-	// SetNodeName records the name of the node this state belongs to.
-	SetNodeName(name string) error
-	// BootCount returns how many times IncrementBootCount was called.
-	BootCount() (uint64, error)
-	// IncrementBootCount adds one to the boot counter and returns the new
-	// value. The agent calls it once per start.
-	IncrementBootCount() (uint64, error)
 
 	// PutPolicyModule records the bytes of a Wasm policy module delivered from a
 	// registry, keyed by the digest its configuration pins ("sha256:" and 64
@@ -224,17 +187,6 @@ type PodRecord struct {
 	Pod *v1.Pod
 	// Admission is the zero value until SetAdmission was called.
 	Admission Admission
-	// Containers holds one record per container name, sorted by name.
-	Containers []ContainerRecord
-}
-
-// Container returns the record of the named container.
-func (r PodRecord) Container(name string) (ContainerRecord, bool) {
-	i := slices.IndexFunc(r.Containers, func(c ContainerRecord) bool { return c.Name == name })
-	if i < 0 {
-		return ContainerRecord{}, false
-	}
-	return r.Containers[i], true
 }
 
 // Admission is the outcome of the one admission a pod goes through. Its JSON
@@ -251,36 +203,6 @@ type Admission struct {
 
 // Decided reports whether admission has run for the pod.
 func (a Admission) Decided() bool { return !a.At.IsZero() }
-
-// ContainerRecord is the state of one container of a pod that must survive
-// a reboot: which containerd container is the current attempt, and what
-// restartCount and lastState report. Its JSON shape is part of the on-disk
-// schema (see doc.go).
-type ContainerRecord struct {
-	// Name is the container's name in the pod spec (init and regular
-	// containers share one namespace of names).
-	Name string `json:"name"`
-	// ContainerID is the containerd container ID of the current attempt.
-	ContainerID string `json:"containerID,omitempty"`
-	// Attempt numbers the containerd containers created for this name,
-	// starting at 0.
-	Attempt uint32 `json:"attempt"`
-	// RestartCount is what status.containerStatuses[].restartCount reports.
-	RestartCount int32 `json:"restartCount"`
-	// LastTermination feeds lastState.terminated; nil if it never ended.
-	LastTermination *Termination `json:"lastTermination,omitempty"`
-}
-
-// Termination describes how a container attempt ended.
-type Termination struct {
-	ExitCode    int32     `json:"exitCode"`
-	Signal      int32     `json:"signal,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	Message     string    `json:"message,omitempty"`
-	StartedAt   time.Time `json:"startedAt"`
-	FinishedAt  time.Time `json:"finishedAt"`
-	ContainerID string    `json:"containerID,omitempty"`
-}
 
 // Token is a service account token kept so that a pod rebooted offline
 // mounts it again. Its JSON shape is part of the on-disk schema (see doc.go),
@@ -330,7 +252,7 @@ type QuarantinedRecord struct {
 	// Seq orders quarantined records.
 	Seq uint64
 	// Key is where the record was: bucket path and key joined with "/",
-	// e.g. "pods/<uid>/containers/<name>".
+	// e.g. "pods/<uid>/tokens/<name>".
 	Key string
 	// Reason is why it was moved.
 	Reason string
@@ -344,7 +266,7 @@ type QuarantinedRecord struct {
 // unchanged writes are skipped and concurrent writes batched.
 type Stats struct {
 	// Writes counts logical writes that changed the store: puts of new or
-	// different bytes, deletes, appends, acks, counter increments.
+	// different bytes, deletes, appends, acks.
 	Writes uint64
 	// WritesByBucket splits Writes by the top-level bucket of the record
 	// written (pods, outbox, secrets, ...; see the schema in doc.go).
