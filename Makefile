@@ -233,6 +233,7 @@ run:
 # Flags of `make bench`, passed to TestSideBySide after -args, e.g.
 #   make bench BENCH_FLAGS=-bench.quick                   (a few minutes: 8+10 pods, 1 repetition)
 #   make bench BENCH_FLAGS="-bench.pods=20 -bench.reps=1"
+#   make bench BENCH_FLAGS=-bench.only=flash              (flash wear per pod status change alone, every agent)
 # See bench/bench_test.go for every flag and docs/benchmarks.md for what is measured.
 BENCH_FLAGS ?=
 # Where results.md, results.json, table.txt and the agents' logs go (not tracked); default

@@ -28,6 +28,11 @@ var (
 	cri         = flag.Bool("bench.cri", true, "measure holdfast on its CRI backend too (holdfast-cri: runtime: cri, containerd's CRI plugin); false leaves it out")
 	kubelet     = flag.String("bench.kubelet", "", "kubelet binary (default: kubelet-"+testenv.KubeAPIServerVersion+" in the test binary cache); \"none\" for holdfast alone")
 	out         = flag.String("bench.out", "", "results directory (default: _output/bench/DATE at the module root)")
+	only        = flag.String("bench.only", "", `run one phase alone: "flash" (flash wear: each agent started, 10 pods (-bench.pods), one more whose readiness flips; syncs and disk writes per status change)`)
+	flashWindow = flag.Duration("bench.flash-window", 0, "flash wear: the window of status changes (preset: 60s, quick 30s; -bench.flash=false leaves the phase out)")
+	flashSteady = flag.Duration("bench.flash-steady", 0, "flash wear: the window with no status change before it (preset: 60s, quick 20s)")
+	flashPeriod = flag.Duration("bench.flash-period", 0, "flash wear: a readiness flip every (whole seconds, at least 5s; preset: 10s)")
+	flash       = flag.Bool("bench.flash", true, "run the flash-wear phase (after the steady state); false leaves it out")
 	policies    = flag.Bool("bench.policies", false, "run TestPolicyFigures, the policy benchmarks alone (make bench-policies)")
 	policyDocs  = flag.Bool("bench.policy-docs", true, "write the Wasm benchmarks' policy figures to docs/policies.md, README.md and docs/policy-figures.json")
 )
@@ -73,6 +78,28 @@ func TestSideBySide(t *testing.T) {
 	if *settle >= 0 {
 		opts.Settle = *settle
 	}
+	if *flashWindow > 0 {
+		opts.FlashWindow = *flashWindow
+	}
+	if *flashSteady > 0 {
+		opts.FlashSteady = *flashSteady
+	}
+	if *flashPeriod > 0 {
+		opts.FlashPeriod = *flashPeriod
+	}
+	if !*flash {
+		opts.FlashWindow = 0
+	}
+	opts.Only = *only
+	if opts.Only == bench.OnlyFlash {
+		// The issue's setup (#28): 10 pods beside the one that flips. Nothing else is measured:
+		// no Wasm, no policy pages; the pods are deleted at the end without waiting for the
+		// kubelet's container garbage collection.
+		if *pods == 0 {
+			opts.Pods = 10
+		}
+		opts.Mode, opts.WasmBenchtime, opts.FastDrain = bench.OnlyFlash+" alone", "", true
+	}
 	opts.HoldfastProfile = *profile
 	opts.HoldfastCRI = *cri
 	switch *wasmTime {
@@ -101,7 +128,7 @@ func TestSideBySide(t *testing.T) {
 	if opts.OutDir == "" {
 		opts.OutDir = filepath.Join(root, "_output", "bench", time.Now().UTC().Format("20060102-150405"))
 	}
-	if *policyDocs {
+	if *policyDocs && opts.Only == "" {
 		opts.PolicyDocsRoot = root
 	}
 	rep := bench.Run(t, opts)

@@ -25,11 +25,23 @@
 //     holdfast-cri); and the uplink: bytes each way between the agent and the apiserver,
 //     counted by a TCP relay the agent's kubeconfig points at (TLS included), and the agent's
 //     requests by verb and resource, from the apiserver's audit log (uplink.go);
-//  5. agent restart: kill -9 with the N pods running; while it is down the harness does what
+//  5. flash wear (flash.go), with the N pods running: one more pod, whose readiness
+//     flips every 10 s (its container creates and removes a file an exec readiness probe reads
+//     every second), first holds still, Ready, for a window of 60 s with no status change,
+//     then flips for a window of 60 s. In each window: the agent's sync calls (fsync,
+//     fdatasync, sync_file_range, syncfs, sync, msync MS_SYNC) and the files its sync and
+//     write calls went to (strace -f -y attached to it for the window), the bytes it wrote to
+//     storage (/proc/PID/io write_bytes), its own log's growth, containerd's and its helpers'
+//     write_bytes, its pod status writes (the audit log); and the status changes, the
+//     flipping pod's Ready transitions as a watch on the apiserver saw them. The report gives
+//     the rates with no status change, and per status change, raw and less the steady rate
+//     (issue #28's "done when" 5). -bench.only=flash runs this phase alone, after 10 pods
+//     created at once (`make bench BENCH_FLAGS=-bench.only=flash`).
+//  6. agent restart: kill -9 with the N pods running; while it is down the harness does what
 //     the node lifecycle controller does to a silent node (Node conditions Unknown, pods'
 //     Ready False); the agent is started again and timed until the Node is Ready and every pod
 //     Ready again in the API; containers restarted are counted in containerd (expected 0);
-//  6. holdfast only (both backends): offline boot. apiserver stopped, agent killed, containerd
+//  7. holdfast only (both backends): offline boot. apiserver stopped, agent killed, containerd
 //     "rebooted" (every task gone), agent started: time until it reports all N cached pods
 //     running; the boot floor (the stored containers restarted by a minimal loop through the
 //     containerd client) for the containerd backend only.

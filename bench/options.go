@@ -42,6 +42,14 @@ type Options struct {
 	FastDrain bool
 	// SkipOffline leaves out holdfast's offline boot (on both backends).
 	SkipOffline bool
+	// FlashWindow is the flash-wear phase's window of status changes (a pod's readiness
+	// flipping every FlashPeriod, whole seconds), FlashSteady its window with no status change
+	// before it. Full run: 60s, 60s and 10s. FlashWindow zero leaves the phase out.
+	FlashWindow, FlashSteady, FlashPeriod time.Duration
+	// Only narrows the run to one phase: OnlyFlash (-bench.only=flash) starts each agent,
+	// creates Pods pods at once and runs the flash-wear phase, nothing else (no floors, no
+	// Wasm). Empty: every phase.
+	Only string
 	// WasmBenchtime is passed to `go test -bench . -benchtime` for ./wasm/. Empty: the Wasm
 	// figures are left out.
 	WasmBenchtime string
@@ -58,12 +66,14 @@ type Options struct {
 
 // Full is the run `make bench` does: what issue 6 asks for.
 func Full() Options {
-	return Options{Mode: "full", LatencyPods: 20, Pods: 30, Reps: 3, Steady: 60 * time.Second, Settle: 15 * time.Second, WasmBenchtime: "1s", HoldfastCRI: true}
+	return Options{Mode: "full", LatencyPods: 20, Pods: 30, Reps: 3, Steady: 60 * time.Second, Settle: 15 * time.Second, WasmBenchtime: "1s", HoldfastCRI: true,
+		FlashWindow: 60 * time.Second, FlashSteady: 60 * time.Second, FlashPeriod: 10 * time.Second}
 }
 
 // Quick is a run of a few minutes: fewer pods, one repetition, a shorter window.
 func Quick() Options {
-	return Options{Mode: "quick", LatencyPods: 8, Pods: 10, Reps: 1, Steady: 20 * time.Second, Settle: 5 * time.Second, WasmBenchtime: "200ms", HoldfastCRI: true}
+	return Options{Mode: "quick", LatencyPods: 8, Pods: 10, Reps: 1, Steady: 20 * time.Second, Settle: 5 * time.Second, WasmBenchtime: "200ms", HoldfastCRI: true,
+		FlashWindow: 30 * time.Second, FlashSteady: 20 * time.Second, FlashPeriod: 10 * time.Second}
 }
 
 // Smoke is the smallest run that goes through every step: the test suite runs it, holdfast on
@@ -71,7 +81,10 @@ func Quick() Options {
 func Smoke() Options {
 	return Options{Mode: "smoke", LatencyPods: 2, Pods: 3, Reps: 1, Steady: 3 * time.Second, Settle: time.Second, FastDrain: true,
 		// Long enough for a Lease renewal or two of each agent (every 10 s).
-		Uplink: 12 * time.Second}
+		Uplink: 12 * time.Second,
+		// Four flips in the churn window, a short steady window: the phase's steps, not its
+		// figures (the test suite's time).
+		FlashWindow: 20 * time.Second, FlashSteady: 4 * time.Second, FlashPeriod: 5 * time.Second}
 }
 
 func (o Options) validate() error {
@@ -80,6 +93,22 @@ func (o Options) validate() error {
 	}
 	if o.Steady <= 0 || o.Settle < 0 || o.Uplink < 0 {
 		return fmt.Errorf("steady window %s must be positive, settle %s and uplink window %s not negative", o.Steady, o.Settle, o.Uplink)
+	}
+	if o.FlashWindow < 0 || o.FlashSteady < 0 {
+		return fmt.Errorf("flash-wear windows %s and %s must not be negative", o.FlashWindow, o.FlashSteady)
+	}
+	if o.FlashWindow > 0 && (o.FlashPeriod < 5*time.Second || o.FlashPeriod%time.Second != 0 || o.FlashWindow < o.FlashPeriod || o.FlashSteady < 2*time.Second) {
+		return fmt.Errorf("flash wear: the flip period %s must be whole seconds, at least 5s (the readiness probe's 3 failures a second apart) and at most the window %s; the steady window %s at least 2s",
+			o.FlashPeriod, o.FlashWindow, o.FlashSteady)
+	}
+	switch o.Only {
+	case "":
+	case OnlyFlash:
+		if o.FlashWindow == 0 {
+			return fmt.Errorf("only the flash-wear phase asked for, and its window is zero")
+		}
+	default:
+		return fmt.Errorf("unknown phase %q (only %q can run alone)", o.Only, OnlyFlash)
 	}
 	return nil
 }

@@ -63,6 +63,9 @@ type AgentResult struct {
 	StartPhasesMS map[string]float64 `json:"startPhasesMs,omitempty"`
 	BurstPhasesMS map[string]float64 `json:"burstPhasesMs,omitempty"`
 	BootPhasesMS  map[string]float64 `json:"bootPhasesMs,omitempty"`
+	// Flash is the flash-wear phase: the agent's syncs and disk writes with no status change
+	// and per status change.
+	Flash *Flash `json:"flash,omitempty"`
 }
 
 // Steady is the steady-state window with Pods pods running.
@@ -165,6 +168,8 @@ func newReport(o Options) *Report {
 			"latencyPods": o.LatencyPods, "pods": o.Pods, "reps": o.Reps,
 			"steady": o.Steady.String(), "settle": o.Settle.String(), "wasmBenchtime": o.WasmBenchtime,
 			"uplink": max(o.Uplink, o.Steady).String(), "holdfastProfile": o.HoldfastProfile,
+			"flashWindow": o.FlashWindow.String(), "flashSteady": o.FlashSteady.String(), "flashPeriod": o.FlashPeriod.String(),
+			"only": o.Only,
 		},
 		Machine: describeMachine(),
 	}
@@ -313,6 +318,13 @@ func (r *Report) finish() {
 			continue
 		}
 		row(sec, "requests per pod: "+k.name, "/pod", perPod(k.match))
+	}
+
+	flashStart := len(r.Rows)
+	r.flashRows(row)
+	if r.Options["only"] == OnlyFlash {
+		r.Rows = slices.Delete(r.Rows, 0, flashStart)
+		return
 	}
 
 	restarts := func(f func(Restart) float64) func(*AgentResult) []float64 {
@@ -502,6 +514,7 @@ func (r *Report) Table() string {
 	if pt := r.phasesTable(HoldfastCRI, false); pt != "" {
 		b.WriteString("\nWhere holdfast-cri's pod starts went (CRI backend), mean per pod (its start trace):\n" + pt)
 	}
+	b.WriteString(r.flashFiles(false))
 	return b.String()
 }
 
@@ -561,6 +574,7 @@ func (r *Report) Markdown() string {
 		b.WriteString("\nWhere holdfast-cri's pod starts went (CRI backend), mean per pod, from its start trace:\n\n")
 		b.WriteString(pt)
 	}
+	b.WriteString(r.flashFiles(true))
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\n- %s", n)
 	}

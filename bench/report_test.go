@@ -141,3 +141,75 @@ func TestReportRenderingCRI(t *testing.T) {
 		t.Errorf("results.json rows lack holdfast-cri's figure and ratio: %s", js)
 	}
 }
+
+func TestParseStrace(t *testing.T) {
+	out := `4453  02:49:36.123456 fdatasync(7</var/lib/holdfast/state.db>) = 0
+4453  pwrite64(7</var/lib/holdfast/state.db>, ""..., 4096, 8192) = 4096
+4454  write(2</tmp/x/holdfast.log>, ""..., 180 <unfinished ...>
+4453  write(9<socket:[1234]>, ""..., 500) = 500
+4455  fsync(8</var/lib/holdfast> <unfinished ...>
+4454  <... write resumed>) = 180
+4455  <... fsync resumed>) = 0
+4456  msync(0x7f0000000000, 4096, MS_ASYNC) = 0
+4456  msync(0x7f0000000000, 4096, MS_SYNC) = 0
+4457  writev(3<pipe:[99]>, [{iov_base=""..., iov_len=10}], 1) = 10
+4458  write(2</tmp/x/holdfast.log>, ""..., 20) = -1 EAGAIN (Resource temporarily unavailable)
+4459  sync() = 0
+`
+	r, err := parseStrace(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.syncs != 4 || r.syncsByCall["fdatasync"] != 1 || r.syncsByCall["fsync"] != 1 || r.syncsByCall["msync"] != 1 || r.syncsByCall["sync"] != 1 {
+		t.Errorf("syncs %d %v, want 4: fdatasync, fsync, msync MS_SYNC, sync", r.syncs, r.syncsByCall)
+	}
+	files := r.files("/tmp/x")
+	want := []FileIO{
+		{Path: "/var/lib/holdfast/state.db", Syncs: 1, WriteCalls: 1, Bytes: 4096},
+		{Path: "<dir>/holdfast.log", WriteCalls: 2, Bytes: 180},
+		{Path: "/var/lib/holdfast", Syncs: 1},
+	}
+	if len(files) != len(want) {
+		t.Fatalf("files %+v, want %+v", files, want)
+	}
+	for i := range want {
+		if files[i] != want[i] {
+			t.Errorf("file %d: %+v, want %+v", i, files[i], want[i])
+		}
+	}
+}
+
+func TestFlashRows(t *testing.T) {
+	r := newReport(Smoke())
+	r.Options["only"] = OnlyFlash
+	// 60 s with no change: 2 syncs and 60 KiB; 60 s of 6 changes: 14 syncs and 660 KiB.
+	r.Agents = []*AgentResult{
+		{Agent: Holdfast, Flash: &Flash{SteadyPods: 10, PeriodS: 10,
+			Steady: &FlashWindow{WindowS: 60, Traced: true, SyncCalls: 2, WriteBytes: 60 << 10},
+			Churn: &FlashWindow{WindowS: 60, Traced: true, SyncCalls: 14, WriteBytes: 660 << 10, StatusChanges: 6, StatusWrites: 6,
+				Files: []FileIO{{Path: "<dir>/state.db", Syncs: 14, WriteCalls: 30, Bytes: 600 << 10}}}}},
+		{Agent: Kubelet, Flash: &Flash{SteadyPods: 10, PeriodS: 10,
+			Steady: &FlashWindow{WindowS: 60, TraceError: "strace not found", WriteBytes: 12 << 10},
+			Churn:  &FlashWindow{WindowS: 60, TraceError: "strace not found", WriteBytes: 72 << 10, StatusChanges: 6}}},
+	}
+	r.finish()
+	md := r.Markdown()
+	for _, want := range []string{
+		"| no status change: sync calls (fsync, fdatasync, sync_file_range, syncfs, sync, msync MS_SYNC) | 2.00 /min | - |  |",
+		"| sync calls per status change | 2.33 /change | - |  |",
+		"| sync calls per status change, less the steady rate | 2.00 /change | - |  |",
+		"| disk writes per status change | 110 KiB | 12.0 KiB | 9.17 |",
+		"| disk writes per status change, less the steady rate | 100 KiB | 10.0 KiB | 10.00 |",
+		"| <dir>/state.db | 0 / 14 | 0 / 30 | 0.0 / 600.0 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	// Alone, the phase's rows are the report's.
+	for _, rw := range r.Rows {
+		if !strings.HasPrefix(rw.Section, "flash wear") {
+			t.Errorf("row %q of section %q in a flash-only report", rw.Metric, rw.Section)
+		}
+	}
+}

@@ -129,7 +129,7 @@ func Run(t *testing.T, opts Options) *Report {
 		}
 		t.Run(kind, func(t *testing.T) { runAgent(t, cp, auditLog, kind, bin, opts, res) })
 	}
-	if opts.WasmBenchtime != "" {
+	if opts.WasmBenchtime != "" && opts.Only == "" {
 		opts.Logf("wasm: go test -bench . -benchtime %s ./wasm/", opts.WasmBenchtime)
 		rep.Wasm = runWasmBench(t, ".", opts.WasmBenchtime)
 	}
@@ -182,21 +182,8 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 	cd.ImportTestImages(ctx, ns)
 	cd.ImportTestImages(ctx, floorNamespace)
 
-	opts.Logf("%s: floor, %d containers through the containerd client", kind, opts.LatencyPods)
-	res.FloorMS = durationsMS(measureFloor(t, cd, opts.LatencyPods))
-	opts.Logf("%s: network floor, %d CNI ADD and DEL in fresh network namespaces", kind, opts.LatencyPods)
-	add, del := measureNetworkFloor(t, cni, opts.LatencyPods)
-	res.NetworkAddMS, res.NetworkDelMS = durationsMS(add), durationsMS(del)
-	for rep := range opts.Reps {
-		took := measureBurstFloor(t, cd, opts.Pods, "")
-		opts.Logf("%s: burst floor %d/%d: %d containers started at once in %.2fs", kind, rep+1, opts.Reps, opts.Pods, took.Seconds())
-		res.BurstFloorS = append(res.BurstFloorS, took.Seconds())
-		// holdfast's containerd backend only: on its CRI backend the runtime writes the logs.
-		if kind == Holdfast {
-			took := measureBurstFloor(t, cd, opts.Pods, installFloorLogger(t, bin))
-			opts.Logf("%s: burst floor with holdfast's logger %d/%d: %d containers started at once in %.2fs", kind, rep+1, opts.Reps, opts.Pods, took.Seconds())
-			res.LoggedBurstFloorS = append(res.LoggedBurstFloorS, took.Seconds())
-		}
+	if opts.Only == "" {
+		measureFloors(t, cd, cni, kind, bin, opts, res)
 	}
 
 	dir := t.TempDir()
@@ -275,6 +262,14 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 	e.logf("node Ready %.1fs after start (%s)", time.Since(start).Seconds(), res.Version)
 	res.FirstNodeReadyS = time.Since(start).Seconds()
 
+	if opts.Only == OnlyFlash {
+		e.logf("flash wear alone: %d pods at once", opts.Pods)
+		_, names := e.burst(0)
+		res.Flash = e.flash(len(names))
+		e.deleteAndDrain(names)
+		return
+	}
+
 	// The latency pods are the churn: each created, started, deleted and gone, one after the
 	// other, while the uplink is counted.
 	churn := e.relay.mark()
@@ -299,6 +294,11 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 	e.logf("steady state: settle %s, then measure %s with %d pods", opts.Settle, opts.Steady, len(steadyPods))
 	time.Sleep(opts.Settle)
 	res.Steady = e.steady(len(steadyPods))
+	if opts.FlashWindow > 0 {
+		res.Flash = e.flash(len(steadyPods))
+		// The agent done with the flipping pod's deletion before it is killed.
+		time.Sleep(opts.Settle)
+	}
 	for rep := range opts.Reps {
 		res.Restarts = append(res.Restarts, e.restart(rep, steadyPods))
 	}
@@ -314,6 +314,27 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 		}
 	}
 	e.deleteAndDrain(steadyPods)
+}
+
+// measureFloors measures the floors (1, the network floor, the burst floors) on the agent's
+// containerd and CNI network, before the agent starts.
+func measureFloors(t *testing.T, cd *testenv.Containerd, cni *testenv.CNINetwork, kind, bin string, opts Options, res *AgentResult) {
+	opts.Logf("%s: floor, %d containers through the containerd client", kind, opts.LatencyPods)
+	res.FloorMS = durationsMS(measureFloor(t, cd, opts.LatencyPods))
+	opts.Logf("%s: network floor, %d CNI ADD and DEL in fresh network namespaces", kind, opts.LatencyPods)
+	add, del := measureNetworkFloor(t, cni, opts.LatencyPods)
+	res.NetworkAddMS, res.NetworkDelMS = durationsMS(add), durationsMS(del)
+	for rep := range opts.Reps {
+		took := measureBurstFloor(t, cd, opts.Pods, "")
+		opts.Logf("%s: burst floor %d/%d: %d containers started at once in %.2fs", kind, rep+1, opts.Reps, opts.Pods, took.Seconds())
+		res.BurstFloorS = append(res.BurstFloorS, took.Seconds())
+		// holdfast's containerd backend only: on its CRI backend the runtime writes the logs.
+		if kind == Holdfast {
+			took := measureBurstFloor(t, cd, opts.Pods, installFloorLogger(t, bin))
+			opts.Logf("%s: burst floor with holdfast's logger %d/%d: %d containers started at once in %.2fs", kind, rep+1, opts.Reps, opts.Pods, took.Seconds())
+			res.LoggedBurstFloorS = append(res.LoggedBurstFloorS, took.Seconds())
+		}
+	}
 }
 
 // installFloorLogger makes the holdfast-logger built beside the agent at bin the container

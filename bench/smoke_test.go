@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -87,6 +88,19 @@ func TestHarnessSmoke(t *testing.T) {
 		if a.Version == "" {
 			t.Errorf("%s: no version on its Node", name)
 		}
+		// The flash-wear phase: flips seen in its window, none in the steady one, and the
+		// agent's syscalls traced in both where strace is installed.
+		if f := a.Flash; f == nil || f.Steady == nil || f.Churn == nil {
+			t.Errorf("%s: no flash-wear figures", name)
+		} else {
+			if f.Churn.StatusChanges == 0 || f.Steady.StatusChanges != 0 || f.Steady.WindowS <= 0 || f.Churn.WindowS <= 0 {
+				t.Errorf("%s: flash wear: %d status changes in %.0fs of flips, %d in %.0fs without: want some, and none",
+					name, f.Churn.StatusChanges, f.Churn.WindowS, f.Steady.StatusChanges, f.Steady.WindowS)
+			}
+			if _, err := exec.LookPath("strace"); err == nil && (!f.Steady.Traced || !f.Churn.Traced) {
+				t.Errorf("%s: flash wear: syscalls not traced: %q, %q", name, f.Steady.TraceError, f.Churn.TraceError)
+			}
+		}
 	}
 	h := rep.Agent(bench.Holdfast)
 	if len(h.OfflineBootS) != 1 || len(h.BootFloorS) != 1 {
@@ -118,7 +132,8 @@ func TestHarnessSmoke(t *testing.T) {
 	// it applies to.
 	for _, want := range []string{"floor p50", "network floor: CNI ADD", "network floor: CNI DEL", "/ floor p50",
 		"/ (floor p50 + network floor p50)", "burst floor:", "burst / burst floor", "burst floor with holdfast's logger", "burst / burst floor with holdfast's logger",
-		"bytes up and down per day", "requests/min: Lease", "boot floor:", "offline boot / boot floor"} {
+		"bytes up and down per day", "requests/min: Lease", "boot floor:", "offline boot / boot floor",
+		"sync calls per status change", "disk writes per status change, less the steady rate"} {
 		if !slices.ContainsFunc(rep.Rows, func(r bench.Row) bool { return strings.Contains(r.Metric, want) }) {
 			t.Errorf("no row %q in the report", want)
 		}
