@@ -844,8 +844,8 @@ func (s *BoltStore) PendingStatuses() ([]PendingStatus, map[string]error, error)
 	return s.journal.state.pendingStatuses(), errs, nil
 }
 
-// AckStatuses implements Store. The ack is not synced: it is written with the next status (a
-// delivered status lost in a crash is sent once more).
+// AckStatuses implements Store. The ack is written but not synced (a delivered status whose
+// ack a power cut lost is sent once more).
 func (s *BoltStore) AckStatuses(uid types.UID, upTo uint64) error {
 	failpoint.Inject(failpoint.OutboxBeforeAck)
 	if s.closed.Load() {

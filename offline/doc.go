@@ -12,8 +12,9 @@
 //     (NoSync is never set), or for a pod status (AppendStatus) a record
 //     appended to the status journal and fdatasynced. A method that returned
 //     nil survived; a kill -9 at any point loses at most the writes whose
-//     calls had not returned, and the acks of delivered statuses, which ride
-//     along with the next append (a status lost so is sent once more).
+//     calls had not returned; a power cut may also lose the acks of delivered
+//     statuses, which are written but not synced (a status lost so is sent
+//     once more).
 //   - Flash wear per status change: one journal append and one fdatasync (a
 //     bbolt commit costs two syncs and several pages). Pod records are kept
 //     without their status, so the apiserver's echo of a status rewrites

@@ -30,9 +30,9 @@ import (
 //
 // A status is synced before AppendStatus returns, as before: a status computed offline survives
 // an agent restart or a power cut and is delivered when the apiserver is back. Acks and the
-// removals of delivered statuses are not synced: they are written with the next status, at a
-// compaction or at Close. Lost in a crash, a delivered status is sent once more, a patch that
-// changes nothing.
+// removals of delivered statuses are written at once but not synced: a kill of the agent loses
+// none; a power cut may, and then a delivered status is sent once more, a patch that changes
+// nothing.
 //
 // Each record is a frame: a 4-byte big-endian length, then what encodeValue makes (a CRC-32C
 // and the JSON of a journalRecord). A torn write at the end (a power cut during an append) is
@@ -52,8 +52,6 @@ type statusJournal struct {
 	f     *os.File   // nil once closed
 	size  int64      // bytes of whole frames in f
 	state outboxState
-	// deferred holds the frames of acks and removals not written yet.
-	deferred []byte
 	// compactAt is the size past which the file is rewritten.
 	compactAt int64
 	// written counts writes to f: a sync covers those counted before it began.
@@ -68,6 +66,9 @@ type statusJournal struct {
 
 	syncMu sync.Mutex // serializes syncs; taken before mu when both are
 	synced uint64     // written as of the last successful sync; under syncMu
+	// syncedSize is the file's size as of the last successful sync: what a power cut keeps
+	// for sure (tests stand for one with it). Under syncMu.
+	syncedSize int64
 	// dirDirty: the journal's directory entry (a new file, a compaction's rename) is not known
 	// durable; a sync syncs the directory too until it is. Under syncMu.
 	dirDirty bool
@@ -106,8 +107,6 @@ const (
 	journalSuffix = ".outbox"
 	// compactMin is the journal size below which it is never compacted.
 	compactMin = 64 << 10
-	// deferredMax bounds the acks kept in memory: past it they are written without a sync.
-	deferredMax = 64 << 10
 	// maxFrame bounds a frame's length: a length past it is damage, not a record to allocate.
 	maxFrame = 16 << 20
 	// damagedKept bounds the damaged bytes quarantined.
@@ -147,7 +146,7 @@ func openStatusJournal(path string, key *Key) (*statusJournal, error) {
 		}
 	}
 	good, damaged := j.replay(data)
-	j.f, j.size = f, int64(len(data))
+	j.f, j.size, j.syncedSize = f, int64(len(data)), int64(len(data))
 	if damaged || good < int64(len(data)) {
 		// Rewritten once the damage is quarantined (adoptJournal): appends follow whole frames.
 		j.rewrite = true
@@ -361,11 +360,10 @@ func (j *statusJournal) appendStatus(u StatusUpdate) (uint64, error) {
 		j.mu.Unlock()
 		return 0, err
 	}
-	if err := j.writeLocked(append(j.deferred, frame...)); err != nil {
+	if err := j.writeLocked(frame); err != nil {
 		j.mu.Unlock()
 		return 0, err
 	}
-	j.deferred = nil
 	j.state.appendStatus(seq, e)
 	gen := j.written
 	j.mu.Unlock()
@@ -404,7 +402,7 @@ func (j *statusJournal) sync(gen uint64) error {
 		return nil
 	}
 	j.mu.Lock()
-	f, upTo := j.f, j.written
+	f, upTo, size := j.f, j.written, j.size
 	j.mu.Unlock()
 	if f == nil {
 		return ErrClosed
@@ -423,19 +421,24 @@ func (j *statusJournal) sync(gen uint64) error {
 		j.syncs.Add(1)
 		j.dirDirty = false
 	}
-	j.synced = upTo
+	j.synced, j.syncedSize = upTo, size
 	return nil
 }
 
-// deferLocked queues a record that needs no sync of its own.
-func (j *statusJournal) deferLocked(rec journalRecord) {
+// writeUnsyncedLocked writes a record that needs no sync of its own (an ack, a forget): a
+// kill of the agent does not lose it (it is in the page cache); a power cut may, and then a
+// delivered status is sent once more. Left in memory until the next append instead, the acks
+// of an agent killed between two changes were lost, and at its restart every delivered status
+// came back pending: shown as the pod's status (Running, ready) before its containers ran.
+func (j *statusJournal) writeUnsyncedLocked(rec journalRecord) {
 	frame, err := j.frame(rec)
 	if err != nil {
 		return // records of these kinds always encode
 	}
-	j.deferred = append(j.deferred, frame...)
-	if len(j.deferred) > deferredMax && j.writeLocked(j.deferred) == nil {
-		j.deferred = nil
+	if err := j.writeLocked(frame); err != nil {
+		// Not written (a full disk): the state in memory is ahead of the file, which is
+		// rewritten from it before the next append.
+		j.rewrite = true
 	}
 }
 
@@ -448,7 +451,7 @@ func (j *statusJournal) ack(uid types.UID, upTo uint64) (changed bool, err error
 	}
 	changed, _ = j.state.ack(uid, upTo)
 	if changed {
-		j.deferLocked(journalRecord{Kind: journalAck, UID: uid, UpTo: upTo})
+		j.writeUnsyncedLocked(journalRecord{Kind: journalAck, UID: uid, UpTo: upTo})
 	}
 	return changed, nil
 }
@@ -458,7 +461,7 @@ func (j *statusJournal) recordDeleted(uid types.UID) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f != nil && j.state.recordDeleted(uid) {
-		j.deferLocked(journalRecord{Kind: journalForget, UID: uid})
+		j.writeUnsyncedLocked(journalRecord{Kind: journalForget, UID: uid})
 	}
 }
 
@@ -514,9 +517,9 @@ func (j *statusJournal) compact(force bool) error {
 		return fmt.Errorf("compact status journal: %w", err)
 	}
 	j.f.Close()
-	j.f, j.size, j.deferred, j.rewrite = f, int64(len(data)), nil, false
+	j.f, j.size, j.rewrite = f, int64(len(data)), false
 	j.written++
-	j.synced = j.written
+	j.synced, j.syncedSize = j.written, j.size
 	j.syncs.Add(2) // the file's and the directory's
 	j.bytesWritten.Add(uint64(len(data)))
 	j.setCompactAt()
@@ -577,7 +580,7 @@ func (j *statusJournal) snapshotLocked() ([]byte, error) {
 	return out, nil
 }
 
-// close writes what was deferred, syncs what is not synced and closes the file.
+// close syncs what is not synced and closes the file.
 func (j *statusJournal) close() error {
 	if j == nil {
 		return nil // Open failed before the journal was opened
@@ -590,12 +593,7 @@ func (j *statusJournal) close() error {
 		return nil
 	}
 	var err error
-	if len(j.deferred) > 0 {
-		if err = j.writeLocked(j.deferred); err == nil {
-			j.deferred = nil
-		}
-	}
-	if err == nil && j.written > j.synced {
+	if j.written > j.synced {
 		if err = unix.Fdatasync(int(j.f.Fd())); err == nil {
 			j.syncs.Add(1)
 			j.synced = j.written
