@@ -368,6 +368,7 @@ func (r *run) startFileSource(ctx context.Context, g *errgroup.Group) {
 	}
 	fs := &sources.FileSource{Dir: cfg.ManifestDir, NodeName: cfg.NodeName, Sink: r.podMgr, Log: r.a.log.With("component", "static"), Recorder: r.recorder}
 	r.ready = append(r.ready, fs.Ready)
+	r.podMgr.SetStaticSourceReady(fs.Ready)
 	g.Go(func() error { return fs.Run(ctx) })
 }
 

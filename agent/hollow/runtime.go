@@ -34,10 +34,16 @@ type Runtime struct {
 	now    func() time.Time
 	events chan runtime.TaskEvent
 
-	mu         sync.Mutex // protects containers, images, nextPid
+	mu         sync.Mutex // protects containers, images, nextPid, termWait, failing
 	containers map[string]*container
 	images     map[string]time.Time // normalized reference -> when it was "pulled"
 	nextPid    uint32
+
+	// termWait is how long a process that ignores SIGTERM holds a stop with a grace period;
+	// nil: the grace period itself (SetTermWait).
+	termWait func(grace time.Duration) time.Duration
+	// failing, when set, is what every call returns (FailCalls).
+	failing error
 }
 
 // container is one container's record and, when it exits by itself, how.
@@ -60,6 +66,24 @@ func NewRuntime() *Runtime {
 	}
 }
 
+// SetTermWait sets how long a process that ignores SIGTERM runs on when it is stopped with a
+// grace period, as a function of that grace period (by default the grace period itself): a
+// test shortens the wait and keeps its order (the stop still waits, then kills).
+func (r *Runtime) SetTermWait(wait func(grace time.Duration) time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.termWait = wait
+}
+
+// FailCalls makes every later call that reads or changes containers or images return err
+// (nil: they work again), as calls to a runtime out of reach do: a test stands for an agent
+// killed at this instant (what it was doing takes no effect) or a containerd gone.
+func (r *Runtime) FailCalls(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failing = err
+}
+
 // Version returns Version.
 func (r *Runtime) Version(context.Context) (string, error) { return Version, nil }
 
@@ -69,6 +93,9 @@ func (r *Runtime) EnsureImage(_ context.Context, ref string, policy v1.PullPolic
 	name := runtime.NormalizeImageRef(ref)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing != nil {
+		return runtime.ImageResult{}, r.failing
+	}
 	_, present := r.images[name]
 	if !present && policy == v1.PullNever {
 		return runtime.ImageResult{}, fmt.Errorf("%w: container image %q is not present with pull policy of Never", runtime.ErrImageNeverPull, ref)
@@ -91,6 +118,9 @@ func (r *Runtime) CreateContainer(_ context.Context, cfg runtime.ContainerConfig
 	name := runtime.NormalizeImageRef(cfg.Image)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing != nil {
+		return "", r.failing
+	}
 	if _, ok := r.containers[id]; ok {
 		return id, nil
 	}
@@ -136,6 +166,9 @@ func exitStatusOf(argv []string) (int32, bool) {
 func (r *Runtime) StartContainer(_ context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing != nil {
+		return r.failing
+	}
 	c, ok := r.containers[id]
 	if !ok {
 		return fmt.Errorf("%w: container %s not found", runtime.ErrStartContainer, id)
@@ -169,19 +202,32 @@ func (r *Runtime) exitLocked(c *container, code int32) {
 // StopContainer ends a running container's process and records its exit: 143 (SIGTERM) with
 // a grace period, 137 (SIGKILL) without, as a process that does not catch them reports.
 //
-// A process that ignores SIGTERM (ignoresTerm) runs on for the grace period, then is killed
-// (137), so that what a pod's grace period holds up is held up here too.
+// A process that ignores SIGTERM (ignoresTerm) runs on for the grace period (or what
+// SetTermWait makes of it), then is killed (137), so that what a pod's grace period holds up
+// is held up here too.
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
 	r.mu.Lock()
+	if r.failing != nil {
+		r.mu.Unlock()
+		return r.failing
+	}
 	c, ok := r.containers[id]
 	if ok && c.State == runtime.StateRunning && c.ignoresTerm && grace > 0 {
+		wait := grace
+		if r.termWait != nil {
+			wait = r.termWait(grace)
+		}
 		r.mu.Unlock()
 		select {
-		case <-time.After(grace):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		r.mu.Lock()
+		if r.failing != nil {
+			r.mu.Unlock()
+			return r.failing
+		}
 		grace = 0 // the grace period is over: SIGKILL
 	}
 	defer r.mu.Unlock()
@@ -203,6 +249,9 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 func (r *Runtime) RecordExit(_ context.Context, id string) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing != nil {
+		return "", r.failing
+	}
 	c, ok := r.containers[id]
 	if !ok || c.State != runtime.StateExited || c.Recorded {
 		return "", nil
@@ -215,6 +264,9 @@ func (r *Runtime) RecordExit(_ context.Context, id string) (string, error) {
 func (r *Runtime) RecordOOM(_ context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing != nil {
+		return r.failing
+	}
 	c, ok := r.containers[id]
 	if !ok {
 		return fmt.Errorf("load container %s: not found", id)
@@ -227,30 +279,36 @@ func (r *Runtime) RecordOOM(_ context.Context, id string) error {
 func (r *Runtime) RemoveContainer(_ context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing != nil {
+		return r.failing
+	}
 	delete(r.containers, id)
 	return nil
 }
 
 // List returns every container.
 func (r *Runtime) List(context.Context) ([]runtime.Container, error) {
-	return r.list(func(*container) bool { return true }), nil
+	return r.list(func(*container) bool { return true })
 }
 
 // ListPod returns the containers of one pod.
 func (r *Runtime) ListPod(_ context.Context, podUID string) ([]runtime.Container, error) {
-	return r.list(func(c *container) bool { return c.PodUID == podUID }), nil
+	return r.list(func(c *container) bool { return c.PodUID == podUID })
 }
 
-func (r *Runtime) list(keep func(*container) bool) []runtime.Container {
+func (r *Runtime) list(keep func(*container) bool) ([]runtime.Container, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing != nil {
+		return nil, r.failing
+	}
 	var out []runtime.Container
 	for _, c := range r.containers {
 		if keep(c) {
 			out = append(out, c.Container)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // SubscribeTaskEvents delivers exits to fn until ctx ends. One subscriber at a time, as the
@@ -271,6 +329,9 @@ func (r *Runtime) SubscribeTaskEvents(ctx context.Context, subscribed func(), fn
 func (r *Runtime) PodOf(_ context.Context, containerID string) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing != nil {
+		return "", r.failing
+	}
 	c, ok := r.containers[containerID]
 	if !ok {
 		return "", fmt.Errorf("get container %s: not found", containerID)
@@ -286,6 +347,9 @@ func (r *Runtime) Exec(_ context.Context, id string, cmd []string, _ runtime.Exe
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing != nil {
+		return runtime.ExecResult{}, r.failing
+	}
 	if c, ok := r.containers[id]; !ok || c.State != runtime.StateRunning {
 		return runtime.ExecResult{}, fmt.Errorf("exec in %s: %w", id, runtime.ErrContainerNotRunning)
 	}

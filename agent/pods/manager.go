@@ -115,13 +115,16 @@ type Manager struct {
 
 	pullBackoff *backoff // failed pulls, keyed by pod UID + "/" + image
 
-	mu           sync.Mutex // protects workers, ctx, sourcesReady, lastRelist, relistDue
+	mu           sync.Mutex // protects workers, ctx, sourcesReady, staticReady, lastRelist, relistDue
 	workers      map[types.UID]*worker
 	ctx          context.Context // set while Run runs; workers start under it
 	wg           sync.WaitGroup  // the worker goroutines
 	sourcesReady func() bool
-	lastRelist   time.Time
-	relistDue    time.Time // when the next relist is due (wall clock, not cfg.Now); zero: now
+	// staticReady reports whether the file source read its directory: it alone says which
+	// static pods the node runs (see staticOrphan).
+	staticReady func() bool
+	lastRelist  time.Time
+	relistDue   time.Time // when the next relist is due (wall clock, not cfg.Now); zero: now
 	// terminated remembers pods torn down recently, so that a late update from a source (the
 	// API's last status write racing the deletion) does not start them again.
 	terminated map[types.UID]time.Time
@@ -152,6 +155,7 @@ func NewManager(cfg Config, rt Runtime, net Network, status StatusSink, recorder
 		workers:      map[types.UID]*worker{},
 		terminated:   map[types.UID]time.Time{},
 		sourcesReady: func() bool { return false },
+		staticReady:  func() bool { return false },
 	}
 }
 
@@ -296,6 +300,16 @@ func (m *Manager) SetSourcesReady(ready func() bool) {
 	m.sourcesReady = ready
 }
 
+// SetStaticSourceReady installs the file source's readiness: once it read its directory, the
+// containers of a static pod it does not deliver (a manifest removed, or edited, while the
+// agent was down) are torn down without waiting for the apiserver's list, which on an offline
+// gateway may be weeks away.
+func (m *Manager) SetStaticSourceReady(ready func() bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.staticReady = ready
+}
+
 // Update hands the manager the desired state of a pod (new or changed).
 func (m *Manager) Update(pod *v1.Pod) {
 	m.mu.Lock()
@@ -402,7 +416,10 @@ func (m *Manager) Remove(uid types.UID, reason string) {
 func (m *Manager) RunsStaticPod(namespace, name string) bool {
 	for _, w := range m.workerList() {
 		pod := w.latestPod()
-		if manifest.IsStatic(pod) && pod.Namespace == namespace && pod.Name == name {
+		// An orphan's worker (a previous version found running at start, its manifest gone)
+		// reports nothing: no status side will delete the mirror when it is down, so the
+		// mirror is the sweep's to delete at once.
+		if manifest.IsStatic(pod) && pod.Namespace == namespace && pod.Name == name && !w.isOrphan() {
 			return true
 		}
 	}
@@ -445,6 +462,11 @@ func (m *Manager) Images() []string {
 func (m *Manager) startWorkerLocked(w *worker) {
 	if m.ctx == nil {
 		return // Run starts it
+	}
+	if m.ctx.Err() != nil {
+		// Run is returning: a worker started now would race its Wait (a source delivering a
+		// pod while the agent stops). The next start delivers the pod again.
+		return
 	}
 	ctx := m.ctx
 	m.wg.Add(1)
@@ -504,7 +526,13 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.startWorkerLocked(w)
 	}
 	m.mu.Unlock()
-	defer m.wg.Wait()
+	defer func() {
+		// No worker is started after this (startWorkerLocked checks the context under mu):
+		// the Wait below sees every one that was.
+		m.mu.Lock()
+		m.mu.Unlock() // empty: it orders every start that saw the context live before the Wait
+		m.wg.Wait()
+	}()
 
 	var eventsDone sync.WaitGroup
 	eventsDone.Add(1)

@@ -18,6 +18,9 @@ package pods
 //	                                             containers, network,
 //	                                             volumes, directories gone
 //
+// One arrow is not drawn: admitting ─▶ finishing, for a pod its source reports finished
+// (Succeeded or Failed) of which nothing runs here: it is never admitted or started again.
+//
 // Only the worker's goroutine moves its pod (worker.moveTo), at the step of its sync that
 // did what the new phase says; the orders that lead there come from outside and are kept
 // beside the phase, each in a field of its own: the removal (Manager.Remove, or an orphan
@@ -75,7 +78,7 @@ func (p lifePhase) String() string {
 func (p lifePhase) canMoveTo(next lifePhase) bool {
 	switch p {
 	case phaseAdmitting:
-		return next == phaseRejected || next == phaseRunning || next == phaseTerminating
+		return next == phaseRejected || next == phaseRunning || next == phaseFinishing || next == phaseTerminating
 	case phaseRunning:
 		return next == phaseFinishing || next == phaseTerminating
 	case phaseFinishing:

@@ -12,7 +12,7 @@ import (
 // every phase but the last can go to terminating.
 func TestLifePhaseTransitions(t *testing.T) {
 	legal := map[lifePhase][]lifePhase{
-		phaseAdmitting:   {phaseRejected, phaseRunning, phaseTerminating},
+		phaseAdmitting:   {phaseRejected, phaseRunning, phaseFinishing, phaseTerminating},
 		phaseRejected:    {phaseTerminating},
 		phaseRunning:     {phaseFinishing, phaseTerminating},
 		phaseFinishing:   {phaseFinished, phaseTerminating},

@@ -12,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // What the manager learns from the runtime, besides what its workers ask it: containerd's
@@ -27,14 +29,15 @@ func (m *Manager) relistLoop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var prev map[string]string
-	sourcesWereReady := false
+	sourcesWereReady, staticWasReady := false, false
 	for {
 		wait := m.untilRelist()
 		if wait <= 0 {
 			m.scheduleRelist(m.cfg.RelistPeriod)
+			staticReady := m.staticSourceReady()
 			cur, ready, ok := m.relist(ctx, prev)
 			if ok {
-				prev, sourcesWereReady = cur, ready
+				prev, sourcesWereReady, staticWasReady = cur, ready, staticReady
 			} else {
 				m.requestRelist(relistRetry)
 			}
@@ -53,7 +56,7 @@ func (m *Manager) relistLoop(ctx context.Context) {
 		case <-m.relistCh:
 			timer.Stop() // Go 1.23 timers: no stale tick after Stop or Reset
 		}
-		if !sourcesWereReady && m.SourcesReady() {
+		if !sourcesWereReady && (m.SourcesReady() || (!staticWasReady && m.staticSourceReady())) {
 			m.requestRelist(0)
 		}
 	}
@@ -151,13 +154,16 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) (fingerpri
 		}
 	}
 	ready := m.sourcesReady()
+	staticReady := !ready && m.staticReady()
 	for uid, fp := range cur {
 		w, ok := m.workers[types.UID(uid)]
 		switch {
 		case ok && (prev == nil || prev[uid] != fp):
 			w.poke()
 		case !ok && ready:
-			m.adoptOrphanLocked(byPod[uid][0])
+			m.adoptOrphanLocked(byPod[uid][0], false)
+		case !ok && staticReady && m.staticOrphanLocked(byPod[uid][0]):
+			m.adoptOrphanLocked(byPod[uid][0], true)
 		}
 	}
 	if ready {
@@ -165,7 +171,7 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) (fingerpri
 		// agent was down, after their containers went) are orphans too.
 		for _, uid := range append(m.net.Known(), m.cfg.Volumes.Known()...) {
 			if _, ok := m.workers[types.UID(uid)]; !ok && byPod[uid] == nil {
-				m.adoptOrphanLocked(runtime.Container{PodUID: uid})
+				m.adoptOrphanLocked(runtime.Container{PodUID: uid}, false)
 			}
 		}
 	}
@@ -173,10 +179,44 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) (fingerpri
 	return cur, ready, true
 }
 
+// staticSourceReady reports whether the file source has read its directory.
+func (m *Manager) staticSourceReady() bool {
+	m.mu.Lock()
+	ready := m.staticReady
+	m.mu.Unlock()
+	return ready()
+}
+
+// staticOrphanLocked reports whether the containers of a pod no worker has belong to a static
+// pod the file source, which has read its directory, does not deliver: a previous version of
+// a static pod it delivers under the same name (the manifest edited while the agent was down,
+// or an edit cut short by a kill), or a pod whose record says it came from a manifest (the
+// manifest removed meanwhile). The file source alone decides those: they are torn down
+// without waiting for the apiserver's list, which an offline gateway may not see for weeks;
+// until then, the new version would wait for them, or both would run. A pod with neither
+// mark waits for every source, as before. m.mu held.
+func (m *Manager) staticOrphanLocked(c runtime.Container) bool {
+	for _, w := range m.workers {
+		if p := w.latestPod(); manifest.IsStatic(p) && p.Namespace == c.PodNamespace && p.Name == c.PodName && string(p.UID) != c.PodUID {
+			return true
+		}
+	}
+	if m.store == nil {
+		return false
+	}
+	rec, err := m.store.GetPod(types.UID(c.PodUID))
+	return err == nil && rec.Source == offline.SourceFile
+}
+
 // adoptOrphanLocked starts a worker that tears down a pod no source claims: it was deleted
-// while the agent was not running.
-func (m *Manager) adoptOrphanLocked(c runtime.Container) {
+// while the agent was not running. static: the pod was a static pod's (staticOrphanLocked);
+// its worker's pod says so, so that the next version of that static pod waits for it to stop
+// and is poked when it has.
+func (m *Manager) adoptOrphanLocked(c runtime.Container, static bool) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(c.PodUID), Name: c.PodName, Namespace: c.PodNamespace}}
+	if static {
+		pod.Annotations = map[string]string{manifest.ConfigSourceAnnotation: manifest.SourceFile}
+	}
 	w := newWorker(m, pod)
 	w.removal = &removalOrder{reason: "no source has this pod any more (deleted while the agent was down)", orphan: true}
 	m.workers[pod.UID] = w

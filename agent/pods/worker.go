@@ -355,7 +355,7 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 	if deleted {
 		return 0
 	}
-	if prev := w.previousStaticVersion(pod, observed); prev != "" {
+	if prev := w.previousStaticVersion(runCtx, pod, observed); prev != "" {
 		if w.waitsFor != prev {
 			w.waitsFor = prev
 			log.Info("static pod waits for its previous version to stop before it starts", "previousUID", prev)
@@ -376,7 +376,12 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 // none or if this one already has containers running (adopted across an agent restart).
 // Started beside it, the two would share the host's ports and hostPath data for the old one's
 // grace period: as the kubelet, a static pod waits for its previous version to stop.
-func (w *worker) previousStaticVersion(pod *v1.Pod, observed []runtime.Container) types.UID {
+//
+// A previous version no worker has yet (its containers found running after an agent restart:
+// the manifest edited while the agent was down, or an edit cut short by a kill) counts too:
+// the relist hands it to an orphan worker once the file source has read its directory
+// (Manager.staticOrphanLocked), and is asked to look now.
+func (w *worker) previousStaticVersion(ctx context.Context, pod *v1.Pod, observed []runtime.Container) types.UID {
 	if !manifest.IsStatic(pod) || slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
 		return ""
 	}
@@ -387,6 +392,16 @@ func (w *worker) previousStaticVersion(pod *v1.Pod, observed []runtime.Container
 		p := other.latestPod()
 		if p.UID != pod.UID && manifest.IsStatic(p) && p.Namespace == pod.Namespace && p.Name == pod.Name {
 			return p.UID
+		}
+	}
+	all, err := w.m.rt.List(ctx)
+	if err != nil {
+		return "" // the runtime cannot tell: the worker's start goes through it again anyway
+	}
+	for _, c := range all {
+		if c.State == runtime.StateRunning && c.PodUID != string(pod.UID) && c.PodNamespace == pod.Namespace && c.PodName == pod.Name {
+			w.m.requestRelist(0)
+			return types.UID(c.PodUID)
 		}
 	}
 	return ""
@@ -445,6 +460,14 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		// a reboot); one whose containers run was adopted from a previous run of the agent.
 		w.startPending = !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning })
 	}
+	if w.phase == phaseAdmitting && finishedInItsSource(pod, observed) {
+		// As the kubelet: a pod its source reports finished (Succeeded or Failed: the node
+		// said so before a restart or a reboot that lost its containers, or its record did) of
+		// which nothing runs here is never started again. Started, a Job's pod would run twice.
+		log.Info("pod finished before (its status says " + string(pod.Status.Phase) + ") and nothing of it runs: not started again")
+		w.moveTo(phaseFinishing)
+		return w.syncFinished(ctx, log, pod, observed)
+	}
 	began := w.m.now()
 	r := w.admitOnce(ctx, log, pod, observed)
 	w.timePhase(metrics.PhaseAdmission, began)
@@ -456,7 +479,10 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 	}
 	w.recordExits(ctx, log, observed)
 	next := resyncPeriod
-	if d, ok := w.activeDeadline(pod); ok {
+	finished := w.phase == phaseFinishing || w.phase == phaseFinished || podFinished(pod, observed)
+	if d, ok := w.activeDeadline(pod); ok && !finished {
+		// A pod that finished on its own is past any deadline's reach (the kubelet applies it
+		// to active pods only): its status stays Succeeded, not Failed for DeadlineExceeded.
 		if d > 0 {
 			next = min(next, d)
 		} else if !w.deadlineExceeded {
@@ -469,7 +495,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		w.evicted = w.evictionOrdered(pod)
 	}
 	w.readTerminationMessages(pod, observed)
-	if w.phase == phaseFinishing || w.phase == phaseFinished || w.deadlineExceeded || w.evicted != nil || podFinished(pod, observed) {
+	if finished || w.deadlineExceeded || w.evicted != nil {
 		return w.syncFinished(ctx, log, pod, observed)
 	}
 
@@ -624,7 +650,7 @@ func podFinished(pod *v1.Pod, observed []runtime.Container) bool {
 		return false
 	}
 	st := computeStatus(statusInput{pod: pod, observed: observed})
-	return st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed
+	return terminalPhase(st.Phase)
 }
 
 // syncFinished handles a pod whose run is over (its containers are done under its restart
@@ -678,8 +704,23 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 		startTime: w.startTime, terminated: true, now: w.m.now(), messages: w.messages,
 		deadlineExceeded: w.deadlineExceeded, evicted: w.evicted,
 	})
+	if terminalPhase(pod.Status.Phase) && !terminalPhase(st.Phase) {
+		// Its containers are gone (removed, or lost with a reboot): nothing the runtime
+		// shows can say more than the status its source has, and a phase never goes back
+		// from Succeeded or Failed (the kubelet's status manager refuses it too).
+		st = *pod.Status.DeepCopy()
+	}
 	w.m.status.SetPodStatus(pod, st)
 	return resyncPeriod
+}
+
+// terminalPhase: Succeeded or Failed.
+func terminalPhase(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+// finishedInItsSource reports whether the pod's source says it finished (its status phase
+// Succeeded or Failed) and none of its containers runs here.
+func finishedInItsSource(pod *v1.Pod, observed []runtime.Container) bool {
+	return terminalPhase(pod.Status.Phase) && !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning })
 }
 
 // prepare sets up the pod's network and volumes before any container starts. ok is false
