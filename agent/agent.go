@@ -289,7 +289,8 @@ func (a *Agent) connectRuntime(ctx context.Context, address, namespace string) (
 			runtime.WithRequestTimeout(a.cfg.Containerd.RequestTimeout.Duration),
 			runtime.WithPullProgressTimeout(a.cfg.Containerd.ImagePullProgressTimeout.Duration),
 			// The stdin FIFOs of containers with stdin: true (kubectl attach -i).
-			runtime.WithIODir(filepath.Join(a.cfg.StateDir, "io")))
+			runtime.WithIODir(filepath.Join(a.cfg.StateDir, "io")),
+			runtime.WithExecFIFODir(a.cfg.ExecFIFODir))
 	})
 }
 

@@ -79,6 +79,11 @@ type Config struct {
 	// (/run/holdfast/wasm-cache), out of reach of whoever holds the disk while the gateway is
 	// off, at the cost of a compile after each reboot. "-" turns the cache off.
 	PolicyCacheDir string `json:"policyCacheDir,omitempty"`
+	// ExecFIFODir is where the FIFOs of each exec (an exec probe, kubectl exec) are made and
+	// removed, three per exec: on tmpfs by default (/run/holdfast/exec), since on flash an
+	// exec probe every second costs hundreds of KiB of metadata writes a minute. The
+	// containerd backend's; the CRI runtime makes its own.
+	ExecFIFODir string `json:"execFIFODir,omitempty"`
 	// PodLogDir is the root of container logs, laid out as kubelet does:
 	// NAMESPACE_NAME_UID/CONTAINER/ATTEMPT.log. Defaults to /var/log/pods.
 	PodLogDir string `json:"podLogDir,omitempty"`
@@ -420,6 +425,7 @@ func (c *Config) applyDefaults() {
 	setDefault(&c.ImagePreloadDir, "/usr/lib/holdfast/images")
 	setDefault(&c.PolicyDir, "/etc/holdfast/policies")
 	setDefault(&c.PolicyCacheDir, "/run/holdfast/wasm-cache")
+	setDefault(&c.ExecFIFODir, "/run/holdfast/exec")
 	if c.PolicyCacheDir == "-" {
 		c.PolicyCacheDir = ""
 	}

@@ -234,6 +234,10 @@ func TestPolicyCacheNotOnTheStateDisk(t *testing.T) {
 	if !strings.HasPrefix(c.PolicyCacheDir, "/run/") || strings.HasPrefix(c.PolicyCacheDir, c.StateDir) {
 		t.Errorf("policyCacheDir %q by default, state dir %q: want it on tmpfs (/run)", c.PolicyCacheDir, c.StateDir)
 	}
+	// Nor the FIFOs every exec probe makes and removes: on flash, their metadata writes wear it.
+	if !strings.HasPrefix(c.ExecFIFODir, "/run/") {
+		t.Errorf("execFIFODir %q by default: want it on tmpfs (/run)", c.ExecFIFODir)
+	}
 	off, err := Parse([]byte("nodeName: gw\npolicyCacheDir: \"-\"\n"), nil)
 	if err != nil || off.PolicyCacheDir != "" {
 		t.Errorf(`policyCacheDir "-": %q, %v; want the cache off`, off.PolicyCacheDir, err)

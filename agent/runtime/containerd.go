@@ -43,6 +43,8 @@ type Runtime struct {
 	registryConfigPath string
 	// ioDir: see WithIODir.
 	ioDir string
+	// execFIFODir: see WithExecFIFODir.
+	execFIFODir string
 	// requestTimeout: see WithRequestTimeout.
 	requestTimeout time.Duration
 	// pullProgressTimeout: see WithPullProgressTimeout.

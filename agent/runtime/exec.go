@@ -114,7 +114,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, opts ExecOp
 	if err != nil {
 		return ExecResult{}, err
 	}
-	proc, err := task.Exec(runCtx, execID, &pspec, cio.NewCreator(cio.WithStreams(nil, out, out)))
+	proc, err := task.Exec(runCtx, execID, &pspec, cio.NewCreator(r.execIO(cio.WithStreams(nil, out, out))...))
 	if errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
 		return ExecResult{}, fmt.Errorf("exec in %s: %w: %v", id, ErrContainerNotRunning, err)
 	} else if err != nil {
@@ -280,4 +280,12 @@ func (b *limitedBuffer) Truncated() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.truncated
+}
+
+// execIO is the IO options of an exec: its streams, its FIFOs where WithExecFIFODir says.
+func (r *Runtime) execIO(opts ...cio.Opt) []cio.Opt {
+	if r.execFIFODir != "" {
+		opts = append(opts, cio.WithFIFODir(r.execFIFODir))
+	}
+	return opts
 }

@@ -88,7 +88,7 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s Exe
 	if err != nil {
 		return 0, err
 	}
-	proc, err := task.Exec(ctx, execID, &pspec, cio.NewCreator(opts...))
+	proc, err := task.Exec(ctx, execID, &pspec, cio.NewCreator(r.execIO(opts...)...))
 	if errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
 		return 0, fmt.Errorf("exec in %s: %w: %v", id, ErrContainerNotRunning, err)
 	} else if err != nil {

@@ -3,7 +3,9 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +199,59 @@ func TestExec(t *testing.T) {
 			t.Errorf("err %v, want ErrContainerNotRunning", err)
 		}
 	})
+}
+
+// An exec's FIFOs are made where WithExecFIFODir says (tmpfs in the default configuration),
+// never under the system's temporary directory, which on a gateway is often the flash: there,
+// the FIFOs of an exec probe every second cost about 540 KiB of metadata writes a minute
+// (make bench's flash-wear phase). And none is left behind.
+func TestExecFIFOsInTheirDirectory(t *testing.T) {
+	cd := testenv.StartContainerd(t, testenv.ContainerdOptions{})
+	ctx := context.Background()
+	const ns = "holdfast-exec-fifo"
+	cd.ImportTestImages(ctx, ns)
+	fifoDir, tmpDir := t.TempDir(), t.TempDir()
+	t.Setenv("TMPDIR", tmpDir)
+	rt, err := runtime.Connect(ctx, cd.Address, ns, slog.New(slog.DiscardHandler), runtime.WithExecFIFODir(fifoDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	id, err := rt.CreateContainer(ctx, runtime.ContainerConfig{
+		PodUID: "pod-fifo", PodName: "fifo", PodNamespace: "default", Name: "app",
+		Image: testenv.BusyboxImage, Command: []string{"sleep", "3600"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.StartContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	go func() {
+		_, err := rt.Exec(ctx, id, []string{"sleep", "2"}, runtime.ExecOptions{Timeout: 30 * time.Second})
+		done <- err
+	}()
+	go func() {
+		_, err := rt.ExecStream(ctx, id, []string{"sleep", "2"}, runtime.ExecStreams{Stdout: io.Discard, Stderr: io.Discard})
+		done <- err
+	}()
+	seen := 0
+	for deadline := time.Now().Add(10 * time.Second); seen < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		entries, _ := os.ReadDir(fifoDir)
+		seen = len(entries)
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seen < 2 {
+		t.Errorf("the FIFOs of two running execs not seen in %s (%d entries)", fifoDir, seen)
+	}
+	for dir, what := range map[string]string{tmpDir: "the system's temporary directory", fifoDir: "the FIFO directory after the execs"} {
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("%s holds %d entries, e.g. %s", what, len(entries), entries[0].Name())
+		}
+	}
 }
