@@ -580,21 +580,15 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 		sent = &cur.Status
 	}
 	st = keepForeignConditions(*sent, st)
-	if apiequality.Semantic.DeepEqual(*sent, st) {
+	patch, err := statusPatch(*sent, st)
+	if err != nil {
+		return nil, err
+	}
+	if string(patch) == "{}" {
+		// Nothing to write, as JSON keeps it: a status that differs from the base only by
+		// what the apiserver does not store (times below the second), e.g. the informer's
+		// echo of this very status taken as the base before the write's answer.
 		return sent, nil
-	}
-	base := *sent
-	oldJSON, err := json.Marshal(v1.Pod{Status: base})
-	if err != nil {
-		return nil, err
-	}
-	newJSON, err := json.Marshal(v1.Pod{Status: st})
-	if err != nil {
-		return nil, err
-	}
-	patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, v1.Pod{})
-	if err != nil {
-		return nil, fmt.Errorf("compute status patch: %w", err)
 	}
 	var body map[string]any
 	if err := json.Unmarshal(patch, &body); err != nil {
@@ -619,13 +613,25 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 // less precision than the node's is not taken for a difference, and the pod not patched in a
 // loop.
 func statusDiffers(base, st v1.PodStatus) bool {
-	oldJSON, err1 := json.Marshal(v1.Pod{Status: base})
-	newJSON, err2 := json.Marshal(v1.Pod{Status: st})
-	if err1 != nil || err2 != nil {
-		return false
+	patch, err := statusPatch(base, st)
+	return err == nil && string(patch) != "{}"
+}
+
+// statusPatch is the strategic merge patch from base to st ("{}" when it carries nothing).
+func statusPatch(base, st v1.PodStatus) ([]byte, error) {
+	oldJSON, err := json.Marshal(v1.Pod{Status: base})
+	if err != nil {
+		return nil, err
+	}
+	newJSON, err := json.Marshal(v1.Pod{Status: st})
+	if err != nil {
+		return nil, err
 	}
 	patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, v1.Pod{})
-	return err == nil && string(patch) != "{}"
+	if err != nil {
+		return nil, fmt.Errorf("compute status patch: %w", err)
+	}
+	return patch, nil
 }
 
 // ownedConditions are the pod conditions the node agent computes and writes.
