@@ -132,9 +132,15 @@ test-arm:
 
 ## Check
 
-.PHONY: check check-fmt check-vet check-tidy check-cross check-size check-systemd check-install check-skips
+.PHONY: check check-fmt check-vet check-tidy check-cross check-size check-systemd check-install check-skips check-imports
 
-check: check-fmt check-vet check-tidy check-skips check-cross check-size check-systemd check-install fuzz
+check: check-fmt check-vet check-tidy check-skips check-imports check-cross check-size check-systemd check-install fuzz
+
+# check-imports fails when the module's import graph breaks a rule docs/architecture.md states
+# (agent/config a leaf, offline and wasm free of the agent, no product package importing a
+# harness, the backends imported by the wiring alone).
+check-imports:
+	hack/import-graph.sh check
 
 # check-size builds the firmware's stripped binaries for every architecture and fails when one
 # is over its budget (hack/firmware.sh).
