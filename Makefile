@@ -298,9 +298,9 @@ fleet: deps fleet-kubemark
 .PHONY: soak
 
 # soak runs the fault tests at the sizes `make test` has no time for (docs/reliability.md):
-# 200,000 generated sequences of the API source's model test (1,000 in make test) and 1,000 of
-# the pods manager's on the hollow runtime (10 in make test), 2,000 of the status journal's
-# (40 in make test), the state store's writer SIGKILLed in 300 rounds (3 in make test), the agent SIGKILLed during
+# 200,000 generated sequences of the API source's model test (1,000 in make test) and 10,000 of
+# the pods manager's on the hollow runtime (1,000 in make test), 5,000 of the status journal's
+# (200 in make test), the state store's writer SIGKILLed in 300 rounds (3 in make test), the agent SIGKILLed during
 # pod starts in 100 rounds (6 in make test), the agent stopped at each failpoint of its
 # persistence and SIGKILLed there 100 times per point (3 in make test), containerd killed six
 # times with 30 pods (the kubelet's restart test; 8 pods in make test), and the link to the
@@ -309,8 +309,8 @@ SOAK_FLAP_DURATION ?= 2h
 
 soak: deps
 	HOLDFAST_SOURCE_MODEL_SEQUENCES=200000 $(GO) test -count=1 -timeout 60m -run '^TestSourceModel$$' ./agent/sources/
-	HOLDFAST_LIFECYCLE_MODEL_SEQUENCES=1000 $(GO) test -race -count=1 -timeout 60m -run '^TestLifecycleModel$$' ./agent/pods/
-	HOLDFAST_JOURNAL_MODEL_SEQUENCES=2000 $(GO) test -count=1 -timeout 60m -run '^TestJournalModel$$' ./offline/
+	HOLDFAST_LIFECYCLE_MODEL_SEQUENCES=10000 $(GO) test -race -count=1 -timeout 60m -run '^TestLifecycleModel$$' ./agent/pods/
+	HOLDFAST_JOURNAL_MODEL_SEQUENCES=5000 $(GO) test -count=1 -timeout 60m -run '^TestJournalModel$$' ./offline/
 	HOLDFAST_STORE_KILL_ROUNDS=300 $(GO) test -count=1 -timeout 60m -v -run '^TestKillDuringWrites$$' ./offline/
 	HOLDFAST_AGENT_KILL_ROUNDS=100 $(GO) test -race -count=1 -timeout 90m -v \
 		-run '^TestAgentKilledDuringPodStarts$$' ./agent/

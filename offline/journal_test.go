@@ -84,7 +84,7 @@ type journalOp struct {
 // checks the journal against a model of the outbox after each step: pending statuses, their
 // order, the latest status a restart gives back, and sequence numbers that never go back.
 func TestJournalModel(t *testing.T) {
-	seeds := 40
+	seeds := 200
 	if v := os.Getenv("HOLDFAST_JOURNAL_MODEL_SEQUENCES"); v != "" {
 		var err error
 		if seeds, err = strconv.Atoi(v); err != nil || seeds < 1 {

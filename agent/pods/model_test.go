@@ -76,10 +76,11 @@ import (
 //     longer holds.
 //
 // A failing sequence prints its seed and steps; TestLifecycleModel/seed=N runs it alone.
-// HOLDFAST_LIFECYCLE_MODEL_SEQUENCES sets how many run (300 in make test, more in make soak); they run lifecycleModelParallel at a time, since a sequence mostly waits (for an
+// HOLDFAST_LIFECYCLE_MODEL_SEQUENCES sets how many run (1,000 in make test, 10,000 in make
+// soak); they run lifecycleModelParallel at a time, since a sequence mostly waits (for an
 // informer's back-off before a relist, above all).
 func TestLifecycleModel(t *testing.T) {
-	n := 300
+	n := 1000
 	if v := os.Getenv("HOLDFAST_LIFECYCLE_MODEL_SEQUENCES"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
