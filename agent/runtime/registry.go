@@ -32,7 +32,7 @@ func WithIODir(dir string) Option {
 // WithExecFIFODir makes dir the directory of the FIFOs each exec's output goes through (an exec
 // probe, kubectl exec): three made and removed per exec. Without it containerd's client makes
 // them under the system's temporary directory, which on a gateway is often the flash: an exec
-// probe every second cost about 540 KiB a minute of file system metadata there (make bench's
+// probe every second cost 530-620 KiB a minute of file system metadata there (make bench's
 // flash-wear phase, 2026-12-06). The default configuration puts them on tmpfs.
 func WithExecFIFODir(dir string) Option {
 	return func(r *Runtime) { r.execFIFODir = dir }
