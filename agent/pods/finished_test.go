@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,8 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/hollow"
+	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/pods"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
 	"github.com/holdfast-dev/holdfast/offline"
@@ -21,33 +25,90 @@ import (
 // hollowNode runs a pods manager on the hollow runtime, its statuses kept in memory.
 type hollowNode struct {
 	rt     *hollow.Runtime
+	store  *offline.MemStore
 	mgr    *pods.Manager
 	status *status.Manager
+	stop   func()
+	// ready and staticReady are what the manager is told of its sources.
+	ready, staticReady atomic.Bool
 }
 
 func startHollowNode(t *testing.T) *hollowNode {
 	t.Helper()
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nil)
+	return n
+}
+
+// start starts (again, after stop: an agent restart on the same runtime and store) the
+// manager, with admitter as its admission chain.
+func (n *hollowNode) start(t *testing.T, admitter pods.Admitter) {
+	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	store := offline.NewMemStore(nil)
-	n := &hollowNode{rt: hollow.NewRuntime(), status: status.NewManager(nil, store, "gw", log)}
+	n.status = status.NewManager(nil, n.store, "gw", log)
 	n.mgr = pods.NewManager(pods.Config{
 		StateDir: filepath.Join(dir, "state"), PodLogDir: filepath.Join(dir, "logs"), RelistPeriod: 50 * time.Millisecond, NodeName: "gw",
 		Volumes:        volumes.NewManager(filepath.Join(dir, "state", "pods"), nil, nil, log, volumes.Options{PlainDirs: true}),
 		HostResolvConf: filepath.Join(dir, "resolv.conf"), HostsFile: filepath.Join(dir, "hosts"),
 	}, n.rt, hollow.NewNetwork("gw"), n.status, nil, log)
-	n.mgr.SetAdmission(nil, store)
-	n.mgr.SetSourcesReady(func() bool { return true })
+	n.mgr.SetAdmission(admitter, n.store)
+	n.mgr.SetSourcesReady(n.ready.Load)
+	n.mgr.SetStaticSourceReady(n.staticReady.Load)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- n.mgr.Run(ctx) }()
-	t.Cleanup(func() {
+	stopped := false
+	n.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-	})
-	return n
+	}
+	t.Cleanup(n.stop)
+}
+
+// running is the pod UIDs with a running container.
+func (n *hollowNode) running(t *testing.T) map[types.UID]bool {
+	t.Helper()
+	cs, err := n.rt.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[types.UID]bool{}
+	for _, c := range cs {
+		if c.State == runtime.StateRunning {
+			out[types.UID(c.PodUID)] = true
+		}
+	}
+	return out
+}
+
+// eventually waits until ok holds.
+func eventually(t *testing.T, within time.Duration, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+	}
+}
+
+// staticPod is a static pod of the manifest at path, its one container running command.
+func staticPod(t *testing.T, name, path string, command ...string) *v1.Pod {
+	t.Helper()
+	pod := &v1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "busybox", Command: command}}}}
+	if err := manifest.MakeStatic(pod, "gw", path); err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }
 
 // waitStatus waits until the pod's status satisfies ok.
@@ -110,4 +171,80 @@ func TestDeadlineDoesNotFailAFinishedPod(t *testing.T) {
 	if st, _ := n.status.Get(pod.UID); st.Phase != v1.PodSucceeded {
 		t.Errorf("after its deadline a pod that had succeeded is %s (%s): %s", st.Phase, st.Reason, st.Message)
 	}
+}
+
+// rejectAll refuses every pod, as a node out of CPU would.
+type rejectAll struct{}
+
+func (rejectAll) Admit(context.Context, *v1.Pod, []*v1.Pod) admission.Result {
+	return admission.Result{Reason: "OutOfcpu", Message: "no cpu"}
+}
+
+// A pod finished in its source is never admitted, not at a later sync either: a rejection then
+// turned its Succeeded into Failed, OutOfcpu (found by a review of c7a6eb5).
+func TestFinishedPodNeverAdmittedLater(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, rejectAll{})
+	pod := jobPod("done", "sleep", "3600")
+	pod.Status = v1.PodStatus{Phase: v1.PodSucceeded}
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "the finished pod's status", func(v1.PodStatus) bool { return true })
+	relabelled := pod.DeepCopy()
+	relabelled.Labels = map[string]string{"sync": "again"}
+	n.mgr.Update(relabelled)
+	time.Sleep(300 * time.Millisecond)
+	if st, _ := n.status.Get(pod.UID); st.Phase != v1.PodSucceeded {
+		t.Errorf("after a later sync the finished pod is %s (%s)", st.Phase, st.Reason)
+	}
+}
+
+// An API pod that happens to have a static pod's namespace and name is no previous version of
+// it: the static pod starts (before, it waited for the API pod for good), and offline, with the
+// API pod's record lost, the API pod is not torn down as a static orphan (found by a review).
+func TestAPIPodOfAStaticPodsNameIsNoPreviousVersion(t *testing.T) {
+	n := startHollowNode(t)
+	static := staticPod(t, "sensor", filepath.Join(t.TempDir(), "sensor.yaml"), "sleep", "3600")
+	api := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: static.Namespace, Name: static.Name, UID: "api-1"},
+		Spec: v1.PodSpec{NodeName: "gw", Containers: []v1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"}}}}}
+	n.mgr.Update(api)
+	eventually(t, 10*time.Second, "the API pod running", func() bool { return n.running(t)["api-1"] })
+	n.mgr.Update(static)
+	eventually(t, 10*time.Second, "the static pod running beside the API pod of its name", func() bool { return n.running(t)[static.UID] })
+
+	// Offline restart: the API source not ready, the file source ready, the API pod's record lost.
+	n.stop()
+	if err := n.store.DeletePod("api-1"); err != nil {
+		t.Fatal(err)
+	}
+	n.ready.Store(false)
+	n.start(t, nil)
+	n.mgr.Update(static)
+	time.Sleep(time.Second) // relists
+	if !n.running(t)["api-1"] {
+		t.Error("offline, the API pod of the static pod's name was torn down as a static orphan")
+	}
+}
+
+// A manifest edited while the agent was down, online: the previous version's containers are a
+// static orphan's, and the new version starts once they are down, not a minute later (its
+// worker was poked only by the end of a static pod's worker; found by a review).
+func TestStaticPodEditedWhileDownStartsOnceThePreviousStops(t *testing.T) {
+	n := startHollowNode(t)
+	// The previous version ignores SIGTERM: its orphan worker's stop takes a while (its
+	// grace period, shortened here), during which the new version waits.
+	n.rt.SetTermWait(func(time.Duration) time.Duration { return 2 * time.Second })
+	path := filepath.Join(t.TempDir(), "sensor.yaml")
+	v1pod := staticPod(t, "sensor", path, "sh", "-c", "trap '' TERM; sleep 3600")
+	n.mgr.Update(v1pod)
+	eventually(t, 10*time.Second, "version 1 running", func() bool { return n.running(t)[v1pod.UID] })
+	n.stop()
+	v2pod := staticPod(t, "sensor", path, "sh", "-c", "trap '' TERM; sleep 7200") // edited while down: a new UID
+	n.start(t, nil)
+	n.mgr.Update(v2pod)
+	eventually(t, 15*time.Second, "version 2 running, version 1 gone", func() bool {
+		r := n.running(t)
+		return r[v2pod.UID] && !r[v1pod.UID]
+	})
 }

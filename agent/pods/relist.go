@@ -161,7 +161,7 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) (fingerpri
 		case ok && (prev == nil || prev[uid] != fp):
 			w.poke()
 		case !ok && ready:
-			m.adoptOrphanLocked(byPod[uid][0], false)
+			m.adoptOrphanLocked(byPod[uid][0], m.staticOrphanLocked(byPod[uid][0]))
 		case !ok && staticReady && m.staticOrphanLocked(byPod[uid][0]):
 			m.adoptOrphanLocked(byPod[uid][0], true)
 		}
@@ -188,23 +188,23 @@ func (m *Manager) staticSourceReady() bool {
 }
 
 // staticOrphanLocked reports whether the containers of a pod no worker has belong to a static
-// pod the file source, which has read its directory, does not deliver: a previous version of
-// a static pod it delivers under the same name (the manifest edited while the agent was down,
-// or an edit cut short by a kill), or a pod whose record says it came from a manifest (the
-// manifest removed meanwhile). The file source alone decides those: they are torn down
-// without waiting for the apiserver's list, which an offline gateway may not see for weeks;
-// until then, the new version would wait for them, or both would run. A pod with neither
-// mark waits for every source, as before. m.mu held.
+// pod: its record says it came from a manifest. Once the file source has read its directory,
+// it alone decides those: one it does not deliver (a manifest removed while the agent was
+// down, or a previous version of one edited meanwhile or during a kill) is torn down without
+// waiting for the apiserver's list, which an offline gateway may not see for weeks; until
+// then the new version would wait for it, or both would run. A pod without a record (lost, or
+// quarantined) waits for every source, as any: an API pod of the same namespace and name as a
+// static pod is never taken for one. m.mu held.
 func (m *Manager) staticOrphanLocked(c runtime.Container) bool {
-	for _, w := range m.workers {
-		if p := w.latestPod(); manifest.IsStatic(p) && p.Namespace == c.PodNamespace && p.Name == c.PodName && string(p.UID) != c.PodUID {
-			return true
-		}
-	}
+	return m.recordedAsStatic(types.UID(c.PodUID))
+}
+
+// recordedAsStatic reports whether the store's record of the pod says it came from a manifest.
+func (m *Manager) recordedAsStatic(uid types.UID) bool {
 	if m.store == nil {
 		return false
 	}
-	rec, err := m.store.GetPod(types.UID(c.PodUID))
+	rec, err := m.store.GetPod(uid)
 	return err == nil && rec.Source == offline.SourceFile
 }
 

@@ -378,9 +378,11 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 // grace period: as the kubelet, a static pod waits for its previous version to stop.
 //
 // A previous version no worker has yet (its containers found running after an agent restart:
-// the manifest edited while the agent was down, or an edit cut short by a kill) counts too:
-// the relist hands it to an orphan worker once the file source has read its directory
-// (Manager.staticOrphanLocked), and is asked to look now.
+// the manifest edited while the agent was down, or an edit cut short by a kill) counts too,
+// if its record says it came from a manifest (an API pod of the same name is no previous
+// version: it does not hold the static pod up): the relist hands it to an orphan worker once
+// the file source has read its directory (Manager.staticOrphanLocked), and is asked to look
+// now.
 func (w *worker) previousStaticVersion(ctx context.Context, pod *v1.Pod, observed []runtime.Container) types.UID {
 	if !manifest.IsStatic(pod) || slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
 		return ""
@@ -399,7 +401,8 @@ func (w *worker) previousStaticVersion(ctx context.Context, pod *v1.Pod, observe
 		return "" // the runtime cannot tell: the worker's start goes through it again anyway
 	}
 	for _, c := range all {
-		if c.State == runtime.StateRunning && c.PodUID != string(pod.UID) && c.PodNamespace == pod.Namespace && c.PodName == pod.Name {
+		if c.State == runtime.StateRunning && c.PodUID != string(pod.UID) && c.PodNamespace == pod.Namespace && c.PodName == pod.Name &&
+			!w.m.Known(types.UID(c.PodUID)) && w.m.recordedAsStatic(types.UID(c.PodUID)) {
 			w.m.requestRelist(0)
 			return types.UID(c.PodUID)
 		}
@@ -465,7 +468,12 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		// said so before a restart or a reboot that lost its containers, or its record did) of
 		// which nothing runs here is never started again. Started, a Job's pod would run twice.
 		log.Info("pod finished before (its status says " + string(pod.Status.Phase) + ") and nothing of it runs: not started again")
-		w.moveTo(phaseFinishing)
+		w.mu.Lock()
+		// Never admitted in this life, and never to be: a later sync must not take it
+		// for a pod to admit (a rejection would turn its Succeeded into Failed).
+		w.decision = &admission.Result{Admitted: true}
+		w.moveToLocked(phaseFinishing)
+		w.mu.Unlock()
 		return w.syncFinished(ctx, log, pod, observed)
 	}
 	began := w.m.now()

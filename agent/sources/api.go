@@ -308,6 +308,15 @@ func (s *APISource) reconcileCache() {
 		s.Log.Error("load cached pods", "err", err)
 		return
 	}
+	// The pods delivered, taken before the informer's pods: the indexer has a pod before
+	// its handler delivers it, so a pod delivered meanwhile is in both (taken after, a pod
+	// created just after the list would be taken for one the list lacks).
+	s.mu.Lock()
+	delivered := make([]types.UID, 0, len(s.delivered))
+	for uid := range s.delivered {
+		delivered = append(delivered, uid)
+	}
+	s.mu.Unlock()
 	present := map[types.UID]bool{}
 	for _, obj := range s.indexer.List() {
 		if pod, ok := obj.(*v1.Pod); ok {
@@ -326,13 +335,11 @@ func (s *APISource) reconcileCache() {
 			}
 		}
 	}
-	s.mu.Lock()
-	for uid := range s.delivered {
+	for _, uid := range delivered {
 		if _, ok := gone[uid]; !ok && !present[uid] {
 			gone[uid] = "(record lost)"
 		}
 	}
-	s.mu.Unlock()
 	for uid, name := range gone {
 		s.Log.Info("cached pod is gone from the apiserver; stopping it", "pod", name, "uid", uid)
 		s.forget(uid)
