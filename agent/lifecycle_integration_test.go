@@ -284,7 +284,9 @@ func TestLifecycleHooks(t *testing.T) {
 	// hooks write where the test can see them through the server's document root.
 	pod.Spec.Containers[0] = step("web", "mkdir -p /www && exec httpd -f -v -p 127.0.0.1:18080 -h /www")
 	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{
-		PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "echo started > /www/poststart; echo bye > /www/prestop-called"}}},
+		// A postStart hook runs beside the entrypoint, in no order with it (as the kubelet's):
+		// it waits for the entrypoint's /www. Under load (CI of 2026-12-06) it ran first.
+		PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "for i in $(seq 100); do [ -d /www ] && break; sleep 0.1; done; echo started > /www/poststart; echo bye > /www/prestop-called"}}},
 		PreStop:   &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/prestop-called", Port: intstrFrom(18080), Host: "127.0.0.1"}},
 	}
 	failing := sleeperPod("badhook", true)
