@@ -838,7 +838,7 @@ func (s *BoltStore) PendingStatuses() ([]PendingStatus, map[string]error, error)
 	if s.closed.Load() {
 		return nil, nil, fmt.Errorf("read outbox: %w", ErrClosed)
 	}
-	errs, _ := s.journal.takeDamage()
+	errs := s.journal.takeDamage()
 	s.journal.mu.Lock()
 	defer s.journal.mu.Unlock()
 	return s.journal.state.pendingStatuses(), errs, nil

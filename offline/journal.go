@@ -522,7 +522,7 @@ func (j *statusJournal) compact(force bool) error {
 	j.synced, j.syncedSize = j.written, j.size
 	j.syncs.Add(2) // the file's and the directory's
 	j.bytesWritten.Add(uint64(len(data)))
-	j.setCompactAt()
+	j.compactAt = max(compactMin, 4*j.size) // the file is the live statuses' snapshot
 	// The rename is done but its directory entry may not be durable: the next sync syncs the
 	// directory before it reports anything durable.
 	j.dirDirty = dirErr != nil
@@ -609,13 +609,14 @@ func (j *statusJournal) close() error {
 	return nil
 }
 
-// takeDamage returns, once, what the replay at open could not read.
-func (j *statusJournal) takeDamage() (map[string]error, map[string][]byte) {
+// takeDamage returns, once, what the replay at open could not read (its bytes were
+// quarantined by Open).
+func (j *statusJournal) takeDamage() map[string]error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	d, b := j.damage, j.damagedBytes
+	d := j.damage
 	j.damage, j.damagedBytes = nil, nil
-	return d, b
+	return d
 }
 
 // adoptJournal finishes opening the outbox, in an order a crash anywhere leaves safe:
@@ -730,9 +731,7 @@ func (s *BoltStore) moveOutboxBucket(report *OpenReport) error {
 	q := newQuarantiner(s.now)
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		q = newQuarantiner(s.now)
-		var keys [][]byte
 		if err := tx.Bucket(bucketOutbox).ForEach(func(k, v []byte) error {
-			keys = append(keys, clone(k))
 			name := fmt.Sprintf("outbox/%x", k)
 			seq, ok := parseSeqKey(k)
 			if ok {
@@ -748,31 +747,10 @@ func (s *BoltStore) moveOutboxBucket(report *OpenReport) error {
 		}); err != nil {
 			return err
 		}
-		ob := tx.Bucket(bucketOutbox)
-		for _, k := range keys {
-			if ob.Bucket(k) != nil {
-				if err := ob.DeleteBucket(k); err != nil {
-					return err
-				}
-			} else if err := ob.Delete(k); err != nil {
-				return err
-			}
-		}
-		idx := tx.Bucket(bucketOutboxIndex)
-		var uids [][]byte
-		if err := idx.ForEach(func(k, _ []byte) error { uids = append(uids, clone(k)); return nil }); err != nil {
+		if err := emptyBucket(tx.Bucket(bucketOutbox)); err != nil {
 			return err
 		}
-		for _, k := range uids {
-			if idx.Bucket(k) != nil {
-				if err := idx.DeleteBucket(k); err != nil {
-					return err
-				}
-			} else if err := idx.Delete(k); err != nil {
-				return err
-			}
-		}
-		return nil
+		return emptyBucket(tx.Bucket(bucketOutboxIndex))
 	})
 	if err != nil {
 		return fmt.Errorf("empty the outbox bucket moved to the status journal: %w", err)
@@ -784,6 +762,24 @@ func (s *BoltStore) moveOutboxBucket(report *OpenReport) error {
 			report.Quarantined = map[string]error{}
 		}
 		maps.Copy(report.Quarantined, q.errs)
+	}
+	return nil
+}
+
+// emptyBucket deletes every key and nested bucket of b; b itself and its sequence stay.
+func emptyBucket(b *bolt.Bucket) error {
+	var keys [][]byte
+	if err := b.ForEach(func(k, _ []byte) error { keys = append(keys, clone(k)); return nil }); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		del := b.Delete
+		if b.Bucket(k) != nil {
+			del = b.DeleteBucket
+		}
+		if err := del(k); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -161,8 +161,8 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) (fingerpri
 		case ok && (prev == nil || prev[uid] != fp):
 			w.poke()
 		case !ok && ready:
-			m.adoptOrphanLocked(byPod[uid][0], m.staticOrphanLocked(byPod[uid][0]))
-		case !ok && staticReady && m.staticOrphanLocked(byPod[uid][0]):
+			m.adoptOrphanLocked(byPod[uid][0], m.recordedAsStatic(types.UID(uid)))
+		case !ok && staticReady && m.recordedAsStatic(types.UID(uid)):
 			m.adoptOrphanLocked(byPod[uid][0], true)
 		}
 	}
@@ -187,19 +187,14 @@ func (m *Manager) staticSourceReady() bool {
 	return ready()
 }
 
-// staticOrphanLocked reports whether the containers of a pod no worker has belong to a static
-// pod: its record says it came from a manifest. Once the file source has read its directory,
-// it alone decides those: one it does not deliver (a manifest removed while the agent was
-// down, or a previous version of one edited meanwhile or during a kill) is torn down without
-// waiting for the apiserver's list, which an offline gateway may not see for weeks; until
-// then the new version would wait for it, or both would run. A pod without a record (lost, or
-// quarantined) waits for every source, as any: an API pod of the same namespace and name as a
-// static pod is never taken for one. m.mu held.
-func (m *Manager) staticOrphanLocked(c runtime.Container) bool {
-	return m.recordedAsStatic(types.UID(c.PodUID))
-}
-
 // recordedAsStatic reports whether the store's record of the pod says it came from a manifest.
+// The containers of such a pod that no worker has are a static orphan: once the file source
+// has read its directory, it alone decides those (a manifest removed while the agent was down,
+// or a previous version of one edited meanwhile or during a kill), torn down without waiting
+// for the apiserver's list, which an offline gateway may not see for weeks; until then the new
+// version would wait for it, or both would run. A pod without a record (lost, or quarantined)
+// waits for every source, as any: an API pod of the same namespace and name as a static pod is
+// never taken for one.
 func (m *Manager) recordedAsStatic(uid types.UID) bool {
 	if m.store == nil {
 		return false
@@ -209,7 +204,7 @@ func (m *Manager) recordedAsStatic(uid types.UID) bool {
 }
 
 // adoptOrphanLocked starts a worker that tears down a pod no source claims: it was deleted
-// while the agent was not running. static: the pod was a static pod's (staticOrphanLocked);
+// while the agent was not running. static: the pod was a static pod's (recordedAsStatic);
 // its worker's pod says so, so that the next version of that static pod waits for it to stop
 // and is poked when it has.
 func (m *Manager) adoptOrphanLocked(c runtime.Container, static bool) {

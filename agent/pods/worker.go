@@ -381,7 +381,7 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 // the manifest edited while the agent was down, or an edit cut short by a kill) counts too,
 // if its record says it came from a manifest (an API pod of the same name is no previous
 // version: it does not hold the static pod up): the relist hands it to an orphan worker once
-// the file source has read its directory (Manager.staticOrphanLocked), and is asked to look
+// the file source has read its directory (Manager.recordedAsStatic), and is asked to look
 // now.
 func (w *worker) previousStaticVersion(ctx context.Context, pod *v1.Pod, observed []runtime.Container) types.UID {
 	if !manifest.IsStatic(pod) || slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
