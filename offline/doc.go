@@ -129,11 +129,16 @@
 // quarantined, and is deleted with its pod. Their shapes drawn above stay part of the schema
 // while an older agent may read them.
 //
-// The status journal, "<path>.outbox" beside the database (journal.go): frames of a 4-byte
-// length and a CRC-32C-checked JSON record, appended: a status {seq, uid, namespace, name,
-// status, timestamp}, an ack {uid, upTo}, a forget {uid}, and after a compaction a snapshot of
-// each pod's entry and the last sequence number. Replayed at Open: a torn or damaged end is cut
-// off and quarantined (outbox/journal@<offset>).
+// The status journal, "<path>.outbox" and "<path>.outbox.alt" beside the database
+// (journal.go): two files taking turns, each of frames of a 4-byte length and a
+// CRC-32C-checked JSON record, appended: a status {gen, seq, uid, namespace, name, status,
+// timestamp}, an ack {gen, uid, upTo}, a forget {gen, uid}; a compaction writes, at the start
+// of the file that is not current, one record {gen+1, seq, pods: every pod's entry} and makes
+// it current. Files of an earlier agent (one file, compacted into per-pod snapshot records and
+// a seq record, all of generation 0) are read as they are. At Open the file of the higher
+// generation is current; records of a lower generation than their file's are not read; a torn
+// or damaged frame of the current file is skipped and quarantined
+// (outbox/journal@<offset>, outbox/journal.alt@<offset>).
 //
 // # Schema v3 (previous)
 //

@@ -153,7 +153,7 @@ func jsonRoundTrips(v any) bool {
 // and what it kept, written as a compaction writes it, replays to the same outbox.
 func FuzzJournalReplay(f *testing.F) {
 	frame := func(rec journalRecord) []byte {
-		b, err := (&statusJournal{}).frame(rec)
+		b, err := (&statusJournal{gen: rec.Gen}).frame(rec)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -169,6 +169,11 @@ func FuzzJournalReplay(f *testing.F) {
 	seed = append(seed, frame(journalRecord{Kind: journalSeq, Seq: 9})...)
 	f.Add(seed)
 	f.Add(seed[:len(seed)-3])
+	// A compaction record, a status of its generation, one of an older generation (not read).
+	compacted := frame(journalRecord{Kind: journalCompaction, Gen: 2, Seq: 7, Pods: []journalPodEntry{{Seq: 6, Entry: e, Pending: 1, FirstSeq: 6, FirstTimestamp: t0}}})
+	compacted = append(compacted, frame(journalRecord{Kind: journalStatus, Gen: 2, Seq: 8, Entry: &e})...)
+	compacted = append(compacted, frame(journalRecord{Kind: journalForget, Gen: 1, UID: "u"})...)
+	f.Add(compacted)
 	f.Add([]byte{0, 0, 0, 4, 1, 2, 3, 4})
 
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -177,7 +182,7 @@ func FuzzJournalReplay(f *testing.F) {
 		if good < 0 || good > int64(len(data)) {
 			t.Fatalf("readable prefix %d of %d bytes", good, len(data))
 		}
-		snap, err := j.snapshotLocked()
+		snap, err := j.compactionLocked(j.gen + 1)
 		if err != nil {
 			t.Fatal(err)
 		}

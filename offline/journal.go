@@ -36,11 +36,25 @@ import (
 //
 // Each record is a frame: a 4-byte big-endian length, then what encodeValue makes (a CRC-32C
 // and the JSON of a journalRecord). A torn write at the end (a power cut during an append) is
-// cut off at open; a damaged frame before the end stops the replay there, and what follows it
-// is quarantined: the journal keeps only statuses, which the agent can compute again.
+// cut off at open; a damaged frame before the end is skipped and quarantined, and the replay
+// goes on at the next whole frame: the journal keeps only statuses, which the agent can compute
+// again.
 //
-// When the file grows past four times what its live statuses take (and compactMin), it is
-// rewritten with one snapshot record per pod (temporary file, fsync, rename, directory fsync).
+// Two files take turns, "<db>.outbox" and "<db>.outbox.alt", both made at Open; appends go to
+// the current one. When it grows past four times what its live statuses take (and compactMin),
+// the status being appended is not appended: a compaction writes one record holding every
+// pod's entry, that status included, at the start of the other file, cuts the file there and
+// fdatasyncs it, and that file becomes the current one. The change costs one sync, as any
+// other: no directory entry changes, so no directory sync (a temporary file renamed over the
+// journal cost a second sync, and two more bytes of metadata to wear, at each compaction).
+//
+// Every record carries the generation of the compaction that began its file (0: a file never
+// compacted into). At Open the file whose records carry the highest generation is the current
+// one: a compaction cut short by a power cut left no whole compaction record, so the file it
+// was writing keeps its older generation and loses. Records of a lower generation than their
+// file's (an older use of the file, left past a compaction record whose cut was not durable)
+// are not read. What is lost to damage of a compaction record is reported; if nothing of its
+// generation survives, the older file wins with the statuses it had before that compaction.
 type statusJournal struct {
 	path string
 	// key seals each record, as pod records are sealed: a status holds termination messages
@@ -48,38 +62,56 @@ type statusJournal struct {
 	// boot decides what runs (a Failed or Evicted pod is not started); nil: in the clear.
 	key *Key
 
-	mu    sync.Mutex // protects the fields below
-	f     *os.File   // nil once closed
-	size  int64      // bytes of whole frames in f
+	mu sync.Mutex // protects the fields below; cur and files[].f change under syncMu too
+	// files are the journal's two files; cur is the current one's index.
+	files [2]journalFile
+	cur   int
+	// gen is the current file's generation, carried by every record written to it.
+	gen   uint64
+	size  int64 // bytes of whole frames in the current file
 	state outboxState
-	// compactAt is the size past which the file is rewritten.
+	// compactAt is the size past which the next status appended is written by a compaction.
 	compactAt int64
-	// written counts writes to f: a sync covers those counted before it began.
+	// written counts writes to the current file: a sync covers those counted before it began.
 	written uint64
-	// rewrite: the file is to be rewritten from j.state before the next append (damage found
-	// at open, or a failed write or sync left the file behind the state).
+	// rewrite: the current file is behind j.state (damage found at open, a failed write or
+	// sync, a compaction that failed and left the other file unknown): the next append is
+	// written by a compaction.
 	rewrite bool
-	// damage is what the replay at open could not read, by "journal@<offset>", until the first
+	closed  bool
+	// damage is what the replay at open could not read, by "<file>@<offset>", until the first
 	// pendingStatuses reports it; damagedBytes is its raw content, for the quarantine.
 	damage       map[string]error
 	damagedBytes map[string][]byte
 
 	syncMu sync.Mutex // serializes syncs; taken before mu when both are
 	synced uint64     // written as of the last successful sync; under syncMu
-	// syncedSize is the file's size as of the last successful sync: what a power cut keeps
-	// for sure (tests stand for one with it). Under syncMu.
-	syncedSize int64
-	// dirDirty: the journal's directory entry (a new file, a compaction's rename) is not known
-	// durable; a sync syncs the directory too until it is. Under syncMu.
+	// dirDirty: the directory entry of a file made at Open is not known durable; a sync syncs
+	// the directory too until it is. Under syncMu.
 	dirDirty bool
 
 	syncs, bytesWritten atomic.Uint64
 }
 
+// journalFile is one of the journal's two files.
+type journalFile struct {
+	path string
+	// name prefixes the keys of its damage: "journal", "journal.alt".
+	name string
+	f    *os.File
+	// syncedSize is the file's size as of its last successful sync: what a power cut keeps
+	// for sure (tests stand for one with it). Under syncMu.
+	syncedSize int64
+}
+
 // journalRecord is one record of the status journal.
 type journalRecord struct {
 	Kind journalKind `json:"kind"`
-	// Seq is a status's sequence number, or (journalSeq) the highest handed out.
+	// Gen is the generation of the file the record was written to (journalCompaction: the
+	// one it begins).
+	Gen uint64 `json:"gen,omitempty"`
+	// Seq is a status's sequence number, or (journalSeq, journalCompaction) the highest
+	// handed out.
 	Seq uint64    `json:"seq,omitempty"`
 	UID types.UID `json:"uid,omitempty"`
 	// Entry is the status of a journalStatus or journalSnapshot record.
@@ -90,23 +122,38 @@ type journalRecord struct {
 	Pending        int       `json:"pending,omitempty"`
 	FirstSeq       uint64    `json:"firstSeq,omitempty"`
 	FirstTimestamp time.Time `json:"firstTimestamp,omitzero"`
+	// Pods are every pod's entry (journalCompaction).
+	Pods []journalPodEntry `json:"pods,omitempty"`
+}
+
+// journalPodEntry is one pod's entry in a compaction record: what restores its outboxPod.
+type journalPodEntry struct {
+	Seq            uint64      `json:"seq"`
+	Entry          outboxEntry `json:"entry"`
+	Pending        int         `json:"pending,omitempty"`
+	FirstSeq       uint64      `json:"firstSeq,omitempty"`
+	FirstTimestamp time.Time   `json:"firstTimestamp,omitzero"`
 }
 
 type journalKind string
 
 const (
-	journalStatus   journalKind = "status"   // a status appended
-	journalAck      journalKind = "ack"      // a pod's statuses up to UpTo delivered
-	journalForget   journalKind = "forget"   // a pod's entry dropped
-	journalSnapshot journalKind = "snapshot" // a pod's entry as a compaction found it
-	journalSeq      journalKind = "seq"      // the highest sequence number handed out
+	journalStatus     journalKind = "status"     // a status appended
+	journalAck        journalKind = "ack"        // a pod's statuses up to UpTo delivered
+	journalForget     journalKind = "forget"     // a pod's entry dropped
+	journalCompaction journalKind = "compaction" // every pod's entry, at the start of a file
+	// journalSnapshot and journalSeq: a pod's entry and the highest sequence number, as an
+	// earlier compaction wrote them (one record each), and as moveRecordStatuses writes a
+	// record's status.
+	journalSnapshot journalKind = "snapshot"
+	journalSeq      journalKind = "seq"
 )
 
 const (
-	// journalName is the journal's file name suffix, beside the database file.
-	journalSuffix = ".outbox"
-	// compactMin is the journal size below which it is never compacted.
-	compactMin = 64 << 10
+	// journalSuffix names the journal beside the database; journalAltSuffix, appended to
+	// the journal's path, its other file.
+	journalSuffix    = ".outbox"
+	journalAltSuffix = ".alt"
 	// maxFrame bounds a frame's length: a length past it is damage, not a record to allocate.
 	maxFrame = 16 << 20
 	// damagedKept bounds the damaged bytes quarantined.
@@ -116,7 +163,7 @@ const (
 // journalPlace is what the journal's records are sealed to (Key.seal's additional data).
 const journalPlace = "outbox"
 
-// maxJournal bounds what Open reads: a journal past it is moved aside, unread.
+// maxJournal bounds what Open reads: a journal file past it is moved aside, unread.
 const maxJournal = 64 << 20
 
 // seqJumpAfterDamage is how far sequence numbers jump when the replay found damage: a record
@@ -127,37 +174,94 @@ const seqJumpAfterDamage = 1 << 20
 // maxSeq bounds the sequence numbers the replay accepts: far from wrapping around.
 const maxSeq = 1 << 62
 
-// openStatusJournal opens (creating it if missing) the journal at path and replays it. A path
-// that is no regular file, or cannot be read, is moved aside and a new journal started: the
-// journal holds statuses the agent computes again, and a bad file never stops a boot.
+// compactMin is the journal size below which it is never compacted. A variable: tests lower
+// it to compact every few changes.
+var compactMin int64 = 64 << 10
+
+// journalSync and journalSyncDir make a journal file's writes, and a directory's entries,
+// durable. Tests replace them to count the syncs and to keep what each made durable.
+var (
+	journalSync    = func(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }
+	journalSyncDir = fsutil.SyncDir
+)
+
+// openStatusJournal opens (creating them if missing) the journal's two files at path and
+// path's alternate, replays both and makes the one of the highest generation the current one.
+// A path that is no regular file, or cannot be read, is moved aside and a new file started:
+// the journal holds statuses the agent computes again, and a bad file never stops a boot.
 func openStatusJournal(path string, key *Key) (*statusJournal, error) {
 	j := &statusJournal{path: path, key: key}
-	removeStaleTemps(filepath.Dir(path))
-	f, data, err := readJournal(path)
-	if err != nil {
-		moved, merr := moveAside(path, time.Now())
-		if merr != nil {
-			return nil, fmt.Errorf("status journal %s unusable (%v) and moving it aside failed: %w", path, err, merr)
-		}
-		removeOldCopies(path, moved, KeptCorruptCopies)
-		j.noteDamage("journal", nil, fmt.Errorf("%w: status journal unusable (%v); moved to %s", errUndecodable, err, moved))
-		if f, data, err = readJournal(path); err != nil {
-			return nil, fmt.Errorf("status journal %s: %w", path, err)
-		}
+	j.files = [2]journalFile{
+		{path: path, name: "journal"},
+		{path: path + journalAltSuffix, name: "journal.alt"},
 	}
-	good, damaged := j.replay(data)
-	j.f, j.size, j.syncedSize = f, int64(len(data)), int64(len(data))
-	if damaged || good < int64(len(data)) {
+	removeStaleTemps(filepath.Dir(path))
+	var found [2]journalReplay
+	made := false
+	for i := range j.files {
+		jf := &j.files[i]
+		f, data, err := j.openFile(jf)
+		if err != nil {
+			for k := range i {
+				j.files[k].f.Close()
+			}
+			return nil, err
+		}
+		jf.f = f
+		made = made || len(data) == 0
+		found[i] = j.replayFile(jf.name, data)
+	}
+	j.cur = 0
+	if found[1].newerThan(found[0]) {
+		j.cur = 1
+	}
+	cur, other := found[j.cur], found[1-j.cur]
+	j.state, j.gen, j.size = cur.state, cur.gen, cur.size
+	// The current file's damage is reported; the other's is not: its content is superseded
+	// (the torn end of an older use, a compaction cut short), and reporting it would report
+	// again at each boot what a power cut left there before.
+	for key, err := range cur.damage {
+		j.noteDamage(key, cur.damagedBytes[key], err)
+	}
+	j.files[j.cur].syncedSize = cur.size
+	if cur.damaged || other.damaged {
+		j.state.lastSeq += seqJumpAfterDamage
+	}
+	if cur.damaged || cur.good < cur.size {
 		// Rewritten once the damage is quarantined (adoptJournal): appends follow whole frames.
 		j.rewrite = true
 	}
-	if len(data) == 0 {
+	if other.size > 0 {
+		// Superseded: emptied so that it is not read at every boot, nor its damage reported
+		// again. Not synced: a power cut may bring it back, and it loses again.
+		_ = j.files[1-j.cur].f.Truncate(0)
+	}
+	if made {
 		// A new file: its directory entry must survive a power cut before anything synced in
 		// it is reported durable. Tried now; if that fails, by the first sync.
-		j.dirDirty = fsutil.SyncDir(filepath.Dir(path)) != nil
+		j.dirDirty = journalSyncDir(filepath.Dir(path)) != nil
 	}
 	j.setCompactAt()
 	return j, nil
+}
+
+// openFile opens and reads one of the journal's files; one that cannot be used is moved aside
+// (its damage noted) and a new one made in its place.
+func (j *statusJournal) openFile(jf *journalFile) (*os.File, []byte, error) {
+	f, data, err := readJournal(jf.path)
+	if err == nil {
+		return f, data, nil
+	}
+	moved, merr := moveAside(jf.path, time.Now())
+	if merr != nil {
+		return nil, nil, fmt.Errorf("status journal %s unusable (%v) and moving it aside failed: %w", jf.path, err, merr)
+	}
+	removeOldCopies(jf.path, moved, KeptCorruptCopies)
+	j.noteDamage(jf.name, nil, fmt.Errorf("%w: status journal unusable (%v); moved to %s", errUndecodable, err, moved))
+	if f, data, err = readJournal(jf.path); err != nil {
+		return nil, nil, fmt.Errorf("status journal %s: %w", jf.path, err)
+	}
+	return f, data, nil
 }
 
 // readJournal opens path (created if missing), refusing what is not a regular file (a
@@ -187,7 +291,8 @@ func readJournal(path string) (*os.File, []byte, error) {
 	return f, data, nil
 }
 
-// removeStaleTemps removes what a compaction cut short by a crash left.
+// removeStaleTemps removes what a compaction of an earlier agent (a temporary file renamed
+// over the journal) cut short by a crash left.
 func removeStaleTemps(dir string) {
 	if temps, err := filepath.Glob(filepath.Join(dir, ".outbox-*")); err == nil {
 		for _, t := range temps {
@@ -196,27 +301,81 @@ func removeStaleTemps(dir string) {
 	}
 }
 
-// replay applies the file's records to j.state. It returns the length of the prefix read
-// without damage and whether any damage was found. A damaged frame (a bad checksum, a length
-// that does not fit, a record that does not open with the key) is skipped: the replay looks
-// for the next whole frame after it, so one bad sector does not take the statuses of every
-// pod written after it. Most often the damage is the last frame, torn by a power cut during
-// an append: its status was never reported durable to anyone.
+// journalReplay is what the replay of one file found.
+type journalReplay struct {
+	state outboxState
+	// gen is the file's generation: the highest its whole records carry.
+	gen uint64
+	// size is the file's length; good the length of its prefix read without damage.
+	size, good int64
+	damaged    bool
+	// records counts the records read of the file's generation.
+	records int
+	// damage is what could not be read, by "<file>@<offset>", and its bytes.
+	damage       map[string]error
+	damagedBytes map[string][]byte
+}
+
+// newerThan reports whether r's file is the current one rather than o's: the higher
+// generation; at the same generation (files of an agent before two files, or both empty), the
+// one with the higher sequence number, then the one with records.
+func (r journalReplay) newerThan(o journalReplay) bool {
+	if r.gen != o.gen {
+		return r.gen > o.gen
+	}
+	if r.state.lastSeq != o.state.lastSeq {
+		return r.state.lastSeq > o.state.lastSeq
+	}
+	return r.records > 0 && o.records == 0
+}
+
+// replay replays one file's content into j.state, as Open does for the current file: for
+// tests and the fuzzer. It returns the length of the prefix read without damage and whether
+// any damage was found.
 func (j *statusJournal) replay(data []byte) (good int64, damaged bool) {
-	j.state = newOutboxState()
-	good = -1
+	r := j.replayFile("journal", data)
+	j.state, j.gen = r.state, r.gen
+	for key, err := range r.damage {
+		j.noteDamage(key, r.damagedBytes[key], err)
+	}
+	if r.damaged {
+		j.state.lastSeq += seqJumpAfterDamage
+	}
+	return r.good, r.damaged
+}
+
+// replayFile replays a file's records. A damaged frame (a bad checksum, a length that does
+// not fit, a record that does not open with the key) is skipped: the replay looks for the next
+// whole frame after it, so one bad sector does not take the statuses of every pod written
+// after it. Most often the damage is the last frame, torn by a power cut during an append: its
+// status was never reported durable to anyone.
+func (j *statusJournal) replayFile(name string, data []byte) journalReplay {
+	type framed struct {
+		rec journalRecord
+		off int
+		raw []byte
+	}
+	r := journalReplay{state: newOutboxState(), size: int64(len(data)), good: -1}
+	damage := func(off int, raw []byte, err error) {
+		if r.damage == nil {
+			r.damage, r.damagedBytes = map[string]error{}, map[string][]byte{}
+		}
+		key := fmt.Sprintf("%s@%d", name, off)
+		r.damage[key], r.damagedBytes[key] = err, raw
+		r.damaged = true
+		if r.good < 0 {
+			r.good = int64(off)
+		}
+	}
+	// First the whole frames and the file's generation, then the records of that generation
+	// in order.
+	var frames []framed
 	off := 0
 	for off < len(data) {
 		rec, n, err := j.parseFrame(data[off:])
 		if err == nil {
-			if err := j.state.apply(rec); err != nil {
-				// A whole frame whose content is not usable: skipped.
-				j.noteDamage(fmt.Sprintf("journal@%d", off), data[off:off+n], err)
-				damaged = true
-				if good < 0 {
-					good = int64(off)
-				}
-			}
+			frames = append(frames, framed{rec, off, data[off : off+n]})
+			r.gen = max(r.gen, rec.Gen)
 			off += n
 			continue
 		}
@@ -227,20 +386,30 @@ func (j *statusJournal) replay(data []byte) (good int64, damaged bool) {
 				break
 			}
 		}
-		j.noteDamage(fmt.Sprintf("journal@%d", off), data[off:next], err)
-		damaged = true
-		if good < 0 {
-			good = int64(off)
-		}
+		damage(off, data[off:next], err)
 		off = next
 	}
-	if good < 0 {
-		good = int64(len(data))
+	for _, fr := range frames {
+		switch {
+		case fr.rec.Gen < r.gen:
+			// Left by an older use of this file past the compaction record that began its
+			// generation: superseded, not damage.
+			continue
+		case fr.rec.Kind == journalCompaction && fr.off != 0:
+			damage(fr.off, fr.raw, fmt.Errorf("%w: a compaction record %d bytes into the journal, not at its start", errUndecodable, fr.off))
+			continue
+		}
+		if err := r.state.apply(fr.rec); err != nil {
+			// A whole frame whose content is not usable: skipped.
+			damage(fr.off, fr.raw, err)
+			continue
+		}
+		r.records++
 	}
-	if damaged {
-		j.state.lastSeq += seqJumpAfterDamage
+	if r.good < 0 {
+		r.good = r.size
 	}
-	return good, damaged
+	return r
 }
 
 // parseFrame reads the frame at the start of b: its record and its whole length.
@@ -255,6 +424,9 @@ func (j *statusJournal) parseFrame(b []byte) (journalRecord, int, error) {
 	var rec journalRecord
 	if err := j.key.openSealedOrPlain(journalPlace, b[4:4+n], &rec, j.key == nil); err != nil {
 		return journalRecord{}, 0, err
+	}
+	if rec.Gen > maxSeq {
+		return journalRecord{}, 0, fmt.Errorf("%w: generation past %d", errUndecodable, uint64(maxSeq))
 	}
 	return rec, 4 + n, nil
 }
@@ -271,7 +443,7 @@ func (j *statusJournal) noteDamage(key string, raw []byte, err error) {
 // statuses take, so that a compaction is paid for by many appends, and never sooner than
 // compactMin.
 func (j *statusJournal) setCompactAt() {
-	live, err := j.snapshotLocked()
+	live, err := j.compactionLocked(j.gen + 1)
 	if err != nil {
 		j.compactAt = max(compactMin, 4*j.size)
 		return
@@ -285,26 +457,42 @@ func (o *outboxState) apply(rec journalRecord) error {
 		return fmt.Errorf("%w: sequence number past %d", errUndecodable, uint64(maxSeq))
 	}
 	switch rec.Kind {
+	case journalCompaction:
+		pods := make(map[types.UID]*outboxPod, len(rec.Pods))
+		for _, p := range rec.Pods {
+			if err := checkPodEntry(p); err != nil {
+				return err
+			}
+			if pods[p.Entry.UID] != nil {
+				return fmt.Errorf("%w: compaction with two entries of pod %s", errUndecodable, p.Entry.UID)
+			}
+			pods[p.Entry.UID] = &outboxPod{latest: p.Entry, latestSeq: p.Seq, pending: p.Pending, firstSeq: p.FirstSeq, firstTimestamp: p.FirstTimestamp}
+		}
+		o.pods = pods
+		o.lastSeq = max(o.lastSeq, rec.Seq)
 	case journalStatus, journalSnapshot:
-		e := rec.Entry
-		if e == nil || e.UID == "" {
+		if rec.Entry == nil {
 			return fmt.Errorf("%w: %s record without a status", errUndecodable, rec.Kind)
 		}
-		if err := checkTimes(e.Timestamp, rec.FirstTimestamp); err != nil {
-			return err
-		}
 		if rec.Kind == journalSnapshot {
-			if rec.Pending < 0 || rec.Pending > 2 {
-				return fmt.Errorf("%w: snapshot with %d pending entries", errUndecodable, rec.Pending)
+			p := journalPodEntry{Seq: rec.Seq, Entry: *rec.Entry, Pending: rec.Pending, FirstSeq: rec.FirstSeq, FirstTimestamp: rec.FirstTimestamp}
+			if err := checkPodEntry(p); err != nil {
+				return err
 			}
-			o.pods[e.UID] = &outboxPod{latest: *e, latestSeq: rec.Seq, pending: rec.Pending, firstSeq: rec.FirstSeq, firstTimestamp: rec.FirstTimestamp}
+			o.pods[p.Entry.UID] = &outboxPod{latest: p.Entry, latestSeq: p.Seq, pending: p.Pending, firstSeq: p.FirstSeq, firstTimestamp: p.FirstTimestamp}
 			o.lastSeq = max(o.lastSeq, rec.Seq)
 			return nil
+		}
+		if rec.Entry.UID == "" {
+			return fmt.Errorf("%w: status record without a pod", errUndecodable)
+		}
+		if err := checkTimes(rec.Entry.Timestamp); err != nil {
+			return err
 		}
 		if rec.Seq <= o.lastSeq {
 			return fmt.Errorf("%w: status sequence %d after %d", errUndecodable, rec.Seq, o.lastSeq)
 		}
-		o.appendStatus(rec.Seq, *e)
+		o.appendStatus(rec.Seq, *rec.Entry)
 	case journalAck:
 		o.ack(rec.UID, rec.UpTo)
 	case journalForget:
@@ -317,9 +505,26 @@ func (o *outboxState) apply(rec journalRecord) error {
 	return nil
 }
 
-// frame encodes a record as the journal keeps it: length, then the CRC-framed record, sealed
-// with the key when there is one.
+// checkPodEntry checks a pod's entry as a compaction wrote it.
+func checkPodEntry(p journalPodEntry) error {
+	if p.Entry.UID == "" {
+		return fmt.Errorf("%w: pod entry without a pod", errUndecodable)
+	}
+	if p.Seq > maxSeq || p.FirstSeq > maxSeq {
+		return fmt.Errorf("%w: sequence number past %d", errUndecodable, uint64(maxSeq))
+	}
+	if p.Pending < 0 || p.Pending > 2 {
+		return fmt.Errorf("%w: pod entry with %d pending statuses", errUndecodable, p.Pending)
+	}
+	return checkTimes(p.Entry.Timestamp, p.FirstTimestamp)
+}
+
+// frame encodes a record as the journal keeps it, in the current file's generation: length,
+// then the CRC-framed record, sealed with the key when there is one.
 func (j *statusJournal) frame(rec journalRecord) ([]byte, error) {
+	if rec.Kind != journalCompaction {
+		rec.Gen = j.gen
+	}
 	framed, err := j.key.sealOrFrame(journalPlace, rec)
 	if err != nil {
 		return nil, err
@@ -329,8 +534,12 @@ func (j *statusJournal) frame(rec journalRecord) ([]byte, error) {
 	return append(out, framed...), nil
 }
 
+// current is the current file.
+func (j *statusJournal) current() *journalFile { return &j.files[j.cur] }
+
 // appendStatus writes a status and syncs it. Concurrent appends share a sync: one that finds
-// its write covered by another's sync returns without one.
+// its write covered by another's sync returns without one. A status that would take the file
+// past compactAt is written by a compaction instead, which costs the same one sync.
 func (j *statusJournal) appendStatus(u StatusUpdate) (uint64, error) {
 	// The entry kept in memory is the one a replay would give: a copy (the caller's slices
 	// are not shared), in UTC, times in whole seconds as JSON keeps them.
@@ -342,23 +551,15 @@ func (j *statusJournal) appendStatus(u StatusUpdate) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := j.rewriteIfDue(); err != nil {
-		return 0, err
-	}
 	j.mu.Lock()
-	if j.f == nil {
-		j.mu.Unlock()
-		return 0, ErrClosed
-	}
-	if j.state.lastSeq >= maxSeq {
-		j.mu.Unlock()
-		return 0, fmt.Errorf("status journal: sequence numbers exhausted at %d", j.state.lastSeq)
-	}
-	seq := j.state.lastSeq + 1
-	frame, err := j.frame(journalRecord{Kind: journalStatus, Seq: seq, Entry: &e})
+	seq, frame, err := j.nextStatusLocked(e)
 	if err != nil {
 		j.mu.Unlock()
 		return 0, err
+	}
+	if j.rewrite || j.size+int64(len(frame)) > j.compactAt {
+		j.mu.Unlock()
+		return j.appendByCompaction(e)
 	}
 	if err := j.writeLocked(frame); err != nil {
 		j.mu.Unlock()
@@ -371,16 +572,66 @@ func (j *statusJournal) appendStatus(u StatusUpdate) (uint64, error) {
 		return 0, err
 	}
 	failpoint.Inject(failpoint.OutboxAfterAppend)
-	// A compaction that fails leaves the synced status in the old file, which grows on.
-	_ = j.compactIfDue()
 	return seq, nil
 }
 
-// writeLocked appends b at the end of the file; on a failure (a full disk) the file is cut back
-// to its last whole frame, or rewritten before the next append if it cannot be.
+// nextStatusLocked numbers e and frames it as a status record of the current file.
+func (j *statusJournal) nextStatusLocked(e outboxEntry) (uint64, []byte, error) {
+	if j.closed {
+		return 0, nil, ErrClosed
+	}
+	if j.state.lastSeq >= maxSeq {
+		return 0, nil, fmt.Errorf("status journal: sequence numbers exhausted at %d", j.state.lastSeq)
+	}
+	seq := j.state.lastSeq + 1
+	frame, err := j.frame(journalRecord{Kind: journalStatus, Seq: seq, Entry: &e})
+	return seq, frame, err
+}
+
+// appendByCompaction writes a status by a compaction into the other file. If the compaction
+// fails but leaves the other file durably empty, the status is appended to the current file
+// as any other.
+func (j *statusJournal) appendByCompaction(e outboxEntry) (uint64, error) {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	j.mu.Lock()
+	seq, frame, err := j.nextStatusLocked(e)
+	if err != nil {
+		j.mu.Unlock()
+		return 0, err
+	}
+	// In memory first: a compaction writes the state. If nothing writes it, the state is
+	// ahead of the files and j.rewrite says so: the next append rewrites it.
+	j.state.appendStatus(seq, e)
+	cerr := j.compactLocked()
+	if cerr == nil {
+		j.mu.Unlock()
+		failpoint.Inject(failpoint.OutboxAfterAppend)
+		return seq, nil
+	}
+	if j.rewrite {
+		j.mu.Unlock()
+		return 0, cerr
+	}
+	if err := j.writeLocked(frame); err != nil {
+		j.rewrite = true
+		j.mu.Unlock()
+		return 0, errors.Join(cerr, err)
+	}
+	j.mu.Unlock()
+	if err := j.syncLocked(); err != nil {
+		return 0, err
+	}
+	failpoint.Inject(failpoint.OutboxAfterAppend)
+	return seq, nil
+}
+
+// writeLocked appends b at the end of the current file; on a failure (a full disk) the file is
+// cut back to its last whole frame, or rewritten before the next append if it cannot be.
 func (j *statusJournal) writeLocked(b []byte) error {
-	if _, err := j.f.WriteAt(b, j.size); err != nil {
-		if terr := j.f.Truncate(j.size); terr != nil {
+	f := j.current().f
+	if _, err := f.WriteAt(b, j.size); err != nil {
+		if terr := f.Truncate(j.size); terr != nil {
 			j.rewrite = true
 			err = errors.Join(err, terr)
 		}
@@ -392,36 +643,51 @@ func (j *statusJournal) writeLocked(b []byte) error {
 	return nil
 }
 
-// sync makes every write up to gen durable, unless a sync since did. After a failed sync the
-// file's content is unknown (Linux may have dropped the pages it could not write and report
-// the next sync clean): the file is rewritten from memory before the next append.
+// sync makes every write up to gen durable, unless a sync since did.
 func (j *statusJournal) sync(gen uint64) error {
 	j.syncMu.Lock()
 	defer j.syncMu.Unlock()
 	if j.synced >= gen && !j.dirDirty {
 		return nil
 	}
+	return j.syncLocked()
+}
+
+// syncLocked syncs the current file, and the directory while a file's entry made at Open is
+// not known durable. After a failed sync the file's content is unknown (Linux may have dropped
+// the pages it could not write and report the next sync clean): the state is rewritten by a
+// compaction at the next append. Called with syncMu held.
+func (j *statusJournal) syncLocked() error {
 	j.mu.Lock()
-	f, upTo, size := j.f, j.written, j.size
+	jf, upTo, size, closed := j.current(), j.written, j.size, j.closed
 	j.mu.Unlock()
-	if f == nil {
+	if closed {
 		return ErrClosed
 	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+	if err := journalSync(jf.f); err != nil {
 		j.mu.Lock()
 		j.rewrite = true
 		j.mu.Unlock()
 		return fmt.Errorf("sync status journal: %w", err)
 	}
 	j.syncs.Add(1)
-	if j.dirDirty {
-		if err := fsutil.SyncDir(filepath.Dir(j.path)); err != nil {
-			return fmt.Errorf("sync status journal: %w", err)
-		}
-		j.syncs.Add(1)
-		j.dirDirty = false
+	if err := j.syncDirLocked(); err != nil {
+		return fmt.Errorf("sync status journal: %w", err)
 	}
-	j.synced, j.syncedSize = upTo, size
+	j.synced, jf.syncedSize = upTo, size
+	return nil
+}
+
+// syncDirLocked syncs the journal's directory if a file's entry is not known durable.
+func (j *statusJournal) syncDirLocked() error {
+	if !j.dirDirty {
+		return nil
+	}
+	if err := journalSyncDir(filepath.Dir(j.path)); err != nil {
+		return err
+	}
+	j.syncs.Add(1)
+	j.dirDirty = false
 	return nil
 }
 
@@ -437,7 +703,7 @@ func (j *statusJournal) writeUnsyncedLocked(rec journalRecord) {
 	}
 	if err := j.writeLocked(frame); err != nil {
 		// Not written (a full disk): the state in memory is ahead of the file, which is
-		// rewritten from it before the next append.
+		// rewritten from it by the next append.
 		j.rewrite = true
 	}
 }
@@ -446,7 +712,7 @@ func (j *statusJournal) writeUnsyncedLocked(rec journalRecord) {
 func (j *statusJournal) ack(uid types.UID, upTo uint64) (changed bool, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.f == nil {
+	if j.closed {
 		return false, ErrClosed
 	}
 	changed, _ = j.state.ack(uid, upTo)
@@ -460,7 +726,7 @@ func (j *statusJournal) ack(uid types.UID, upTo uint64) (changed bool, err error
 func (j *statusJournal) recordDeleted(uid types.UID) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.f != nil && j.state.recordDeleted(uid) {
+	if !j.closed && j.state.recordDeleted(uid) {
 		j.writeUnsyncedLocked(journalRecord{Kind: journalForget, UID: uid})
 	}
 }
@@ -472,115 +738,87 @@ func (j *statusJournal) recordPut(uid types.UID) {
 	j.state.recordPut(uid)
 }
 
-// compactIfDue rewrites the journal as one snapshot per pod once it has grown past compactAt.
-func (j *statusJournal) compactIfDue() error {
-	j.mu.Lock()
-	due := j.f != nil && j.size > j.compactAt
-	j.mu.Unlock()
-	if !due {
-		return nil
-	}
-	return j.compact(false)
-}
-
-// rewriteIfDue rewrites the journal from memory when the file is known to be behind it.
+// rewriteIfDue rewrites the journal from memory, by a compaction, when the current file is
+// known to be behind it (damage found at Open).
 func (j *statusJournal) rewriteIfDue() error {
-	j.mu.Lock()
-	due := j.f != nil && j.rewrite
-	j.mu.Unlock()
-	if !due {
-		return nil
-	}
-	return j.compact(true)
-}
-
-// compact rewrites the journal from j.state, if it is still due (another caller may have
-// compacted meanwhile) or forced.
-func (j *statusJournal) compact(force bool) error {
 	j.syncMu.Lock()
 	defer j.syncMu.Unlock()
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.f == nil {
-		return ErrClosed
-	}
-	if !force && !j.rewrite && j.size <= j.compactAt {
+	if j.closed || !j.rewrite {
 		return nil
 	}
-	data, err := j.snapshotLocked()
+	return j.compactLocked()
+}
+
+// compactLocked writes j.state as one compaction record at the start of the other file, cuts
+// it there, syncs it (the one sync) and makes it the current file, of the next generation.
+// The current file is left as it is: until that sync returns, it is what a power cut keeps.
+//
+// On failure the current file stays current, and the other is emptied and synced, so that
+// what the failed compaction may have left there cannot win at the next Open over statuses
+// appended to the current file meanwhile; if even that fails, j.rewrite is set: every append
+// is then written by a compaction until one succeeds. Called with syncMu and mu held.
+func (j *statusJournal) compactLocked() error {
+	if j.closed {
+		return ErrClosed
+	}
+	gen := j.gen + 1
+	data, err := j.compactionLocked(gen)
 	if err != nil {
 		return err
 	}
-	f, dirErr, err := placeJournal(j.path, data)
-	if err != nil {
-		j.compactAt = 2 * j.size // not again at the next append
-		return fmt.Errorf("compact status journal: %w", err)
+	next := &j.files[1-j.cur]
+	err = writeWhole(next.f, data)
+	if err == nil {
+		if err = journalSync(next.f); err == nil {
+			j.syncs.Add(1)
+			err = j.syncDirLocked()
+		}
 	}
-	j.f.Close()
-	j.f, j.size, j.rewrite = f, int64(len(data)), false
-	j.written++
-	j.synced, j.syncedSize = j.written, j.size
-	j.syncs.Add(2) // the file's and the directory's
+	if err != nil {
+		err = fmt.Errorf("compact status journal into %s: %w", next.path, err)
+		if terr := next.f.Truncate(0); terr != nil {
+			j.rewrite = true
+			return errors.Join(err, terr)
+		}
+		if serr := journalSync(next.f); serr != nil {
+			j.rewrite = true
+			return errors.Join(err, serr)
+		}
+		j.syncs.Add(1)
+		next.syncedSize = 0
+		j.compactAt = 2 * j.size // not again at the next append
+		return err
+	}
 	j.bytesWritten.Add(uint64(len(data)))
-	j.compactAt = max(compactMin, 4*j.size) // the file is the live statuses' snapshot
-	// The rename is done but its directory entry may not be durable: the next sync syncs the
-	// directory before it reports anything durable.
-	j.dirDirty = dirErr != nil
+	j.cur, j.gen, j.size, j.rewrite = 1-j.cur, gen, int64(len(data)), false
+	j.written++
+	j.synced, next.syncedSize = j.written, j.size
+	j.compactAt = max(compactMin, 4*j.size) // the file is the live statuses' compaction
 	return nil
 }
 
-// placeJournal writes data to a synced temporary file, renames it to path, syncs the
-// directory and returns the file, open for the appends that follow: a power cut leaves the
-// old journal or the new one. dirErr is a failed sync of the directory after the rename.
-func placeJournal(path string, data []byte) (f *os.File, dirErr, err error) {
-	dir := filepath.Dir(path)
-	f, err = os.CreateTemp(dir, ".outbox-*")
-	if err != nil {
-		return nil, nil, err
+// writeWhole makes data the whole content of f.
+func writeWhole(f *os.File, data []byte) error {
+	if _, err := f.WriteAt(data, 0); err != nil {
+		return err
 	}
-	fail := func(err error) (*os.File, error, error) {
-		f.Close()
-		os.Remove(f.Name())
-		return nil, nil, err
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fail(err)
-	}
-	return f, fsutil.SyncDir(dir), nil
+	return f.Truncate(int64(len(data)))
 }
 
-// snapshotLocked encodes the state as a compaction writes it: the highest sequence number,
-// then each pod's entry, by UID.
-func (j *statusJournal) snapshotLocked() ([]byte, error) {
-	out, err := j.frame(journalRecord{Kind: journalSeq, Seq: j.state.lastSeq})
-	if err != nil {
-		return nil, err
-	}
-	uids := make([]types.UID, 0, len(j.state.pods))
-	for uid := range j.state.pods {
-		uids = append(uids, uid)
-	}
-	slices.Sort(uids)
-	for _, uid := range uids {
+// compactionLocked encodes the state as a compaction writes it: one record of generation gen
+// with the highest sequence number and each pod's entry, by UID.
+func (j *statusJournal) compactionLocked(gen uint64) ([]byte, error) {
+	rec := journalRecord{Kind: journalCompaction, Gen: gen, Seq: j.state.lastSeq, Pods: make([]journalPodEntry, 0, len(j.state.pods))}
+	for _, uid := range slices.Sorted(maps.Keys(j.state.pods)) {
 		p := j.state.pods[uid]
-		e := p.latest
-		frame, err := j.frame(journalRecord{Kind: journalSnapshot, Seq: p.latestSeq, Entry: &e,
-			Pending: p.pending, FirstSeq: p.firstSeq, FirstTimestamp: p.firstTimestamp})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, frame...)
+		rec.Pods = append(rec.Pods, journalPodEntry{Seq: p.latestSeq, Entry: p.latest, Pending: p.pending, FirstSeq: p.firstSeq, FirstTimestamp: p.firstTimestamp})
 	}
-	return out, nil
+	return j.frame(rec)
 }
 
-// close syncs what is not synced and closes the file.
+// close syncs what is not synced and closes the files.
 func (j *statusJournal) close() error {
 	if j == nil {
 		return nil // Open failed before the journal was opened
@@ -589,20 +827,22 @@ func (j *statusJournal) close() error {
 	defer j.syncMu.Unlock()
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.f == nil {
+	if j.closed {
 		return nil
 	}
 	var err error
 	if j.written > j.synced {
-		if err = unix.Fdatasync(int(j.f.Fd())); err == nil {
+		if err = journalSync(j.current().f); err == nil {
 			j.syncs.Add(1)
 			j.synced = j.written
 		}
 	}
-	if cerr := j.f.Close(); err == nil {
-		err = cerr
+	for i := range j.files {
+		if cerr := j.files[i].f.Close(); err == nil {
+			err = cerr
+		}
 	}
-	j.f = nil
+	j.closed = true
 	if err != nil {
 		return fmt.Errorf("close status journal %s: %w", j.path, err)
 	}

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,8 +93,12 @@ func TestJournalModel(t *testing.T) {
 			t.Fatalf("HOLDFAST_JOURNAL_MODEL_SEQUENCES=%q: want a positive count", v)
 		}
 	}
+	defer func(min int64) { compactMin = min }(compactMin)
 	for seed := range uint64(seeds) {
 		rng := rand.New(rand.NewPCG(seed, 7))
+		// A compaction every few changes, so that sequences cross many, power cuts and kills
+		// included.
+		compactMin = int64(1<<10 + rng.IntN(4<<10))
 		dir := t.TempDir()
 		path := filepath.Join(dir, "state.db")
 		s, _, err := Open(path, Options{})
@@ -111,7 +117,7 @@ func TestJournalModel(t *testing.T) {
 		}
 		var lastSeq uint64
 		deleted := map[types.UID]bool{}
-		for step := range 60 {
+		for step := range 80 {
 			uid := uids[rng.IntN(len(uids))]
 			switch r := rng.IntN(20); {
 			case r < 10:
@@ -149,12 +155,16 @@ func TestJournalModel(t *testing.T) {
 				steps = append(steps, "restart")
 			case r < 19:
 				// A kill: what was written survives, synced or not.
-				raw, err := os.ReadFile(path + journalSuffix)
-				if err != nil {
-					fail("read journal: %v", err)
+				var raws [2][]byte
+				for i, jf := range s.journal.files {
+					if raws[i], err = os.ReadFile(jf.path); err != nil {
+						fail("read journal: %v", err)
+					}
 				}
 				_ = s.Close()
-				must(t, os.WriteFile(path+journalSuffix, raw, 0o600))
+				for i, jf := range s.journal.files {
+					must(t, os.WriteFile(jf.path, raws[i], 0o600))
+				}
 				if s, _, err = Open(path, Options{}); err != nil {
 					fail("open after a kill: %v", err)
 				}
@@ -163,19 +173,27 @@ func TestJournalModel(t *testing.T) {
 				// A power cut: only what was synced survives for sure, then maybe junk (a
 				// torn write). Nothing pending is lost; what comes back pending besides is a
 				// delivered status whose ack was not synced.
+				// Each of the journal's two files keeps what its last sync made durable.
 				s.journal.syncMu.Lock()
-				synced := s.journal.syncedSize
+				files := s.journal.files
+				cur := s.journal.cur
 				s.journal.syncMu.Unlock()
-				raw, err := os.ReadFile(path + journalSuffix)
-				if err != nil {
-					fail("read journal: %v", err)
+				var cuts [2][]byte
+				for i, jf := range files {
+					raw, err := os.ReadFile(jf.path)
+					if err != nil {
+						fail("read journal: %v", err)
+					}
+					synced := min(int(jf.syncedSize), len(raw))
+					cuts[i] = append(raw[:synced:synced], make([]byte, rng.IntN(64))...)
+					for k := synced; k < len(cuts[i]); k++ {
+						cuts[i][k] = byte(rng.IntN(256))
+					}
 				}
 				_ = s.Close()
-				cut := append(raw[:synced:synced], make([]byte, rng.IntN(64))...)
-				for i := int(synced); i < len(cut); i++ {
-					cut[i] = byte(rng.IntN(256))
+				for i, jf := range files {
+					must(t, os.WriteFile(jf.path, cuts[i], 0o600))
 				}
-				must(t, os.WriteFile(path+journalSuffix, cut, 0o600))
 				if s, _, err = Open(path, Options{}); err != nil {
 					fail("open after a power cut: %v", err)
 				}
@@ -198,7 +216,7 @@ func TestJournalModel(t *testing.T) {
 						fail("after a power cut pod %s is in the outbox (%+v), which the model dropped", uid, *k)
 					}
 				}
-				steps = append(steps, fmt.Sprintf("power cut at %d of %d", synced, len(raw)))
+				steps = append(steps, fmt.Sprintf("power cut (current file %d: %d, other %d bytes kept)", cur, len(cuts[cur]), len(cuts[1-cur])))
 				model = kept
 			}
 			got, errs, err := s.PendingStatuses()
@@ -207,7 +225,7 @@ func TestJournalModel(t *testing.T) {
 			}
 			for key := range errs {
 				// Only a power cut's torn end is reported, once, at the open after it.
-				if !strings.HasPrefix(steps[len(steps)-1], "power cut") || !strings.HasPrefix(key, "journal@") {
+				if !strings.HasPrefix(steps[len(steps)-1], "power cut") || !strings.HasPrefix(key, "journal") {
 					fail("PendingStatuses reports %v", errs)
 				}
 			}
@@ -371,9 +389,11 @@ func TestJournalCompacts(t *testing.T) {
 		if i%3 != 0 {
 			must(t, s.AckStatuses(uid, seq))
 		}
-		fi, err := os.Stat(s.Path() + journalSuffix)
-		must(t, err)
-		max = maxInt(max, fi.Size())
+		for _, jf := range s.journal.files {
+			fi, err := os.Stat(jf.path)
+			must(t, err)
+			max = maxInt(max, fi.Size())
+		}
 	}
 	if max > 2*compactMin {
 		t.Errorf("journal grew to %d bytes for 5 pods", max)
@@ -602,7 +622,7 @@ func TestJournalCompactsFromItsLiveSize(t *testing.T) {
 	s2, _ := openTestStore(t, path, Options{})
 	_, err = s2.AppendStatus(StatusUpdate{UID: "u", Status: testStatus(v1.PodRunning, 1), Timestamp: t0})
 	must(t, err)
-	fi, err := os.Stat(path + journalSuffix)
+	fi, err := os.Stat(s2.journal.current().path)
 	must(t, err)
 	if fi.Size() >= int64(len(big)) {
 		t.Errorf("journal of %d bytes (one live pod) not compacted: %d", len(big), fi.Size())
@@ -691,5 +711,320 @@ func TestSequenceNearItsEndRefused(t *testing.T) {
 	must(t, err)
 	if _, damaged := j.replay(f); !damaged || j.state.lastSeq >= maxSeq {
 		t.Errorf("a sequence of 2^64-1 accepted: last %d", j.state.lastSeq)
+	}
+}
+
+// syncedDisk stands for the disk under the journal: journalSync and journalSyncDir are
+// replaced to count each sync and to keep, for each file, what its last sync made durable.
+type syncedDisk struct {
+	mu    sync.Mutex
+	syncs int
+	image map[string][]byte // a file's content as of its last sync, by path
+}
+
+func watchSyncs(t *testing.T) *syncedDisk {
+	d := &syncedDisk{image: map[string][]byte{}}
+	sync, syncDir := journalSync, journalSyncDir
+	t.Cleanup(func() { journalSync, journalSyncDir = sync, syncDir })
+	journalSync = func(f *os.File) error {
+		if err := sync(f); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(f.Name())
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.syncs++
+		d.image[f.Name()] = b
+		return nil
+	}
+	journalSyncDir = func(dir string) error {
+		if err := syncDir(dir); err != nil {
+			return err
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.syncs++
+		return nil
+	}
+	return d
+}
+
+func (d *syncedDisk) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.syncs
+}
+
+// powerCut writes, under dir, each file as its last sync left it, then junk (a write torn by
+// the cut): paths are the files' paths, name by name under dir.
+func (d *syncedDisk) powerCut(t *testing.T, rng *rand.Rand, dir string, paths ...string) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range paths {
+		b := append([]byte(nil), d.image[p]...)
+		for range rng.IntN(64) {
+			b = append(b, byte(rng.IntN(256)))
+		}
+		must(t, os.WriteFile(filepath.Join(dir, filepath.Base(p)), b, 0o600))
+	}
+}
+
+// TestEveryStatusChangeCostsOneSync is the attacker of #28's strict figure: every status
+// change costs one sync, those that compact the journal too (a compaction written to a new
+// file and renamed over the journal cost two more: the new file's and the directory's), an
+// ack none; and a power cut after any change, the disk keeping only what the syncs made
+// durable, keeps every pod's latest status.
+func TestEveryStatusChangeCostsOneSync(t *testing.T) {
+	disk := watchSyncs(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	s, _ := openTestStore(t, path, Options{Key: testKey})
+	const pods = 11
+	latest := map[types.UID]v1.PodStatus{}
+	for i := range pods {
+		uid := types.UID(fmt.Sprintf("pod-%d", i))
+		must(t, s.PutPod(SourceAPI, testPod(string(uid), string(uid))))
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	compactions := 0
+	for change := range 1500 {
+		uid := types.UID(fmt.Sprintf("pod-%d", rng.IntN(pods)))
+		st := testStatus(v1.PodRunning, int32(change))
+		s.journal.mu.Lock()
+		gen := s.journal.gen
+		s.journal.mu.Unlock()
+		before := disk.count()
+		seq, err := s.AppendStatus(StatusUpdate{UID: uid, Name: string(uid), Status: st, Timestamp: t0.Add(time.Duration(change) * time.Second)})
+		must(t, err)
+		if n := disk.count() - before; n != 1 {
+			t.Fatalf("status change %d cost %d syncs, want 1", change, n)
+		}
+		latest[uid] = st
+		s.journal.mu.Lock()
+		if s.journal.gen != gen {
+			compactions++
+		}
+		s.journal.mu.Unlock()
+		before = disk.count()
+		must(t, s.AckStatuses(uid, seq))
+		if n := disk.count() - before; n != 0 {
+			t.Fatalf("an ack cost %d syncs, want none", n)
+		}
+		if change%50 != 49 {
+			continue
+		}
+		// The power cut: a copy of the state as the disk keeps it, opened.
+		cutDir := t.TempDir()
+		raw, err := os.ReadFile(path)
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(cutDir, "state.db"), raw, 0o600))
+		disk.powerCut(t, rng, cutDir, s.journal.files[0].path, s.journal.files[1].path)
+		cut, _, err := Open(filepath.Join(cutDir, "state.db"), Options{Key: testKey})
+		if err != nil {
+			t.Fatalf("open after a power cut at change %d: %v", change, err)
+		}
+		for uid, want := range latest {
+			rec, err := cut.GetPod(uid)
+			must(t, err)
+			if !equality.Semantic.DeepEqual(rec.Pod.Status, want) {
+				t.Fatalf("after a power cut at change %d pod %s has status %+v, want %+v", change, uid, rec.Pod.Status, want)
+			}
+		}
+		must(t, cut.Close())
+	}
+	if compactions < 5 {
+		t.Errorf("%d compactions in 1500 changes: the attacker did not reach them", compactions)
+	}
+}
+
+// TestCompactionCutShortLosesNothing: a power cut while a compaction writes the other file
+// (any prefix of its record written, over what an older generation left there, the file's
+// new length durable or not) keeps every status synced before it; the journal opens on the
+// file it was compacting from, or on the whole compaction.
+func TestCompactionCutShortLosesNothing(t *testing.T) {
+	defer func(min int64) { compactMin = min }(compactMin)
+	compactMin = 2 << 10
+	disk := watchSyncs(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	s, _ := openTestStore(t, path, Options{Key: testKey})
+	for i := range 4 {
+		must(t, s.PutPod(SourceAPI, testPod(fmt.Sprintf("pod-%d", i), fmt.Sprintf("pod-%d", i))))
+	}
+	latest := map[types.UID]v1.PodStatus{}
+	appendOne := func(i int) {
+		uid := types.UID(fmt.Sprintf("pod-%d", i%4))
+		st := testStatus(v1.PodRunning, int32(i))
+		seq, err := s.AppendStatus(StatusUpdate{UID: uid, Name: string(uid), Status: st, Timestamp: t0})
+		must(t, err)
+		latest[uid] = st
+		if i%3 == 0 {
+			must(t, s.AckStatuses(uid, seq))
+		}
+		if i%7 == 0 {
+			// The pod's record goes with its delivered status (a forget record), and comes
+			// back: a forget of an older generation read after the compaction would drop the
+			// status it has since.
+			must(t, s.AckStatuses(uid, seq))
+			must(t, s.DeletePod(uid))
+			must(t, s.PutPod(SourceAPI, testPod(string(uid), string(uid))))
+			latest[uid] = v1.PodStatus{}
+		}
+	}
+	gen := func() uint64 {
+		s.journal.mu.Lock()
+		defer s.journal.mu.Unlock()
+		return s.journal.gen
+	}
+	i := 0
+	for ; gen() < 3; i++ {
+		appendOne(i)
+	}
+	// Up to the change that compacts again: the files as they are before it.
+	for {
+		s.journal.mu.Lock()
+		frame, _ := s.journal.frame(journalRecord{Kind: journalStatus, Seq: s.journal.state.lastSeq + 1,
+			Entry: &outboxEntry{UID: "pod-0", Timestamp: t0, Status: testStatus(v1.PodRunning, int32(i))}})
+		due := s.journal.size+int64(len(frame)) > s.journal.compactAt
+		s.journal.mu.Unlock()
+		if due {
+			break
+		}
+		appendOne(i)
+		i++
+	}
+	files := s.journal.files
+	next := files[1-s.journal.cur].path
+	before := map[types.UID]v1.PodStatus{}
+	maps.Copy(before, latest)
+	disk.mu.Lock()
+	current := disk.image[files[s.journal.cur].path]
+	disk.mu.Unlock()
+	old, err := os.ReadFile(next)
+	must(t, err)
+	if len(old) == 0 {
+		// Emptied at Open or by a failed compaction: stand for an older generation's records.
+		old = current
+	}
+	g := gen()
+	appendOne(i)
+	if gen() != g+1 {
+		t.Fatalf("change %d did not compact (generation %d)", i, gen())
+	}
+	compacted, err := os.ReadFile(next)
+	must(t, err)
+	// Opening the copies needs no durability (watchSyncs' cleanup puts the syncs back).
+	journalSync = func(*os.File) error { return nil }
+	journalSyncDir = func(string) error { return nil }
+	cutDir := t.TempDir()
+	// overOld: the whole record, then an older generation's frames from mid-frame on, whose
+	// first bytes are damage to report.
+	check := func(name string, nextImage []byte, overOld bool) {
+		t.Helper()
+		for _, jf := range files {
+			b := current
+			if jf.path == next {
+				b = nextImage
+			}
+			must(t, os.WriteFile(filepath.Join(cutDir, filepath.Base(jf.path)), b, 0o600))
+		}
+		// The journal alone: the database is not what a compaction changes.
+		cut, err := openStatusJournal(filepath.Join(cutDir, "state.db"+journalSuffix), testKey)
+		if err != nil {
+			t.Fatalf("%s: open: %v", name, err)
+		}
+		defer cut.close()
+		whole := true
+		for uid, want := range before {
+			got, _ := cut.state.latestStatus(uid)
+			if !equality.Semantic.DeepEqual(got, want) {
+				whole = false
+				if !equality.Semantic.DeepEqual(got, latest[uid]) {
+					t.Fatalf("%s: pod %s has status %+v, want %+v (or the compacting change's)", name, uid, got.ContainerStatuses, want.ContainerStatuses)
+				}
+			}
+		}
+		errs := cut.takeDamage()
+		if len(errs) != 0 && (whole || !overOld) {
+			t.Errorf("%s: the compaction cut short is reported: %v", name, errs)
+		}
+	}
+	// Every few bytes (a few hundred cuts), and every byte of the first and the last 40: the
+	// record's length, its checksum, its end.
+	for k := 0; k <= len(compacted); k++ {
+		if k > 40 && k < len(compacted)-40 && k%(len(compacted)/300+1) != 0 {
+			continue
+		}
+		// The new length durable, the record written up to k.
+		check(fmt.Sprintf("cut at %d, new length", k), compacted[:k], false)
+		// The old length kept: what the older generation left past k.
+		if k < len(old) {
+			check(fmt.Sprintf("cut at %d over the old content", k), append(append([]byte(nil), compacted[:k]...), old[k:]...), k == len(compacted))
+		}
+	}
+}
+
+// TestFailedCompactionLosesNothing: a compaction whose write or sync fails (a full disk, an
+// I/O error) leaves the status appended to the current file, and what it left in the other
+// file does not win at the next Open over what was appended after; when the other file
+// cannot even be emptied, appends fail until a compaction succeeds, and nothing is lost.
+func TestFailedCompactionLosesNothing(t *testing.T) {
+	for _, emptyFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("emptying fails %v", emptyFails), func(t *testing.T) {
+			defer func(min int64) { compactMin = min }(compactMin)
+			compactMin = 2 << 10
+			dir := t.TempDir()
+			path := filepath.Join(dir, "state.db")
+			s, _ := openTestStore(t, path, Options{Key: testKey})
+			for i := range 4 {
+				must(t, s.PutPod(SourceAPI, testPod(fmt.Sprintf("pod-%d", i), fmt.Sprintf("pod-%d", i))))
+			}
+			real := journalSync
+			defer func() { journalSync = real }()
+			failing := false
+			journalSync = func(f *os.File) error {
+				if failing && f != s.journal.current().f {
+					if !emptyFails {
+						failing = false // the sync of the emptied file succeeds
+					}
+					return unix.EIO
+				}
+				return real(f)
+			}
+			latest := map[types.UID]v1.PodStatus{}
+			var errs int
+			for i := range 400 {
+				uid := types.UID(fmt.Sprintf("pod-%d", i%4))
+				st := testStatus(v1.PodRunning, int32(i))
+				if i == 100 || i == 250 {
+					failing = true
+				}
+				if i == 260 {
+					failing = false
+				}
+				_, err := s.AppendStatus(StatusUpdate{UID: uid, Name: string(uid), Status: st, Timestamp: t0})
+				if err != nil {
+					errs++
+					continue
+				}
+				latest[uid] = st
+			}
+			if emptyFails != (errs > 0) {
+				t.Errorf("%d appends failed, want failures only while the other file cannot be emptied", errs)
+			}
+			must(t, s.Close())
+			s2, _ := openTestStore(t, path, Options{Key: testKey})
+			for uid, want := range latest {
+				rec, err := s2.GetPod(uid)
+				must(t, err)
+				if !equality.Semantic.DeepEqual(rec.Pod.Status, want) {
+					t.Errorf("pod %s has status %+v, want %+v", uid, rec.Pod.Status.ContainerStatuses, want.ContainerStatuses)
+				}
+			}
+		})
 	}
 }
