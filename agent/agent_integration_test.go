@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -110,6 +112,29 @@ func (e *env) containers(t *testing.T) map[string]runtime.Container {
 		out[r.ID] = runtime.Container{ID: r.ID, PodUID: r.Labels[runtime.LabelPodUID], Name: r.Labels[runtime.LabelContainerName]}
 	}
 	return out
+}
+
+// removeContainer removes a container (and its task) from the runtime, as crictl rm or a
+// dead-container GC does.
+func (e *env) removeContainer(t *testing.T, id string) {
+	t.Helper()
+	if e.cd.CRI {
+		testenv.Crictl(t, "unix://"+e.cd.Address, "rm", "-f", id)
+		return
+	}
+	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
+	c, err := e.cd.Client.LoadContainer(ctx, id)
+	if err != nil {
+		t.Fatalf("load container %s: %v", id, err)
+	}
+	if task, err := c.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			t.Fatalf("delete the task of container %s: %v", id, err)
+		}
+	}
+	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		t.Fatalf("delete container %s: %v", id, err)
+	}
 }
 
 // containerOf returns the ID of the pod's container of that name in the runtime: what the

@@ -112,6 +112,45 @@ func TestFinishedPodsReleaseResources(t *testing.T) {
 		t.Fatalf("status after the release: %+v (%v)", p.Status, err)
 	}
 
+	// The agent is killed and its finished pods' containers removed meanwhile (its own GC of
+	// dead containers, an operator's crictl rm, a runtime cleared by a reboot): restarted,
+	// it runs neither pod again. What it recorded of them decides, not what the runtime has
+	// left.
+	e.agent.Kill()
+	removed := 0
+	for id, c := range e.containers(t) {
+		if c.PodUID == string(finished["done"].UID) || c.PodUID == string(finished["failed"].UID) {
+			e.removeContainer(t, id)
+			removed++
+		}
+	}
+	if removed != 4 {
+		t.Fatalf("%d containers of the finished pods in the runtime, want their 4", removed)
+	}
+	e.agent.Start()
+	consistently(t, 15*time.Second, "the finished pods not run again after the restart", func() error {
+		for name, w := range want {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != w.phase {
+				return fmt.Errorf("%s: phase %s, want %s", name, p.Status.Phase, w.phase)
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				if term := cs.State.Terminated; term == nil || term.ExitCode != w.exit[cs.Name] || cs.RestartCount != 0 {
+					return fmt.Errorf("%s: container %s %+v, restarts %d", name, cs.Name, cs.State, cs.RestartCount)
+				}
+			}
+			for id, c := range e.containers(t) {
+				if c.PodUID == string(p.UID) {
+					return fmt.Errorf("%s: container %s (%s) made again", name, id, c.Name)
+				}
+			}
+		}
+		return nil
+	})
+
 	// Two pods finished on a node of two: a third one is admitted and runs.
 	third := sleeperPod("third", false)
 	if _, err := pods.Create(ctx, third, metav1.CreateOptions{}); err != nil {
