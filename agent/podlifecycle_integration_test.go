@@ -246,7 +246,8 @@ func TestContainerRestartRules(t *testing.T) {
 
 // TestReadinessGates: a pod with a readiness gate is Ready only once the gate's condition,
 // set by another writer through the status subresource, is True; the agent's own status
-// writes keep that condition, and follow the pod's generation.
+// writes keep that condition, and follow the pod's generation; set Failed by another writer, the
+// pod is stopped and stays Failed.
 func TestReadinessGates(t *testing.T) {
 	e := startEnv(t, true, quickBackoff)
 	ctx := context.Background()
@@ -327,6 +328,44 @@ func TestReadinessGates(t *testing.T) {
 			if c.Type != gate && c.ObservedGeneration != gen {
 				return fmt.Errorf("condition %s observedGeneration %d", c.Type, c.ObservedGeneration)
 			}
+		}
+		return nil
+	})
+
+	// Another writer sets the running pod's phase terminal through the status subresource (a
+	// controller that gave up on it, an operator): as the kubelet, the agent stops the pod and
+	// keeps that phase; it does not report Running over it, nor restart the container.
+	if p, err = pods.Get(ctx, "gated", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimPrefix(containerIDOf(p), "containerd://")
+	p.Status.Phase, p.Status.Reason, p.Status.Message = v1.PodFailed, "Superseded", "set terminal by another writer"
+	if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the pod set Failed by another writer stopped", func() error {
+		p, err := pods.Get(ctx, "gated", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != v1.PodFailed || p.Status.Reason != "Superseded" {
+			return fmt.Errorf("phase %s reason %q", p.Status.Phase, p.Status.Reason)
+		}
+		if cs := p.Status.ContainerStatuses[0]; cs.State.Terminated == nil || cs.RestartCount != 0 {
+			return fmt.Errorf("container %+v", cs)
+		}
+		if e.taskRunning(t, id) {
+			return fmt.Errorf("container %s still running", id)
+		}
+		return nil
+	})
+	consistently(t, 5*time.Second, "the stopped pod stays Failed", func() error {
+		p, err := pods.Get(ctx, "gated", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cs := p.Status.ContainerStatuses[0]; p.Status.Phase != v1.PodFailed || cs.State.Terminated == nil || cs.RestartCount != 0 {
+			return fmt.Errorf("phase %s container %+v", p.Status.Phase, cs)
 		}
 		return nil
 	})

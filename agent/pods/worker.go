@@ -239,7 +239,10 @@ func (w *worker) setPod(pod *v1.Pod) (wake bool) {
 		w.readded = pod
 		return true
 	}
-	wake = specOrMetaChanged(w.pod, pod) || !apiequality.Semantic.DeepEqual(w.pod.Status.Conditions, pod.Status.Conditions)
+	// A status change wakes the worker when it decides something: conditions (readiness
+	// gates), a phase set Succeeded or Failed by another writer (the pod is stopped).
+	wake = specOrMetaChanged(w.pod, pod) || !apiequality.Semantic.DeepEqual(w.pod.Status.Conditions, pod.Status.Conditions) ||
+		(terminalPhase(pod.Status.Phase) && !terminalPhase(w.pod.Status.Phase))
 	w.pod = pod
 	if t := w.activeTermination; t != nil && pod.DeletionTimestamp != nil && gracePeriod(pod) < t.grace {
 		t.cancel()
@@ -487,7 +490,10 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 	}
 	w.recordExits(ctx, log, observed)
 	next := resyncPeriod
-	finished := w.phase == phaseFinishing || w.phase == phaseFinished || podFinished(pod, observed)
+	// A pod its source says is Succeeded or Failed is stopped, also while its containers run
+	// (another writer set its phase: a controller that gave up on it, an operator), as the
+	// kubelet does: reported Running over that phase, it would run on, unseen by the cluster.
+	finished := w.phase == phaseFinishing || w.phase == phaseFinished || podFinished(pod, observed) || terminalPhase(pod.Status.Phase)
 	if d, ok := w.activeDeadline(pod); ok && !finished {
 		// A pod that finished on its own is past any deadline's reach (the kubelet applies it
 		// to active pods only): its status stays Succeeded, not Failed for DeadlineExceeded.
@@ -673,6 +679,9 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 	}
 	if w.phase == phaseFinishing {
 		why, grace := "pod finished", gracePeriod(pod)
+		if terminalPhase(pod.Status.Phase) {
+			why = "the pod's status says " + string(pod.Status.Phase)
+		}
 		if w.deadlineExceeded {
 			why = MessageDeadlineExceeded
 		}
@@ -712,11 +721,16 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 		startTime: w.startTime, terminated: true, now: w.m.now(), messages: w.messages,
 		deadlineExceeded: w.deadlineExceeded, evicted: w.evicted,
 	})
-	if terminalPhase(pod.Status.Phase) && !terminalPhase(st.Phase) {
+	switch {
+	case terminalPhase(pod.Status.Phase) && !terminalPhase(st.Phase):
 		// Its containers are gone (removed, or lost with a reboot): nothing the runtime
 		// shows can say more than the status its source has, and a phase never goes back
 		// from Succeeded or Failed (the kubelet's status manager refuses it too).
 		st = *pod.Status.DeepCopy()
+	case terminalPhase(pod.Status.Phase) && (st.Phase != pod.Status.Phase || st.Reason == ""):
+		// Stopped because another writer set its phase: that phase stays, with its reason,
+		// as the kubelet keeps the API's terminal phase; the containers say how they ended.
+		st.Phase, st.Reason, st.Message = pod.Status.Phase, pod.Status.Reason, pod.Status.Message
 	}
 	w.m.status.SetPodStatus(pod, st)
 	return resyncPeriod

@@ -403,7 +403,7 @@ func (m *Manager) syncAll(ctx context.Context) (apiUnreachable bool) {
 		// dirty: the next patch, from it, writes the node's status back.
 		stale := false
 		if err == nil && sent != nil && !j.term {
-			stale = statusDiffers(*sent, keepForeignConditions(*sent, j.st))
+			stale = statusDiffers(*sent, overAPIStatus(*sent, j.st, static))
 		}
 		m.mu.Lock()
 		if e := m.pods[j.uid]; e != nil {
@@ -579,7 +579,8 @@ func (m *Manager) patch(ctx context.Context, pod *v1.Pod, sent *v1.PodStatus, st
 		}
 		sent = &cur.Status
 	}
-	st = keepForeignConditions(*sent, st)
+	_, mirror := pod.Annotations[manifest.MirrorAnnotation]
+	st = overAPIStatus(*sent, st, mirror)
 	patch, err := statusPatch(*sent, st)
 	if err != nil {
 		return nil, err
@@ -643,6 +644,21 @@ var ownedConditions = map[v1.PodConditionType]bool{
 // others (readiness gates, DisruptionTarget, a scheduler's) belong to other writers and are
 // kept as they are.
 func OwnedCondition(t v1.PodConditionType) bool { return ownedConditions[t] }
+
+// overAPIStatus is what the node writes over the apiserver's status sent: its own status st,
+// with the conditions other writers own kept and, for a pod of the API (not a mirror pod, whose
+// static pod's source is a file), a terminal phase another writer set kept with its reason
+// and message: a phase never goes back from Succeeded or Failed. The kubelet keeps the API's
+// terminal phase the same way, and stops the pod; the pod's worker does (pods.syncRunning),
+// but a status computed before it did must not write Running over that phase meanwhile.
+func overAPIStatus(sent, st v1.PodStatus, mirror bool) v1.PodStatus {
+	st = keepForeignConditions(sent, st)
+	terminal := func(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+	if !mirror && terminal(sent.Phase) && !terminal(st.Phase) {
+		st.Phase, st.Reason, st.Message = sent.Phase, sent.Reason, sent.Message
+	}
+	return st
+}
 
 // keepForeignConditions adds to st the conditions of the apiserver's status that other writers
 // own (readiness gates, DisruptionTarget) and st lacks: a patch computed against the

@@ -42,6 +42,24 @@ func TestKeepForeignConditions(t *testing.T) {
 	}
 }
 
+// A phase another writer set Succeeded or Failed is never written back to Running by a status
+// computed before the pod's worker stopped the pod; a mirror pod's phase is the node's own.
+func TestTerminalPhaseOfAnotherWriterKept(t *testing.T) {
+	sent := v1.PodStatus{Phase: v1.PodFailed, Reason: "Superseded", Message: "by a controller"}
+	st := v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}}
+	got := overAPIStatus(sent, st, false)
+	if got.Phase != v1.PodFailed || got.Reason != "Superseded" || got.Message != "by a controller" || len(got.Conditions) != 1 {
+		t.Errorf("over a Failed phase: %+v", got)
+	}
+	if got := overAPIStatus(sent, st, true); got.Phase != v1.PodRunning {
+		t.Errorf("over a mirror pod's Failed phase: %s, want the static pod's Running", got.Phase)
+	}
+	done := v1.PodStatus{Phase: v1.PodSucceeded}
+	if got := overAPIStatus(sent, done, false); got.Phase != v1.PodSucceeded {
+		t.Errorf("the node's own terminal phase replaced: %s", got.Phase)
+	}
+}
+
 // Right after an apiserver restart the Node authorizer refuses a node until its graph has
 // caught up. A status write refused then must be tried again, not dropped as if the pod were
 // gone: a steady pod computes no new status that would send it later.
