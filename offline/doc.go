@@ -129,16 +129,18 @@
 // quarantined, and is deleted with its pod. Their shapes drawn above stay part of the schema
 // while an older agent may read them.
 //
-// The status journal, "<path>.outbox" and "<path>.outbox.alt" beside the database
+// The status journal, "<path>.outbox.a" and "<path>.outbox.b" beside the database
 // (journal.go): two files taking turns, each of frames of a 4-byte length and a
 // CRC-32C-checked JSON record, appended: a status {gen, seq, uid, namespace, name, status,
 // timestamp}, an ack {gen, uid, upTo}, a forget {gen, uid}; a compaction writes, at the start
 // of the file that is not current, one record {gen+1, seq, pods: every pod's entry} and makes
-// it current. Files of an earlier agent (one file, compacted into per-pod snapshot records and
-// a seq record, all of generation 0) are read as they are. At Open the file of the higher
-// generation is current; records of a lower generation than their file's are not read; a torn
-// or damaged frame of the current file is skipped and quarantined
-// (outbox/journal@<offset>, outbox/journal.alt@<offset>).
+// it current. At Open the file of the higher generation is current; records of a lower
+// generation than their file's are not read; a torn or damaged frame of the current file (or
+// at the start of the other) is skipped and quarantined (outbox/journal.a@<offset>,
+// outbox/journal.b@<offset>). "<path>.outbox" is the one file of an agent before two
+// (compacted into per-pod snapshot records and a seq record, by a rename): found at Open, its
+// statuses are taken over as the newest, numbered above every number handed out, and it is
+// removed by the compaction that makes them durable in the two files.
 //
 // # Schema v3 (previous)
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ import (
 // goes on at the next whole frame: the journal keeps only statuses, which the agent can compute
 // again.
 //
-// Two files take turns, "<db>.outbox" and "<db>.outbox.alt", both made at Open; appends go to
+// Two files take turns, "<db>.outbox.a" and "<db>.outbox.b", both made at Open; appends go to
 // the current one. When it grows past four times what its live statuses take (and compactMin),
 // the status being appended is not appended: a compaction writes one record holding every
 // pod's entry, that status included, at the start of the other file, cuts the file there and
@@ -53,8 +54,15 @@ import (
 // one: a compaction cut short by a power cut left no whole compaction record, so the file it
 // was writing keeps its older generation and loses. Records of a lower generation than their
 // file's (an older use of the file, left past a compaction record whose cut was not durable)
-// are not read. What is lost to damage of a compaction record is reported; if nothing of its
-// generation survives, the older file wins with the statuses it had before that compaction.
+// are not read. The other file's damage at its start (a compaction record cut short by a power
+// cut, or damaged since) is reported too: if nothing of its generation survives, the older file
+// wins with the statuses it had before that compaction.
+//
+// "<db>.outbox" is the journal of an agent before two files (one file, compacted by a rename):
+// found at Open (the first boot after the upgrade, or after a rollback to such an agent and an
+// upgrade again), its statuses are the newest: each pod's latest is taken over, numbered above
+// every number either journal handed out, and the file is removed once a compaction has made
+// them durable in the two files.
 type statusJournal struct {
 	path string
 	// key seals each record, as pod records are sealed: a status holds termination messages
@@ -79,6 +87,9 @@ type statusJournal struct {
 	// written by a compaction.
 	rewrite bool
 	closed  bool
+	// legacyPath is the journal of an agent before two files, taken over at Open: removed
+	// once a compaction has made its statuses durable in the two files.
+	legacyPath string
 	// damage is what the replay at open could not read, by "<file>@<offset>", until the first
 	// pendingStatuses reports it; damagedBytes is its raw content, for the quarantine.
 	damage       map[string]error
@@ -96,7 +107,7 @@ type statusJournal struct {
 // journalFile is one of the journal's two files.
 type journalFile struct {
 	path string
-	// name prefixes the keys of its damage: "journal", "journal.alt".
+	// name prefixes the keys of its damage: "journal.a", "journal.b".
 	name string
 	f    *os.File
 	// syncedSize is the file's size as of its last successful sync: what a power cut keeps
@@ -150,10 +161,9 @@ const (
 )
 
 const (
-	// journalSuffix names the journal beside the database; journalAltSuffix, appended to
-	// the journal's path, its other file.
-	journalSuffix    = ".outbox"
-	journalAltSuffix = ".alt"
+	// journalSuffix names the journal beside the database: the path of the file an agent
+	// before two files wrote, and the stem of the two.
+	journalSuffix = ".outbox"
 	// maxFrame bounds a frame's length: a length past it is damage, not a record to allocate.
 	maxFrame = 16 << 20
 	// damagedKept bounds the damaged bytes quarantined.
@@ -174,6 +184,9 @@ const seqJumpAfterDamage = 1 << 20
 // maxSeq bounds the sequence numbers the replay accepts: far from wrapping around.
 const maxSeq = 1 << 62
 
+// journalFileSuffixes name the journal's two files: appended to its path.
+var journalFileSuffixes = [2]string{".a", ".b"}
+
 // compactMin is the journal size below which it is never compacted. A variable: tests lower
 // it to compact every few changes.
 var compactMin int64 = 64 << 10
@@ -191,9 +204,8 @@ var (
 // the journal holds statuses the agent computes again, and a bad file never stops a boot.
 func openStatusJournal(path string, key *Key) (*statusJournal, error) {
 	j := &statusJournal{path: path, key: key}
-	j.files = [2]journalFile{
-		{path: path, name: "journal"},
-		{path: path + journalAltSuffix, name: "journal.alt"},
+	for i, suffix := range journalFileSuffixes {
+		j.files[i] = journalFile{path: path + suffix, name: "journal" + suffix}
 	}
 	removeStaleTemps(filepath.Dir(path))
 	var found [2]journalReplay
@@ -217,17 +229,28 @@ func openStatusJournal(path string, key *Key) (*statusJournal, error) {
 	}
 	cur, other := found[j.cur], found[1-j.cur]
 	j.state, j.gen, j.size = cur.state, cur.gen, cur.size
-	// The current file's damage is reported; the other's is not: its content is superseded
-	// (the torn end of an older use, a compaction cut short), and reporting it would report
-	// again at each boot what a power cut left there before.
+	// The current file's damage is reported. Of the other's, only damage at its start: a
+	// compaction record that did not survive (cut short by a power cut, or damaged since, and
+	// then the statuses it held are lost); the rest is superseded content (the torn end of an
+	// older use), and reporting it would report again at each boot what a power cut left.
 	for key, err := range cur.damage {
 		j.noteDamage(key, cur.damagedBytes[key], err)
 	}
-	j.files[j.cur].syncedSize = cur.size
-	if cur.damaged || other.damaged {
-		j.state.lastSeq += seqJumpAfterDamage
+	if key := fmt.Sprintf("%s@0", j.files[1-j.cur].name); other.damage[key] != nil {
+		j.noteDamage(key, other.damagedBytes[key], other.damage[key])
 	}
-	if cur.damaged || cur.good < cur.size {
+	j.files[j.cur].syncedSize = cur.size
+	damaged := cur.damaged || other.damaged
+	switch {
+	case cur.damaged && cur.tornTail:
+		// Only the end is damaged (an append cut short): cut off, which needs no space on a
+		// full disk; appends follow whole frames.
+		if err := j.files[j.cur].f.Truncate(cur.good); err != nil {
+			j.rewrite = true
+		} else {
+			j.size = cur.good
+		}
+	case cur.damaged:
 		// Rewritten once the damage is quarantined (adoptJournal): appends follow whole frames.
 		j.rewrite = true
 	}
@@ -236,6 +259,17 @@ func openStatusJournal(path string, key *Key) (*statusJournal, error) {
 		// again. Not synced: a power cut may bring it back, and it loses again.
 		_ = j.files[1-j.cur].f.Truncate(0)
 	}
+	legacy, err := j.takeOverLegacy(path)
+	if err != nil {
+		for k := range j.files {
+			j.files[k].f.Close()
+		}
+		return nil, err
+	}
+	damaged = damaged || legacy.damaged
+	if damaged {
+		j.state.lastSeq += seqJumpAfterDamage
+	}
 	if made {
 		// A new file: its directory entry must survive a power cut before anything synced in
 		// it is reported durable. Tried now; if that fails, by the first sync.
@@ -243,6 +277,30 @@ func openStatusJournal(path string, key *Key) (*statusJournal, error) {
 	}
 	j.setCompactAt()
 	return j, nil
+}
+
+// takeOverLegacy reads the journal an agent before two files left at path, if there is one:
+// its statuses are the newest (written after everything in the two files: at the first boot
+// after the upgrade, or by that agent after a rollback), so each pod's latest is taken over,
+// numbered above every number handed out by either, pending if it was. The file is removed by
+// the next compaction (j.rewrite: adoptJournal's), once the two files hold them durably.
+func (j *statusJournal) takeOverLegacy(path string) (journalReplay, error) {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return journalReplay{}, nil
+	}
+	lf := journalFile{path: path, name: "journal"}
+	f, data, err := j.openFile(&lf)
+	if err != nil {
+		return journalReplay{}, err
+	}
+	f.Close()
+	l := j.replayFile(lf.name, data)
+	for key, err := range l.damage {
+		j.noteDamage(key, l.damagedBytes[key], err)
+	}
+	j.state.takeOver(l.state)
+	j.legacyPath, j.rewrite = path, true
+	return l, nil
 }
 
 // openFile opens and reads one of the journal's files; one that cannot be used is moved aside
@@ -311,6 +369,8 @@ type journalReplay struct {
 	damaged    bool
 	// records counts the records read of the file's generation.
 	records int
+	// tornTail: the damage is the file's end alone (from good on, no whole frame).
+	tornTail bool
 	// damage is what could not be read, by "<file>@<offset>", and its bytes.
 	damage       map[string]error
 	damagedBytes map[string][]byte
@@ -409,6 +469,7 @@ func (j *statusJournal) replayFile(name string, data []byte) journalReplay {
 	if r.good < 0 {
 		r.good = r.size
 	}
+	r.tornTail = r.damaged && (len(frames) == 0 || frames[len(frames)-1].off < int(r.good))
 	return r
 }
 
@@ -650,6 +711,15 @@ func (j *statusJournal) sync(gen uint64) error {
 	if j.synced >= gen && !j.dirDirty {
 		return nil
 	}
+	j.mu.Lock()
+	if j.rewrite && !j.closed {
+		// A sync failed since the write (or the file is behind for another reason): the pages
+		// it could not write may be marked clean, and a sync now would report them durable.
+		// The state is written whole by a compaction instead, with the one sync.
+		defer j.mu.Unlock()
+		return j.compactLocked()
+	}
+	j.mu.Unlock()
 	return j.syncLocked()
 }
 
@@ -796,6 +866,18 @@ func (j *statusJournal) compactLocked() error {
 	j.written++
 	j.synced, next.syncedSize = j.written, j.size
 	j.compactAt = max(compactMin, 4*j.size) // the file is the live statuses' compaction
+	if j.legacyPath != "" {
+		// Its statuses are durable in the two files now. Left in place, the next boot would
+		// take them over again, over newer ones: until it is gone, every append compacts and
+		// tries again. Its removal is made durable before anything synced after it is
+		// reported durable (dirDirty).
+		if err := os.Remove(j.legacyPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			j.rewrite = true
+			return nil
+		}
+		j.legacyPath, j.dirDirty = "", true
+		_ = j.syncDirLocked()
+	}
 	return nil
 }
 
@@ -890,9 +972,10 @@ func (s *BoltStore) adoptJournal(report *OpenReport) error {
 		s.commits.Add(1)
 		s.quarantined.Add(uint64(len(raw)))
 	}
-	if err := j.rewriteIfDue(); err != nil {
-		return err
-	}
+	// Damage, or the journal of an agent before two files, is written out whole now. If that
+	// fails (a full disk, an I/O error) the boot goes on: j.rewrite stays, and the next status
+	// appended is written by a compaction.
+	_ = j.rewriteIfDue()
 	// The records' statuses first: an older agent's outbox entries are newer than the
 	// apiserver's echo it cached in its records.
 	if err := s.moveRecordStatuses(); err != nil {

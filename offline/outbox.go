@@ -2,6 +2,7 @@ package offline
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -101,6 +102,25 @@ func (o *outboxState) recordDeleted(uid types.UID) (gone bool) {
 func (o *outboxState) recordPut(uid types.UID) {
 	if p := o.pods[uid]; p != nil {
 		p.recordGone = false
+	}
+}
+
+// takeOver makes each pod's latest status in l (the outbox of an agent before two journal
+// files, newer than o) the pod's latest here, numbered above every number o and l handed out,
+// in the order l numbered them; pending if it was pending in l (the latest alone: a pending
+// older one is superseded by it).
+func (o *outboxState) takeOver(l outboxState) {
+	o.lastSeq = max(o.lastSeq, l.lastSeq)
+	uids := slices.Collect(maps.Keys(l.pods))
+	slices.SortFunc(uids, func(a, b types.UID) int { return cmp.Compare(l.pods[a].latestSeq, l.pods[b].latestSeq) })
+	for _, uid := range uids {
+		lp := l.pods[uid]
+		o.lastSeq++
+		p := &outboxPod{latest: lp.latest, latestSeq: o.lastSeq, recordGone: lp.recordGone}
+		if lp.pending > 0 {
+			p.pending, p.firstSeq, p.firstTimestamp = 1, o.lastSeq, lp.firstTimestamp
+		}
+		o.pods[uid] = p
 	}
 }
 
