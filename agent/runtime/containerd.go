@@ -212,34 +212,8 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 		}
 	}()
 
-	opts := []oci.SpecOpts{
-		oci.WithImageConfig(img),
-		withKubernetesArgs(img, cfg.Command, cfg.Args),
-		oci.WithEnv(cfg.Env),
-		oci.WithMounts(cfg.Mounts),
-	}
-	if cfg.WorkingDir != "" {
-		opts = append(opts, oci.WithProcessCwd(cfg.WorkingDir))
-	}
-	if cfg.NetNSPath != "" {
-		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: cfg.NetNSPath}),
-			oci.WithHostname(cfg.Hostname))
-	} else {
-		// The host's network comes with the host's UTS namespace, hence its hostname, as with
-		// kubelet: no hostname of its own. The host's files too, unless the pod brings its own
-		// (its dnsPolicy's resolv.conf).
-		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostNamespace(specs.UTSNamespace))
-		if !slices.ContainsFunc(cfg.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/hosts" }) {
-			opts = append(opts, oci.WithHostHostsFile)
-		}
-		if !slices.ContainsFunc(cfg.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/resolv.conf" }) {
-			opts = append(opts, oci.WithHostResolvconf)
-		}
-	}
-	if cfg.TTY {
-		opts = append(opts, oci.WithTTY) // and TERM=xterm, as containerd's CRI plugin does
-	}
-	opts = append(opts, cfg.SpecOpts...)
+	opts := append([]oci.SpecOpts{oci.WithImageConfig(img), withKubernetesArgs(img, cfg.Command, cfg.Args)},
+		ContainerSpecOpts(cfg)...)
 
 	labels := map[string]string{
 		LabelPodUID:        cfg.PodUID,
@@ -295,6 +269,39 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 		return "", fmt.Errorf("%w: %w", ErrCreateContainer, err)
 	}
 	return id, nil
+}
+
+// ContainerSpecOpts are the options that make cfg's OCI spec once the image's config and the
+// Kubernetes arguments are applied: environment, mounts, namespaces, terminal, then what the
+// pod layer decided. Exported for the pod layer's spec equivalence test.
+func ContainerSpecOpts(cfg ContainerConfig) []oci.SpecOpts {
+	opts := []oci.SpecOpts{
+		oci.WithEnv(cfg.Env),
+		oci.WithMounts(cfg.Mounts),
+	}
+	if cfg.WorkingDir != "" {
+		opts = append(opts, oci.WithProcessCwd(cfg.WorkingDir))
+	}
+	if cfg.NetNSPath != "" {
+		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: cfg.NetNSPath}),
+			oci.WithHostname(cfg.Hostname))
+	} else {
+		// The host's network comes with the host's UTS namespace, hence its hostname, as with
+		// kubelet: no hostname of its own. The host's files too, unless the pod brings its own
+		// (its dnsPolicy's resolv.conf).
+		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostNamespace(specs.UTSNamespace))
+		if !slices.ContainsFunc(cfg.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/hosts" }) {
+			opts = append(opts, oci.WithHostHostsFile)
+		}
+		if !slices.ContainsFunc(cfg.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/resolv.conf" }) {
+			opts = append(opts, oci.WithHostResolvconf)
+		}
+	}
+	if cfg.TTY {
+		opts = append(opts, oci.WithTTY) // and TERM=xterm, as containerd's CRI plugin does
+	}
+	opts = append(opts, cfg.SpecOpts...)
+	return opts
 }
 
 // withKubernetesArgs sets the process arguments the way Kubernetes combines a container's
