@@ -100,8 +100,8 @@ func (c Config) hostsFile() string { return cmp.Or(c.HostsFile, "/etc/hosts") }
 // Manager dispatches desired pods to their workers and watches the runtime for changes.
 type Manager struct {
 	cfg      Config
-	rt       Runtime
-	net      Network
+	rt       runtime.Runtime
+	net      runtime.Network
 	status   StatusSink
 	recorder record.EventRecorder
 	log      *slog.Logger
@@ -131,7 +131,7 @@ type Manager struct {
 }
 
 // NewManager builds a manager; nothing runs until Run.
-func NewManager(cfg Config, rt Runtime, net Network, status StatusSink, recorder record.EventRecorder, log *slog.Logger) *Manager {
+func NewManager(cfg Config, rt runtime.Runtime, net runtime.Network, status StatusSink, recorder record.EventRecorder, log *slog.Logger) *Manager {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

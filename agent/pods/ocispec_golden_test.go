@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/ocispec/*.json from the code as it is")
@@ -333,5 +334,5 @@ func goldenSpecOpts(tc goldenCase, c *v1.Container) []oci.SpecOpts {
 	if tc.pidNamespaceOf != 0 {
 		cfg.SpecOpts = append(cfg.SpecOpts, withPIDNamespaceOf(tc.pidNamespaceOf))
 	}
-	return runtime.ContainerSpecOpts(cfg)
+	return containerd.ContainerSpecOpts(cfg)
 }

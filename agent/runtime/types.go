@@ -1,12 +1,20 @@
 package runtime
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"strconv"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 )
+
+// SpecOpt changes the OCI spec of a container being created.
+type SpecOpt = oci.SpecOpts
 
 // State is where a container is in its life, as the runtime sees it.
 type State string
@@ -122,7 +130,10 @@ var (
 	ErrImageNeverPull = errors.New("image not present and pull policy is Never")
 	// ErrImagePull: the image could not be fetched.
 	ErrImagePull = errors.New("image pull failed")
-	// ErrCreateContainer: containerd refused to create the container.
+	// ErrNotFound: the container (or image) is not known to the runtime. Each backend maps
+	// its own not-found (containerd's errdefs, a CRI status) to it.
+	ErrNotFound = errors.New("not found")
+	// ErrCreateContainer: the runtime refused to create the container.
 	ErrCreateContainer = errors.New("create container failed")
 	// ErrStartContainer: the container's process could not be started.
 	ErrStartContainer = errors.New("start container failed")
@@ -134,3 +145,51 @@ var (
 type ConfigError struct{ Message string }
 
 func (e *ConfigError) Error() string { return e.Message }
+
+// ImageResult says how EnsureImage made an image available.
+type ImageResult struct {
+	// Digest is the image's manifest digest, the one its containers will run.
+	Digest string
+	// Pulled: fetched from the registry by this call (not already present).
+	Pulled bool
+	// Stale is set when the pull policy asked for a pull (Always), the registry could not be
+	// reached, and the image already present was used instead: a gateway offline keeps its
+	// workloads. It says why the pull failed.
+	Stale error
+}
+
+// ContainerID derives the ID of a container attempt, for the backends that choose their
+// containers' IDs (containerd, hollow). It is deterministic so that a create retried after a
+// crash finds the container it already made instead of making another.
+func ContainerID(podUID, name string, attempt int) string {
+	sum := sha256.Sum256([]byte(podUID + "/" + name + "/" + strconv.Itoa(attempt)))
+	return hex.EncodeToString(sum[:])
+}
+
+// NormalizeImageRef makes a reference fully qualified the way the CRI plugin does
+// ("busybox" -> "docker.io/library/busybox:latest"), so images preloaded under their full
+// name are found by the short name a pod uses.
+func NormalizeImageRef(ref string) string {
+	if n, err := normalize(ref); err == nil {
+		return n
+	}
+	return ref
+}
+
+// TaskEvent is the exit or OOM of a container's main process (SubscribeTaskEvents).
+type TaskEvent struct {
+	ContainerID string
+	OOM         bool
+}
+
+// Credentials answers the username and password (or "" and an identity token) for a
+// registry host, as a docker config.json gives them; ok is false when it knows none.
+type Credentials func(host string) (username, secret string, ok bool)
+
+func normalize(ref string) (string, error) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return "", err
+	}
+	return named.String(), nil
+}

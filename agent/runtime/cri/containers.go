@@ -344,9 +344,13 @@ func fromNanos(ns int64) time.Time {
 	return time.Unix(0, ns)
 }
 
-// PodOf returns the UID of the pod a container belongs to.
+// PodOf returns the UID of the pod a container belongs to; runtime.ErrNotFound for one the
+// runtime does not know.
 func (r *Runtime) PodOf(ctx context.Context, containerID string) (string, error) {
 	cs, err := r.status(ctx, containerID, criapi.ContainerState_CONTAINER_UNKNOWN)
+	if notFoundMessage(err) {
+		return "", fmt.Errorf("%w: %w", runtime.ErrNotFound, err)
+	}
 	if err != nil {
 		return "", err
 	}

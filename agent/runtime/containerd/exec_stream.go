@@ -1,4 +1,4 @@
-package runtime
+package containerd
 
 import (
 	"context"
@@ -10,45 +10,29 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
-
-// TerminalSize is a terminal's size in characters.
-type TerminalSize struct {
-	Width, Height uint16
-}
-
-// ExecStreams are the streams of an interactive command (`kubectl exec`). A nil stream is
-// not connected.
-type ExecStreams struct {
-	Stdin  io.Reader
-	Stdout io.Writer
-	// Stderr is not used with TTY: a terminal has one output.
-	Stderr io.Writer
-	TTY    bool
-	// Resize delivers the client's terminal size changes (TTY only); nil: none.
-	Resize <-chan TerminalSize
-}
 
 // ExecStream runs cmd in the running container id as Exec does (the container's process spec
 // with cmd as its arguments), connected to the given streams, optionally on a terminal, until
 // the command exits or ctx ends (the command is then killed). It returns the command's exit
 // code. The exec process is always deleted before ExecStream returns; processes the command
 // left in the background keep running, as with kubelet.
-func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s ExecStreams) (int, error) {
+func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s runtime.ExecStreams) (int, error) {
 	if len(cmd) == 0 {
 		return 0, errors.New("exec: empty command")
 	}
 	ctx = r.ctx(ctx)
 	c, err := r.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
-		return 0, fmt.Errorf("exec in %s: %w", id, ErrContainerNotRunning)
+		return 0, fmt.Errorf("exec in %s: %w", id, runtime.ErrContainerNotRunning)
 	} else if err != nil {
 		return 0, fmt.Errorf("exec in %s: load container: %w", id, err)
 	}
 	task, err := c.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
-		return 0, fmt.Errorf("exec in %s: %w", id, ErrContainerNotRunning)
+		return 0, fmt.Errorf("exec in %s: %w", id, runtime.ErrContainerNotRunning)
 	} else if err != nil {
 		return 0, fmt.Errorf("exec in %s: load task: %w", id, err)
 	}
@@ -90,7 +74,7 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s Exe
 	}
 	proc, err := task.Exec(ctx, execID, &pspec, cio.NewCreator(r.execIO(opts...)...))
 	if errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
-		return 0, fmt.Errorf("exec in %s: %w: %v", id, ErrContainerNotRunning, err)
+		return 0, fmt.Errorf("exec in %s: %w: %v", id, runtime.ErrContainerNotRunning, err)
 	} else if err != nil {
 		return 0, fmt.Errorf("exec in %s: create process: %w", id, err)
 	}
@@ -104,7 +88,7 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, cmd []string, s Exe
 		return 0, fmt.Errorf("exec in %s: wait: %w", id, err)
 	}
 	if err := proc.Start(ctx); err != nil {
-		return 0, fmt.Errorf("exec in %s: %w: %v", id, ErrExecStart, err)
+		return 0, fmt.Errorf("exec in %s: %w: %v", id, runtime.ErrExecStart, err)
 	}
 
 	var st client.ExitStatus
@@ -148,9 +132,9 @@ var firstSizeWait = time.Second
 
 // firstTerminalSize takes the first size the client sends on s.Resize, waiting at most
 // firstSizeWait. s.Resize is set to nil if the client closed it.
-func firstTerminalSize(ctx context.Context, s *ExecStreams) (TerminalSize, bool) {
+func firstTerminalSize(ctx context.Context, s *runtime.ExecStreams) (runtime.TerminalSize, bool) {
 	if s.Resize == nil {
-		return TerminalSize{}, false
+		return runtime.TerminalSize{}, false
 	}
 	timer := time.NewTimer(firstSizeWait)
 	defer timer.Stop()
@@ -163,7 +147,7 @@ func firstTerminalSize(ctx context.Context, s *ExecStreams) (TerminalSize, bool)
 	case <-timer.C:
 	case <-ctx.Done():
 	}
-	return TerminalSize{}, false
+	return runtime.TerminalSize{}, false
 }
 
 // eofSignal closes done once r returned an error (EOF: the client closed stdin).

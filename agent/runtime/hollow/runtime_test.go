@@ -9,12 +9,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
-var _ pods.Runtime = (*Runtime)(nil)
-var _ pods.Network = (*Network)(nil)
+var _ runtime.Runtime = (*Runtime)(nil)
+var _ runtime.Network = (*Network)(nil)
 
 func TestExitStatusOf(t *testing.T) {
 	for _, tc := range []struct {

@@ -1,4 +1,4 @@
-package pods
+package runtime
 
 import (
 	"context"
@@ -7,20 +7,21 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/network"
-	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
 // Runtime is the container runtime the pods run on: the boundary between the pod workers
-// and what makes containers. *runtime.Runtime (containerd) is the one a gateway runs; the
-// hollow runtime (agent/hollow) keeps containers as state for fleet simulations; the CRI
-// backend (agent/runtime/cri) runs them on any CRI runtime. Each method's contract is the one *runtime.Runtime documents.
+// and what makes containers. Each backend is a package beside this one: containerd through
+// its client (agent/runtime/containerd, a gateway's default), any CRI runtime
+// (agent/runtime/cri), and the hollow one that keeps containers as records for fleet
+// simulations (agent/runtime/hollow). agent/runtime/runtimetest asserts this contract of
+// each; what a backend adds (exec, attach, stats) is declared by the parts that use it.
 type Runtime interface {
 	// EnsureImage makes the image available per the pull policy, with creds for a registry
-	// that asks; errors wrap runtime.ErrImageNeverPull or runtime.ErrImagePull.
-	EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy, creds runtime.Credentials) (runtime.ImageResult, error)
+	// that asks; errors wrap ErrImageNeverPull or ErrImagePull.
+	EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy, creds Credentials) (ImageResult, error)
 	// CreateContainer creates, without starting, the attempt cfg describes and returns its
-	// ID (runtime.ContainerID); an attempt that exists already is returned as it is.
-	CreateContainer(ctx context.Context, cfg runtime.ContainerConfig) (string, error)
+	// ID; an attempt that exists already is returned as it is.
+	CreateContainer(ctx context.Context, cfg ContainerConfig) (string, error)
 	// StartContainer starts a created container's process.
 	StartContainer(ctx context.Context, id string) error
 	// StopContainer stops a running container within grace and records its exit; one that
@@ -35,18 +36,20 @@ type Runtime interface {
 	// not exist is not an error.
 	RemoveContainer(ctx context.Context, id string) error
 	// List returns every container holdfast made; ListPod those of one pod.
-	List(ctx context.Context) ([]runtime.Container, error)
-	ListPod(ctx context.Context, podUID string) ([]runtime.Container, error)
+	List(ctx context.Context) ([]Container, error)
+	ListPod(ctx context.Context, podUID string) ([]Container, error)
 	// SubscribeTaskEvents calls fn for each exit and OOM of a container's main process until
 	// ctx ends or the subscription fails, calling subscribed once it is in place; what came
 	// before is learnt by a relist.
-	SubscribeTaskEvents(ctx context.Context, subscribed func(), fn func(runtime.TaskEvent)) error
-	// PodOf returns the UID of the pod a container belongs to.
+	SubscribeTaskEvents(ctx context.Context, subscribed func(), fn func(TaskEvent)) error
+	// PodOf returns the UID of the pod a container belongs to; an error wrapping ErrNotFound
+	// when the runtime does not know the container (removed since its event).
 	PodOf(ctx context.Context, containerID string) (string, error)
 }
 
 // Network sets up and tears down pods' own networks (not the host network's pods);
-// *network.Manager (CNI) is the one a gateway runs. Contracts as *network.Manager documents.
+// *network.Manager (CNI, with the containerd backend) is the one a gateway runs; the CRI
+// backend's makes pod sandboxes; the hollow one records. Contracts as *network.Manager documents.
 type Network interface {
 	// Setup gives the pod its network before its containers are made: for a pod with its own
 	// network, a namespace attached to the configured networks, its IPs returned; for a
@@ -61,7 +64,4 @@ type Network interface {
 	Known() []string
 }
 
-var (
-	_ Runtime = (*runtime.Runtime)(nil)
-	_ Network = (*network.Manager)(nil)
-)
+var _ Network = (*network.Manager)(nil)

@@ -1,4 +1,4 @@
-package runtime
+package containerd
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
 // Option configures a Runtime at Connect.
@@ -38,14 +39,10 @@ func WithExecFIFODir(dir string) Option {
 	return func(r *Runtime) { r.execFIFODir = dir }
 }
 
-// Credentials answers the username and password (or "" and an identity token) for a
-// registry host, as a docker config.json gives them; ok is false when it knows none.
-type Credentials func(host string) (username, secret string, ok bool)
-
 // resolver returns the resolver one pull uses: the host configuration of
 // registryConfigPath, with creds for the registries that ask for authentication, its requests
 // watched by progress (nil: not watched).
-func (r *Runtime) resolver(ctx context.Context, creds Credentials, progress *pullProgress) remotes.Resolver {
+func (r *Runtime) resolver(ctx context.Context, creds runtime.Credentials, progress *pullProgress) remotes.Resolver {
 	opts := hostOptions(r.registryConfigPath)
 	if progress != nil {
 		opts.UpdateClient = func(c *http.Client) error {

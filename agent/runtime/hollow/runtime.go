@@ -28,7 +28,7 @@ var ErrNoProcess = errors.New("hollow runtime: containers have no process to att
 // safety net.
 const eventBuffer = 256
 
-// Runtime keeps containers as records; it implements pods.Runtime and what the agent's other
+// Runtime keeps containers as records; it implements runtime.Runtime and what the agent's other
 // parts ask of a runtime (exec for probes, the node API's streams, its version).
 type Runtime struct {
 	now    func() time.Time
@@ -334,7 +334,7 @@ func (r *Runtime) PodOf(_ context.Context, containerID string) (string, error) {
 	}
 	c, ok := r.containers[containerID]
 	if !ok {
-		return "", fmt.Errorf("get container %s: not found", containerID)
+		return "", fmt.Errorf("get container %s: %w", containerID, runtime.ErrNotFound)
 	}
 	return c.PodUID, nil
 }

@@ -1,4 +1,4 @@
-package runtime
+package containerd
 
 import (
 	"archive/tar"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
-	"github.com/distribution/reference"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -54,14 +53,6 @@ func (r *Runtime) alreadyImported(ctx context.Context, f io.ReadSeeker) ([]strin
 		}
 		return names, len(names) > 0
 	}
-}
-
-func normalize(ref string) (string, error) {
-	named, err := reference.ParseDockerRef(ref)
-	if err != nil {
-		return "", err
-	}
-	return named.String(), nil
 }
 
 // ImportResult says what one preload tarball did.

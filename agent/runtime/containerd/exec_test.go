@@ -1,4 +1,4 @@
-package runtime_test
+package containerd_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -24,7 +25,7 @@ func TestExec(t *testing.T) {
 	ctx := context.Background()
 	const ns = "holdfast-exec"
 	cd.ImportTestImages(ctx, ns)
-	rt, err := runtime.Connect(ctx, cd.Address, ns, slog.New(slog.DiscardHandler))
+	rt, err := containerd.Connect(ctx, cd.Address, ns, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestExec(t *testing.T) {
 	// the clean-up alone (every exec, a shell of kubectl exec -it included, ended after it
 	// with "context deadline exceeded").
 	t.Run("longer than the clean-up bound", func(t *testing.T) {
-		defer runtime.SetExecCleanupTimeout(time.Second)()
+		defer containerd.SetExecCleanupTimeout(time.Second)()
 		res, err := rt.Exec(ctx, id, []string{"sh", "-c", "sleep 2; echo done"}, runtime.ExecOptions{Timeout: 30 * time.Second})
 		if err != nil || res.ExitCode != 0 || string(res.Output) != "done\n" {
 			t.Errorf("Exec: %+v (%q), %v", res, res.Output, err)
@@ -109,7 +110,7 @@ func TestExec(t *testing.T) {
 		start := time.Now()
 		_, err := rt.Exec(ctx, id, []string{"sleep", "30"}, runtime.ExecOptions{Timeout: 500 * time.Millisecond})
 		if !errors.Is(err, runtime.ErrExecTimeout) || !strings.Contains(err.Error(), `"sleep 30" timed out after 500ms`) {
-			t.Fatalf("err %v, want ErrExecTimeout", err)
+			t.Fatalf("err %v, want runtime.ErrExecTimeout", err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("took %s", d)
@@ -124,7 +125,7 @@ func TestExec(t *testing.T) {
 		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if _, err := rt.Exec(dctx, id, []string{"sleep", "30"}, runtime.ExecOptions{}); !errors.Is(err, runtime.ErrExecTimeout) {
-			t.Errorf("err %v, want ErrExecTimeout", err)
+			t.Errorf("err %v, want runtime.ErrExecTimeout", err)
 		}
 	})
 	t.Run("cancellation is not a timeout", func(t *testing.T) {
@@ -146,7 +147,7 @@ func TestExec(t *testing.T) {
 		// runc refuses to start it; older runtimes start it and report 127.
 		t.Logf("result %+v err %v", res, err)
 		if !errors.Is(err, runtime.ErrExecStart) && !(err == nil && res.ExitCode == 127) {
-			t.Errorf("result %+v err %v, want ErrExecStart", res, err)
+			t.Errorf("result %+v err %v, want runtime.ErrExecStart", res, err)
 		}
 	})
 	t.Run("a background child does not hold Exec", func(t *testing.T) {
@@ -193,10 +194,10 @@ func TestExec(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := rt.Exec(ctx, id, []string{"true"}, runtime.ExecOptions{}); !errors.Is(err, runtime.ErrContainerNotRunning) {
-			t.Errorf("err %v, want ErrContainerNotRunning", err)
+			t.Errorf("err %v, want runtime.ErrContainerNotRunning", err)
 		}
 		if _, err := rt.Exec(ctx, "no-such-container", []string{"true"}, runtime.ExecOptions{}); !errors.Is(err, runtime.ErrContainerNotRunning) {
-			t.Errorf("err %v, want ErrContainerNotRunning", err)
+			t.Errorf("err %v, want runtime.ErrContainerNotRunning", err)
 		}
 	})
 }
@@ -212,7 +213,7 @@ func TestExecFIFOsInTheirDirectory(t *testing.T) {
 	cd.ImportTestImages(ctx, ns)
 	fifoDir, tmpDir := t.TempDir(), t.TempDir()
 	t.Setenv("TMPDIR", tmpDir)
-	rt, err := runtime.Connect(ctx, cd.Address, ns, slog.New(slog.DiscardHandler), runtime.WithExecFIFODir(fifoDir))
+	rt, err := containerd.Connect(ctx, cd.Address, ns, slog.New(slog.DiscardHandler), containerd.WithExecFIFODir(fifoDir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package runtime
+package containerd
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
 // TestFromRecordTaskStates: the state holdfast reads from a container record and its task as
@@ -26,14 +27,14 @@ func TestFromRecordTaskStates(t *testing.T) {
 		name       string
 		labels     map[string]string
 		task       *tasktypes.Process
-		want       State
+		want       runtime.State
 		wantReason string
 	}{
-		{"started, task running", map[string]string{LabelStartedAt: started}, &tasktypes.Process{Status: tasktypes.Status_RUNNING, Pid: 541}, StateRunning, ""},
-		{"started, task state unknown", map[string]string{LabelStartedAt: started}, &tasktypes.Process{Status: tasktypes.Status_UNKNOWN}, StateRunning, ""},
-		{"not started, task state unknown", nil, &tasktypes.Process{Status: tasktypes.Status_UNKNOWN}, StateCreated, ""},
-		{"started, task stopped", map[string]string{LabelStartedAt: started}, &tasktypes.Process{Status: tasktypes.Status_STOPPED, ExitStatus: 1}, StateExited, ReasonError},
-		{"started, no task", map[string]string{LabelStartedAt: started}, nil, StateExited, ReasonTaskLost},
+		{"started, task running", map[string]string{LabelStartedAt: started}, &tasktypes.Process{Status: tasktypes.Status_RUNNING, Pid: 541}, runtime.StateRunning, ""},
+		{"started, task state unknown", map[string]string{LabelStartedAt: started}, &tasktypes.Process{Status: tasktypes.Status_UNKNOWN}, runtime.StateRunning, ""},
+		{"not started, task state unknown", nil, &tasktypes.Process{Status: tasktypes.Status_UNKNOWN}, runtime.StateCreated, ""},
+		{"started, task stopped", map[string]string{LabelStartedAt: started}, &tasktypes.Process{Status: tasktypes.Status_STOPPED, ExitStatus: 1}, runtime.StateExited, runtime.ReasonError},
+		{"started, no task", map[string]string{LabelStartedAt: started}, nil, runtime.StateExited, runtime.ReasonTaskLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fromRecord(rec(tc.labels), tc.task)

@@ -1,9 +1,7 @@
-package runtime
+package containerd
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,11 +26,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/internal/failpoint"
 )
-
-// SpecOpt changes the OCI spec of a container being created.
-type SpecOpt = oci.SpecOpts
 
 // Runtime is holdfast's view of containerd: one client, one namespace.
 type Runtime struct {
@@ -54,7 +50,7 @@ type Runtime struct {
 // Connect dials containerd at address and checks that it answers. The namespace is the one
 // holdfast owns: it never lists or touches containers outside it.
 func Connect(ctx context.Context, address, namespace string, log *slog.Logger, opts ...Option) (*Runtime, error) {
-	r := &Runtime{namespace: namespace, log: log, requestTimeout: DefaultRequestTimeout, pullProgressTimeout: DefaultPullProgressTimeout}
+	r := &Runtime{namespace: namespace, log: log, requestTimeout: runtime.DefaultRequestTimeout, pullProgressTimeout: DefaultPullProgressTimeout}
 	for _, o := range opts {
 		o(r)
 	}
@@ -97,49 +93,37 @@ func trimV(s string) string {
 	return s
 }
 
-// ImageResult says how EnsureImage made an image available.
-type ImageResult struct {
-	// Digest is the image's manifest digest, the one its containers will run.
-	Digest string
-	// Pulled: fetched from the registry by this call (not already present).
-	Pulled bool
-	// Stale is set when the pull policy asked for a pull (Always), the registry could not be
-	// reached, and the image already present was used instead: a gateway offline keeps its
-	// workloads. It says why the pull failed.
-	Stale error
-}
-
 // EnsureImage makes the image available per the pull policy, pulling with creds (nil: none)
 // through the registry host configuration. Errors wrap ErrImageNeverPull or ErrImagePull.
 //
 // Unlike kubelet, Always does not fail when the registry is out of reach and the image is
 // present: the present image is used and ImageResult.Stale says so. A registry that answers
 // (unknown tag, refused credentials) still fails the pull, as with kubelet.
-func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy, creds Credentials) (ImageResult, error) {
+func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy, creds runtime.Credentials) (runtime.ImageResult, error) {
 	ctx = r.ctx(ctx)
-	name := NormalizeImageRef(ref)
+	name := runtime.NormalizeImageRef(ref)
 	present, err := r.client.GetImage(ctx, name)
 	switch {
 	case err == nil && policy != v1.PullAlways:
-		return ImageResult{Digest: present.Target().Digest.String()}, r.unpack(ctx, present)
+		return runtime.ImageResult{Digest: present.Target().Digest.String()}, r.unpack(ctx, present)
 	case err != nil && !errdefs.IsNotFound(err):
-		return ImageResult{}, fmt.Errorf("%w: look up image %q: %v", ErrImagePull, ref, err)
+		return runtime.ImageResult{}, fmt.Errorf("%w: look up image %q: %v", runtime.ErrImagePull, ref, err)
 	case err != nil && policy == v1.PullNever:
-		return ImageResult{}, fmt.Errorf("%w: container image %q is not present with pull policy of Never", ErrImageNeverPull, ref)
+		return runtime.ImageResult{}, fmt.Errorf("%w: container image %q is not present with pull policy of Never", runtime.ErrImageNeverPull, ref)
 	}
 	img, pullErr := r.pull(ctx, name, creds)
 	if pullErr == nil {
-		return ImageResult{Digest: img.Target().Digest.String(), Pulled: present == nil || present.Target().Digest != img.Target().Digest}, nil
+		return runtime.ImageResult{Digest: img.Target().Digest.String(), Pulled: present == nil || present.Target().Digest != img.Target().Digest}, nil
 	}
 	if present != nil && registryUnreachable(pullErr) {
-		return ImageResult{Digest: present.Target().Digest.String(), Stale: pullErr}, r.unpack(ctx, present)
+		return runtime.ImageResult{Digest: present.Target().Digest.String(), Stale: pullErr}, r.unpack(ctx, present)
 	}
-	return ImageResult{}, fmt.Errorf("%w: %w", ErrImagePull, pullErr)
+	return runtime.ImageResult{}, fmt.Errorf("%w: %w", runtime.ErrImagePull, pullErr)
 }
 
 // pull pulls and unpacks name, cancelled if it waits pullProgressTimeout on the registry
 // without a byte (pullProgress); the error then says so rather than "context canceled".
-func (r *Runtime) pull(ctx context.Context, name string, creds Credentials) (client.Image, error) {
+func (r *Runtime) pull(ctx context.Context, name string, creds runtime.Credentials) (client.Image, error) {
 	if r.pullProgressTimeout <= 0 {
 		return r.client.Pull(ctx, name, client.WithPullUnpack, client.WithResolver(r.resolver(ctx, creds, nil)))
 	}
@@ -169,42 +153,35 @@ func registryUnreachable(err error) bool {
 func (r *Runtime) unpack(ctx context.Context, img client.Image) error {
 	ok, err := img.IsUnpacked(ctx, "")
 	if err != nil {
-		return fmt.Errorf("%w: check unpack of %q: %v", ErrImagePull, img.Name(), err)
+		return fmt.Errorf("%w: check unpack of %q: %v", runtime.ErrImagePull, img.Name(), err)
 	}
 	if ok {
 		return nil
 	}
 	if err := img.Unpack(ctx, ""); err != nil {
-		return fmt.Errorf("%w: unpack %q: %v", ErrImagePull, img.Name(), err)
+		return fmt.Errorf("%w: unpack %q: %v", runtime.ErrImagePull, img.Name(), err)
 	}
 	return nil
-}
-
-// ContainerID derives the containerd ID of a container attempt. It is deterministic so that a
-// create retried after a crash finds the container it already made instead of making another.
-func ContainerID(podUID, name string, attempt int) string {
-	sum := sha256.Sum256([]byte(podUID + "/" + name + "/" + strconv.Itoa(attempt)))
-	return hex.EncodeToString(sum[:])
 }
 
 // CreateContainer creates (but does not start) a container. Creating an attempt that already
 // exists returns the existing one. The snapshot and the container record are made under one
 // containerd lease, so a crash half-way leaves nothing for the garbage collector to miss.
-func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (string, error) {
+func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConfig) (string, error) {
 	ctx = r.ctx(ctx)
-	id := ContainerID(cfg.PodUID, cfg.Name, cfg.Attempt)
+	id := runtime.ContainerID(cfg.PodUID, cfg.Name, cfg.Attempt)
 	if _, err := r.client.LoadContainer(ctx, id); err == nil {
 		return id, nil
 	} else if !errdefs.IsNotFound(err) {
-		return "", fmt.Errorf("%w: look up container %s: %v", ErrCreateContainer, id, err)
+		return "", fmt.Errorf("%w: look up container %s: %v", runtime.ErrCreateContainer, id, err)
 	}
-	img, err := r.client.GetImage(ctx, NormalizeImageRef(cfg.Image))
+	img, err := r.client.GetImage(ctx, runtime.NormalizeImageRef(cfg.Image))
 	if err != nil {
-		return "", fmt.Errorf("%w: image %q: %v", ErrCreateContainer, cfg.Image, err)
+		return "", fmt.Errorf("%w: image %q: %v", runtime.ErrCreateContainer, cfg.Image, err)
 	}
 	ctx, done, err := r.client.WithLease(ctx)
 	if err != nil {
-		return "", fmt.Errorf("%w: lease: %v", ErrCreateContainer, err)
+		return "", fmt.Errorf("%w: lease: %v", runtime.ErrCreateContainer, err)
 	}
 	defer func() {
 		if err := done(context.WithoutCancel(ctx)); err != nil {
@@ -261,12 +238,12 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 		// forever on "container not found").
 		r.log.Info("removing the snapshot of an interrupted container create", "container", id)
 		if rerr := r.client.SnapshotService(defaults.DefaultSnapshotter).Remove(ctx, id); rerr != nil && !errdefs.IsNotFound(rerr) {
-			return "", fmt.Errorf("%w: remove the snapshot of an interrupted create of %s: %v", ErrCreateContainer, id, rerr)
+			return "", fmt.Errorf("%w: remove the snapshot of an interrupted create of %s: %v", runtime.ErrCreateContainer, id, rerr)
 		}
 		err = newContainer()
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrCreateContainer, err)
+		return "", fmt.Errorf("%w: %w", runtime.ErrCreateContainer, err)
 	}
 	return id, nil
 }
@@ -274,7 +251,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg ContainerConfig) (str
 // ContainerSpecOpts are the options that make cfg's OCI spec once the image's config and the
 // Kubernetes arguments are applied: environment, mounts, namespaces, terminal, then what the
 // pod layer decided. Exported for the pod layer's spec equivalence test.
-func ContainerSpecOpts(cfg ContainerConfig) []oci.SpecOpts {
+func ContainerSpecOpts(cfg runtime.ContainerConfig) []oci.SpecOpts {
 	opts := []oci.SpecOpts{
 		oci.WithEnv(cfg.Env),
 		oci.WithMounts(cfg.Mounts),
@@ -346,29 +323,29 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 	ctx = r.ctx(ctx)
 	c, err := r.client.LoadContainer(ctx, id)
 	if err != nil {
-		return fmt.Errorf("%w: load container %s: %v", ErrStartContainer, id, err)
+		return fmt.Errorf("%w: load container %s: %v", runtime.ErrStartContainer, id, err)
 	}
 	labels, err := c.Labels(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: labels of %s: %v", ErrStartContainer, id, err)
+		return fmt.Errorf("%w: labels of %s: %v", runtime.ErrStartContainer, id, err)
 	}
 	logPath := labels[LabelLogPath]
 	stdio, err := r.stdio(id, labels)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrStartContainer, err)
+		return fmt.Errorf("%w: %v", runtime.ErrStartContainer, err)
 	}
 	ioc := cio.NullIO
 	if logPath != "" {
 		// The shim runs holdfast's logger, which writes the CRI log format and rotates.
 		if ioc, err = logs.TaskIO(logPath, stdio); err != nil {
-			return fmt.Errorf("%w: container log: %v", ErrStartContainer, err)
+			return fmt.Errorf("%w: container log: %v", runtime.ErrStartContainer, err)
 		}
 	}
 	task, err := c.NewTask(ctx, ioc)
 	if errdefs.IsAlreadyExists(err) {
 		return r.resumeStart(ctx, c, labels)
 	} else if err != nil {
-		return fmt.Errorf("%w: create task: %v", ErrStartContainer, err)
+		return fmt.Errorf("%w: create task: %v", runtime.ErrStartContainer, err)
 	}
 	failpoint.Inject(failpoint.TaskBeforeStart)
 	if err := r.startTask(ctx, c, task); err != nil {
@@ -389,11 +366,11 @@ func (r *Runtime) resumeStart(ctx context.Context, c client.Container, labels ma
 	id := c.ID()
 	task, err := c.Task(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("%w: load the task of an earlier start of %s: %v", ErrStartContainer, id, err)
+		return fmt.Errorf("%w: load the task of an earlier start of %s: %v", runtime.ErrStartContainer, id, err)
 	}
 	st, err := task.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: task status %s: %v", ErrStartContainer, id, err)
+		return fmt.Errorf("%w: task status %s: %v", runtime.ErrStartContainer, id, err)
 	}
 	if st.Status == client.Created {
 		r.log.Info("starting the task an interrupted start created", "container", id)
@@ -417,7 +394,7 @@ func (r *Runtime) startTask(ctx context.Context, c client.Container, task client
 			r.log.Warn("delete task that failed to start", "container", c.ID(), "err", derr)
 		}
 		r.recordFailure(ctx, c, err)
-		return fmt.Errorf("%w: %v", ErrStartContainer, err)
+		return fmt.Errorf("%w: %v", runtime.ErrStartContainer, err)
 	}
 	return nil
 }
@@ -529,13 +506,13 @@ func (r *Runtime) RecordExit(ctx context.Context, id string) (string, error) {
 	}
 	var recorded string
 	if labels[LabelFinishedAt] == "" {
-		reason := ReasonCompleted
+		reason := runtime.ReasonCompleted
 		if st.ExitStatus != 0 {
-			reason = ReasonError
+			reason = runtime.ReasonError
 		}
 		// Before the task is deleted, which removes its cgroup.
-		if labels[LabelReason] == ReasonOOMKilled || (st.ExitStatus != 0 && oomKilledInCgroup(ctx, c)) {
-			reason = ReasonOOMKilled
+		if labels[LabelReason] == runtime.ReasonOOMKilled || (st.ExitStatus != 0 && oomKilledInCgroup(ctx, c)) {
+			reason = runtime.ReasonOOMKilled
 		}
 		finished := st.ExitTime
 		if finished.IsZero() {
@@ -583,7 +560,7 @@ func (r *Runtime) RecordOOM(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("load container %s: %w", id, err)
 	}
-	_, err = c.SetLabels(ctx, map[string]string{LabelReason: ReasonOOMKilled})
+	_, err = c.SetLabels(ctx, map[string]string{LabelReason: runtime.ReasonOOMKilled})
 	return err
 }
 
@@ -614,7 +591,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 // List returns every container holdfast created, with its state. It makes two calls to
 // containerd whatever the number of containers: one for the records, one for the tasks
 // (which containerd 1.6 answers by asking every shim).
-func (r *Runtime) List(ctx context.Context) ([]Container, error) {
+func (r *Runtime) List(ctx context.Context) ([]runtime.Container, error) {
 	ctx = r.ctx(ctx)
 	recs, err := r.client.ContainerService().List(ctx, `labels."`+LabelPodUID+`"`)
 	if err != nil {
@@ -628,7 +605,7 @@ func (r *Runtime) List(ctx context.Context) ([]Container, error) {
 	for _, t := range resp.Tasks {
 		tasks[t.ID] = t
 	}
-	out := make([]Container, 0, len(recs))
+	out := make([]runtime.Container, 0, len(recs))
 	for _, rec := range recs {
 		out = append(out, fromRecord(rec, tasks[rec.ID]))
 	}
@@ -639,13 +616,13 @@ func (r *Runtime) List(ctx context.Context) ([]Container, error) {
 // one call each: containerd 1.6 answers a task list by asking every shim on the node for its
 // state, and pods are synced often, so listing every task here would cost each sync of each
 // pod a call to every shim.
-func (r *Runtime) ListPod(ctx context.Context, podUID string) ([]Container, error) {
+func (r *Runtime) ListPod(ctx context.Context, podUID string) ([]runtime.Container, error) {
 	ctx = r.ctx(ctx)
 	recs, err := r.client.ContainerService().List(ctx, `labels."`+LabelPodUID+`"==`+strconv.Quote(podUID))
 	if err != nil {
 		return nil, fmt.Errorf("list containers of pod %s: %w", podUID, err)
 	}
-	out := make([]Container, 0, len(recs))
+	out := make([]runtime.Container, 0, len(recs))
 	for _, rec := range recs {
 		var task *tasktypes.Process
 		resp, err := r.client.TaskService().Get(ctx, &tasksapi.GetRequest{ContainerID: rec.ID})
@@ -660,9 +637,9 @@ func (r *Runtime) ListPod(ctx context.Context, podUID string) ([]Container, erro
 	return out, nil
 }
 
-func fromRecord(rec containers.Container, task *tasktypes.Process) Container {
+func fromRecord(rec containers.Container, task *tasktypes.Process) runtime.Container {
 	l := rec.Labels
-	c := Container{
+	c := runtime.Container{
 		ID:           rec.ID,
 		PodUID:       l[LabelPodUID],
 		PodName:      l[LabelPodName],
@@ -682,57 +659,47 @@ func fromRecord(rec containers.Container, task *tasktypes.Process) Container {
 	}
 	switch {
 	case !c.FinishedAt.IsZero():
-		c.State = StateExited
+		c.State = runtime.StateExited
 		c.Recorded = task == nil
 	case task != nil && task.Status == tasktypes.Status_STOPPED:
 		// Exited, not yet recorded: report it now; RecordExit persists it.
-		c.State = StateExited
+		c.State = runtime.StateExited
 		c.ExitCode = int32(task.ExitStatus)
 		if task.ExitedAt != nil {
 			c.FinishedAt = task.ExitedAt.AsTime()
 		}
-		if c.Reason != ReasonOOMKilled {
-			c.Reason = ReasonCompleted
+		if c.Reason != runtime.ReasonOOMKilled {
+			c.Reason = runtime.ReasonCompleted
 			if c.ExitCode != 0 {
-				c.Reason = ReasonError
+				c.Reason = runtime.ReasonError
 			}
 		}
 	case task != nil && (task.Status == tasktypes.Status_RUNNING || task.Status == tasktypes.Status_PAUSED || task.Status == tasktypes.Status_PAUSING):
-		c.State = StateRunning
+		c.State = runtime.StateRunning
 		c.Pid = task.Pid
 	case task != nil && task.Status == tasktypes.Status_CREATED:
-		c.State = StateCreated
+		c.State = runtime.StateCreated
 	case task != nil:
 		// The task exists but containerd could not tell its state: it gives up asking the
 		// shim after 2 seconds (io.containerd.timeout.task.state) and answers UNKNOWN, with no
 		// pid, which a loaded or emulated machine's shims often exceed. Taken for its last
 		// known state, not for a lost task: that would start the container a second time
 		// beside the one still running. An exit is seen at a later relist or by its event.
-		c.State = StateCreated
+		c.State = runtime.StateCreated
 		if !c.StartedAt.IsZero() {
-			c.State = StateRunning
+			c.State = runtime.StateRunning
 		}
 	case !c.StartedAt.IsZero():
 		// Started once, no task and no exit record: the runtime or the host restarted.
-		c.State = StateExited
+		c.State = runtime.StateExited
 		c.ExitCode = 255
-		c.Reason = ReasonTaskLost
+		c.Reason = runtime.ReasonTaskLost
 		c.Message = "the container's process is gone without an exit record (containerd or the host restarted)"
 		c.FinishedAt = c.StartedAt
 	default:
-		c.State = StateCreated
+		c.State = runtime.StateCreated
 	}
 	return c
-}
-
-// NormalizeImageRef makes a reference fully qualified the way the CRI plugin does
-// ("busybox" -> "docker.io/library/busybox:latest"), so images preloaded under their full
-// name are found by the short name a pod uses.
-func NormalizeImageRef(ref string) string {
-	if n, err := normalize(ref); err == nil {
-		return n
-	}
-	return ref
 }
 
 // imageID is the digest form kubelet reports as a container's imageID: name@sha256:...

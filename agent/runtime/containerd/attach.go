@@ -1,4 +1,4 @@
-package runtime
+package containerd
 
 import (
 	"context"
@@ -16,13 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
-)
-
-var (
-	// ErrStdinClosed: the container's stdin was closed, by its stdinOnce after a first attach.
-	ErrStdinClosed = errors.New("the container's stdin is closed (stdinOnce: true, and it was attached to before)")
-	// ErrNoStdin: the container was created without stdin: true; nothing reads a stdin.
-	ErrNoStdin = errors.New("the container has no stdin (its spec does not set stdin: true)")
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
 // attachPollInterval is how often an attach looks for new output at the end of the log: an
@@ -91,11 +85,11 @@ func (r *Runtime) removeStdin(id string) {
 // once its line ends. Stdin goes to the container's stdin FIFO, which the shim keeps open
 // between attaches; with stdinOnce the container's stdin is closed when the first attach's
 // stdin ends, as the kubelet does. A container created without stdin: true gets ErrNoStdin.
-func (r *Runtime) Attach(ctx context.Context, id string, s ExecStreams) error {
+func (r *Runtime) Attach(ctx context.Context, id string, s runtime.ExecStreams) error {
 	ctx = r.ctx(ctx)
 	c, err := r.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("attach to %s: %w", id, ErrContainerNotRunning)
+		return fmt.Errorf("attach to %s: %w", id, runtime.ErrContainerNotRunning)
 	} else if err != nil {
 		return fmt.Errorf("attach to %s: load container: %w", id, err)
 	}
@@ -105,7 +99,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, s ExecStreams) error {
 	}
 	task, err := c.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("attach to %s: %w", id, ErrContainerNotRunning)
+		return fmt.Errorf("attach to %s: %w", id, runtime.ErrContainerNotRunning)
 	} else if err != nil {
 		return fmt.Errorf("attach to %s: load task: %w", id, err)
 	}
@@ -125,7 +119,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, s ExecStreams) error {
 	since := time.Now()
 	if s.Stdin != nil {
 		if labels[LabelStdin] == "" {
-			return fmt.Errorf("attach to %s: %w", id, ErrNoStdin)
+			return fmt.Errorf("attach to %s: %w", id, runtime.ErrNoStdin)
 		}
 		path, err := r.stdinPath(id)
 		if err != nil {
@@ -135,7 +129,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, s ExecStreams) error {
 		// fails with ENXIO instead of waiting for one forever.
 		fifo, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0)
 		if errors.Is(err, syscall.ENXIO) {
-			return fmt.Errorf("attach to %s: %w", id, ErrStdinClosed)
+			return fmt.Errorf("attach to %s: %w", id, runtime.ErrStdinClosed)
 		} else if err != nil {
 			return fmt.Errorf("attach to %s: open stdin: %w", id, err)
 		}
