@@ -188,7 +188,8 @@ func (a *Agent) connectRuntime(ctx context.Context, address, namespace string) (
 			containerd.WithPullProgressTimeout(a.cfg.Containerd.ImagePullProgressTimeout.Duration),
 			// The stdin FIFOs of containers with stdin: true (kubectl attach -i).
 			containerd.WithIODir(filepath.Join(a.cfg.StateDir, "io")),
-			containerd.WithExecFIFODir(a.cfg.ExecFIFODir))
+			containerd.WithExecFIFODir(a.cfg.ExecFIFODir),
+			containerd.WithNodeSecurity(nodeSecurity(a.cfg)))
 	})
 }
 
@@ -230,4 +231,13 @@ func (a *Agent) registryHosts(ctx context.Context, registry string) ([]policy.Re
 		hosts = append(hosts, policy.RegistryHost(ep))
 	}
 	return hosts, err
+}
+
+// nodeSecurity is what this host contributes to its containers' confinement on containerd.
+func nodeSecurity(cfg config.Config) containerd.NodeSecurity {
+	return containerd.NodeSecurity{
+		SeccompProfileRoot: cfg.SeccompProfileRoot,
+		AppArmor:           runtime.AppArmorEnabled(),
+		CgroupNamespace:    cgroups.Host().Mode == cgroups.Unified,
+	}
 }

@@ -76,8 +76,6 @@ type Config struct {
 	Now func() time.Time
 	// Volumes prepares and tears down pod volumes, and is the EnvSource of env. Required.
 	Volumes *volumes.Manager
-	// Security is what the node contributes to its containers' confinement.
-	Security NodeSecurity
 	// NodeName names the Node that node-level events (MissingClusterDNS) are recorded on.
 	NodeName string
 	// DNS is the node's DNS configuration pods' resolv.conf is composed from.

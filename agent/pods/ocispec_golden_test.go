@@ -39,7 +39,7 @@ type goldenCase struct {
 	// of that index instead.
 	container int
 	ephemeral bool
-	node      NodeSecurity
+	node      containerd.NodeSecurity
 	// memoryCapacity and noSwap: the node's (resources).
 	memoryCapacity int64
 	noSwap         bool
@@ -97,7 +97,7 @@ func goldenCases(seccompRoot string) []goldenCase {
 		},
 		{
 			name: "burstable-caps-sysctls-localhost-seccomp", netns: netns, hostname: "modbus", mounts: volumes[:2], memoryCapacity: 4 * gib, noSwap: true,
-			node: NodeSecurity{SeccompProfileRoot: seccompRoot, CgroupNamespace: true},
+			node: containerd.NodeSecurity{SeccompProfileRoot: seccompRoot, CgroupNamespace: true},
 			pod: pod("modbus", v1.PodSpec{
 				SecurityContext: &v1.PodSecurityContext{RunAsUser: ptr.To[int64](33), Sysctls: []v1.Sysctl{
 					{Name: "net/ipv4/ip_local_port_range", Value: "40000 50000"}, {Name: "kernel.shm_rmid_forced", Value: "1"}}},
@@ -117,7 +117,7 @@ func goldenCases(seccompRoot string) []goldenCase {
 		},
 		{
 			name: "privileged-host-namespaces", hostname: "", memoryCapacity: gib, mounts: volumes[:1],
-			node: NodeSecurity{CgroupNamespace: true, AppArmor: true, SeccompProfileRoot: seccompRoot},
+			node: containerd.NodeSecurity{CgroupNamespace: true, AppArmor: true, SeccompProfileRoot: seccompRoot},
 			pod: pod("net-admin", v1.PodSpec{HostNetwork: true, HostPID: true, HostIPC: true,
 				Containers: []v1.Container{{Name: "main", Image: "tools", Resources: res("100m", "32Mi", "", "64Mi"),
 					SecurityContext: &v1.SecurityContext{Privileged: ptr.To(true),
@@ -150,19 +150,19 @@ func goldenCases(seccompRoot string) []goldenCase {
 		},
 		{
 			name: "apparmor-unconfined-cgroupns", netns: netns, hostname: "aa", memoryCapacity: gib,
-			node: NodeSecurity{AppArmor: true, CgroupNamespace: true},
+			node: containerd.NodeSecurity{AppArmor: true, CgroupNamespace: true},
 			pod: pod("aa", v1.PodSpec{SecurityContext: &v1.PodSecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeUnconfined}},
 				Containers: []v1.Container{{Name: "main", Image: "aa"}}}),
 		},
 		{
 			name: "seccomp-localhost-outside-root", netns: netns, hostname: "evil", memoryCapacity: gib,
-			node: NodeSecurity{SeccompProfileRoot: seccompRoot},
+			node: containerd.NodeSecurity{SeccompProfileRoot: seccompRoot},
 			pod: pod("evil", v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "evil",
 				SecurityContext: &v1.SecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("../../etc/evil.json")}}}}}),
 		},
 		{
 			name: "seccomp-localhost-missing", netns: netns, hostname: "gone", memoryCapacity: gib,
-			node: NodeSecurity{SeccompProfileRoot: seccompRoot},
+			node: containerd.NodeSecurity{SeccompProfileRoot: seccompRoot},
 			pod: pod("gone", v1.PodSpec{SecurityContext: &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("gw/none.json")}},
 				Containers: []v1.Container{{Name: "main", Image: "gone"}}}),
 		},
@@ -320,19 +320,20 @@ func lineDiff(want, got string) string {
 }
 
 // goldenSpecOpts are the options the containerd backend applies after the image's config for
-// tc's container, from what the pod layer describes of it.
+// tc's container, from what the pod layer describes of it (as worker.containerConfig and
+// startContainer fill runtime.ContainerConfig: resources, confinement, the ephemeral
+// container's target).
 func goldenSpecOpts(tc goldenCase, c *v1.Container) []oci.SpecOpts {
-	res := containerResources(tc.pod, c, tc.memoryCapacity, tc.noSwap)
 	cfg := runtime.ContainerConfig{
 		PodUID: string(tc.pod.UID), PodName: tc.pod.Name, PodNamespace: tc.pod.Namespace, Name: c.Name, Image: c.Image,
 		Env:        []string{"KUBERNETES_SERVICE_HOST=10.0.0.1", "POD_NAME=" + tc.pod.Name},
 		WorkingDir: c.WorkingDir, NetNSPath: tc.netns, Hostname: tc.hostname, Mounts: slices.Clone(tc.mounts),
 		Stdin: c.Stdin, StdinOnce: c.StdinOnce, TTY: c.TTY,
-		Pod: tc.pod, Container: c, Resources: res,
-		SpecOpts: append(resourceSpecOpts(res), securitySpecOpts(tc.pod, c, tc.node)...),
+		Resources:              containerResources(tc.pod, c, tc.memoryCapacity, tc.noSwap),
+		Security:               containerSecurity(tc.pod, c),
+		Pod:                    tc.pod,
+		TerminationMessagePath: c.TerminationMessagePath,
+		PIDNamespaceOfPid:      tc.pidNamespaceOf,
 	}
-	if tc.pidNamespaceOf != 0 {
-		cfg.SpecOpts = append(cfg.SpecOpts, withPIDNamespaceOf(tc.pidNamespaceOf))
-	}
-	return containerd.ContainerSpecOpts(cfg)
+	return containerd.ContainerSpecOpts(cfg, tc.node)
 }

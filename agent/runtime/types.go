@@ -7,14 +7,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 )
-
-// SpecOpt changes the OCI spec of a container being created.
-type SpecOpt = oci.SpecOpts
 
 // State is where a container is in its life, as the runtime sees it.
 type State string
@@ -95,20 +91,22 @@ type ContainerConfig struct {
 	// StdinOnce closes after the first attach ends. TTY gives the process a terminal. The
 	// runtime supports stdin only with a terminal: see Runtime.StartContainer.
 	Stdin, StdinOnce, TTY bool
-	// PIDNamespaceOf is the ID of the container whose PID namespace this one joins (an
-	// ephemeral container's target), for a backend that joins it by container (CRI); the
-	// containerd backend's SpecOpts join it by process.
-	PIDNamespaceOf string
-	// Resources are the container's cgroup settings and OOM score, as SpecOpts apply them.
+	// TerminationMessagePath is where the container writes its termination message (a backend
+	// that reads it itself, CRI, is told).
+	TerminationMessagePath string
+	// PIDNamespaceOf is the container whose PID namespace this one joins (an ephemeral
+	// container's target), by ID for a backend that joins it by container (CRI) and by its
+	// running process for one that joins it by process (containerd); empty: none.
+	PIDNamespaceOf    string
+	PIDNamespaceOfPid uint32
+	// Resources are the container's cgroup settings and OOM score.
 	Resources Resources
-	// SpecOpts are applied last, for what the pod layer decides (security, resources): the
-	// containerd backend's container spec.
-	SpecOpts []SpecOpt
-	// Pod and Container are the specs the configuration was made from, for a backend that
-	// builds the runtime's request from them as the kubelet does (CRI: the securityContext
-	// goes to the runtime, which applies it itself). Read only.
-	Pod       *v1.Pod
-	Container *v1.Container
+	// Security is the container's confinement, from its pod's and its own securityContext.
+	Security Security
+	// Pod is the pod the container belongs to, for a backend that makes the pod's sandbox when
+	// it has none (CRI, after an agent restart: Network.Setup). Not a description of the
+	// container: what a backend applies to it is in the fields above. Read only.
+	Pod *v1.Pod
 }
 
 // Resources are a container's cgroup settings, from its requests and limits as the kubelet

@@ -45,6 +45,8 @@ type Runtime struct {
 	requestTimeout time.Duration
 	// pullProgressTimeout: see WithPullProgressTimeout.
 	pullProgressTimeout time.Duration
+	// node: see WithNodeSecurity.
+	node NodeSecurity
 }
 
 // Connect dials containerd at address and checks that it answers. The namespace is the one
@@ -190,7 +192,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConf
 	}()
 
 	opts := append([]oci.SpecOpts{oci.WithImageConfig(img), withKubernetesArgs(img, cfg.Command, cfg.Args)},
-		ContainerSpecOpts(cfg)...)
+		ContainerSpecOpts(cfg, r.node)...)
 
 	labels := map[string]string{
 		LabelPodUID:        cfg.PodUID,
@@ -249,9 +251,11 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConf
 }
 
 // ContainerSpecOpts are the options that make cfg's OCI spec once the image's config and the
-// Kubernetes arguments are applied: environment, mounts, namespaces, terminal, then what the
-// pod layer decided. Exported for the pod layer's spec equivalence test.
-func ContainerSpecOpts(cfg runtime.ContainerConfig) []oci.SpecOpts {
+// Kubernetes arguments are applied: environment, mounts, namespaces, terminal, then the
+// container's resources and confinement on node. The one translation of the pod layer's
+// description into containerd's terms; exported for the pod layer's spec equivalence test
+// (agent/pods TestOCISpecGolden).
+func ContainerSpecOpts(cfg runtime.ContainerConfig, node NodeSecurity) []oci.SpecOpts {
 	opts := []oci.SpecOpts{
 		oci.WithEnv(cfg.Env),
 		oci.WithMounts(cfg.Mounts),
@@ -277,7 +281,12 @@ func ContainerSpecOpts(cfg runtime.ContainerConfig) []oci.SpecOpts {
 	if cfg.TTY {
 		opts = append(opts, oci.WithTTY) // and TERM=xterm, as containerd's CRI plugin does
 	}
-	opts = append(opts, cfg.SpecOpts...)
+	opts = append(opts, resourceSpecOpts(cfg.Resources)...)
+	pod := cfg.PodName + "_" + cfg.PodNamespace + "(" + cfg.PodUID + ")"
+	opts = append(opts, securitySpecOpts(cfg.Security, pod, cfg.Name, node)...)
+	if cfg.PIDNamespaceOfPid != 0 {
+		opts = append(opts, withPIDNamespaceOf(cfg.PIDNamespaceOfPid))
+	}
 	return opts
 }
 

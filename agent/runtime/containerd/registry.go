@@ -24,6 +24,12 @@ func WithRegistryConfigPath(dir string) Option {
 	return func(r *Runtime) { r.registryConfigPath = dir }
 }
 
+// WithNodeSecurity is what the node contributes to every container's confinement: the
+// seccomp profile root, AppArmor, a cgroup namespace. Defaults to none of them.
+func WithNodeSecurity(node NodeSecurity) Option {
+	return func(r *Runtime) { r.node = node }
+}
+
 // WithIODir makes dir the directory of the FIFOs that feed the stdin of containers with
 // stdin: true (one per container, removed with it). Without it such containers cannot start.
 func WithIODir(dir string) Option {

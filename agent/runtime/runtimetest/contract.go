@@ -98,15 +98,14 @@ func Run(t *testing.T, name string, be Backend) {
 	}
 
 	config := func(name string, attempt int, cmd ...string) runtime.ContainerConfig {
-		c := pod.Spec.Containers[0]
-		c.Name = name
 		return runtime.ContainerConfig{
 			PodUID: string(pod.UID), PodName: pod.Name, PodNamespace: pod.Namespace, Name: name, Attempt: attempt,
 			SpecHash: "hash-" + name, Image: testenv.BusyboxImage, Command: cmd, Env: []string{"GREETING=hello"},
 			NetNSPath: pn.NetNSPath, Hostname: pod.Name,
-			LogPath:   filepath.Join(be.PodLogDir, logs.PodDirName(pod.Namespace, pod.Name, string(pod.UID)), name, "0.log"),
-			Resources: runtime.Resources{CPUShares: 2, OOMScoreAdj: 1000},
-			Pod:       pod, Container: &c,
+			LogPath:                filepath.Join(be.PodLogDir, logs.PodDirName(pod.Namespace, pod.Name, string(pod.UID)), name, "0.log"),
+			Resources:              runtime.Resources{CPUShares: 2, OOMScoreAdj: 1000},
+			TerminationMessagePath: pod.Spec.Containers[0].TerminationMessagePath,
+			Pod:                    pod,
 		}
 	}
 	cfg := config("app", 0, "sh", "-c", "echo started; exec sleep 3600")
