@@ -102,8 +102,8 @@ func (a *Agent) containerdBackend(ctx context.Context, boot *metrics.Boot) (*bac
 	return &backend{
 		runtime:   rt,
 		network:   network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir),
-		images:    gc.NewContainerdImages(rt.Client(), cfg.Containerd.Namespace),
-		imageFS:   gc.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath),
+		images:    containerd.NewImages(rt.Client(), cfg.Containerd.Namespace),
+		imageFS:   containerd.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath),
 		usage:     eviction.CgroupUsage{Cgroups: cgroups.Host()},
 		preloaded: preloaded,
 		close:     rt.Close,
@@ -168,8 +168,8 @@ func (a *Agent) criBackend(ctx context.Context, boot *metrics.Boot) (*backend, e
 	return &backend{
 		runtime:   rt,
 		network:   rt.Network(),
-		images:    gc.NewContainerdImages(cd.Client(), criNamespace),
-		imageFS:   gc.NewImageFilesystem(cd.Client(), cfg.GC.ImageFSPath),
+		images:    containerd.NewImages(cd.Client(), criNamespace),
+		imageFS:   containerd.NewImageFilesystem(cd.Client(), cfg.GC.ImageFSPath),
 		usage:     rt,
 		preloaded: preloaded,
 		// The runtime writes the containers' logs; holdfast rotates them.

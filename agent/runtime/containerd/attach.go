@@ -30,8 +30,8 @@ const attachPollInterval = 50 * time.Millisecond
 // containerd's runc shim connects a stdin to a process whose output goes to a logging binary
 // only through a terminal (without one it gives the process no stdin at all), so stdin without
 // tty cannot be had here while logs stay in the shim's hands; admission refuses it.
-func (r *Runtime) stdio(id string, labels map[string]string) (logs.Stdio, error) {
-	s := logs.Stdio{Terminal: labels[LabelTTY] == "true"}
+func (r *Runtime) stdio(id string, labels map[string]string) (Stdio, error) {
+	s := Stdio{Terminal: labels[LabelTTY] == "true"}
 	mode := labels[LabelStdin]
 	if mode == "" {
 		return s, nil

@@ -25,7 +25,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/internal/failpoint"
 )
@@ -346,7 +345,7 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 	ioc := cio.NullIO
 	if logPath != "" {
 		// The shim runs holdfast's logger, which writes the CRI log format and rotates.
-		if ioc, err = logs.TaskIO(logPath, stdio); err != nil {
+		if ioc, err = TaskIO(logPath, stdio); err != nil {
 			return fmt.Errorf("%w: container log: %v", runtime.ErrStartContainer, err)
 		}
 	}

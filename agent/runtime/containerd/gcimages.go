@@ -1,4 +1,4 @@
-package gc
+package containerd
 
 import (
 	"context"
@@ -14,23 +14,24 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/errdefs"
+	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"golang.org/x/sys/unix"
 )
 
 // LabelLastUsed is the image label holding when a container was last seen using it (RFC
 // 3339), so that least-recently-used order survives agent restarts and reboots.
 const LabelLastUsed = "io.holdfast.image.last-used"
 
-// containerdImages is Images on a containerd namespace.
+// containerdImages is gc.Images on a containerd namespace.
 type containerdImages struct {
 	client    *client.Client
 	namespace string
 }
 
-// NewContainerdImages returns the image store of one containerd namespace.
-func NewContainerdImages(c *client.Client, namespace string) Images {
+// NewImages returns the image store of one containerd namespace, as image collection sees it
+// (gc.Images): the containerd backend's, and the CRI backend's on containerd's CRI plugin.
+func NewImages(c *client.Client, namespace string) gc.Images {
 	return &containerdImages{client: c, namespace: namespace}
 }
 
@@ -38,14 +39,14 @@ func (ci *containerdImages) ctx(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, ci.namespace)
 }
 
-func (ci *containerdImages) List(ctx context.Context) ([]Image, error) {
+func (ci *containerdImages) List(ctx context.Context) ([]gc.Image, error) {
 	recs, err := ci.client.ImageService().List(ci.ctx(ctx))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Image, 0, len(recs))
+	out := make([]gc.Image, 0, len(recs))
 	for _, r := range recs {
-		img := Image{Name: r.Name, Digest: r.Target.Digest, Updated: r.UpdatedAt}
+		img := gc.Image{Name: r.Name, Digest: r.Target.Digest, Updated: r.UpdatedAt}
 		if t, err := time.Parse(time.RFC3339, r.Labels[LabelLastUsed]); err == nil {
 			img.LastUsed = t
 		}
@@ -104,14 +105,6 @@ func (ci *containerdImages) SetLastUsed(ctx context.Context, name string, t time
 	return err
 }
 
-// ImageFilesystem is the image file system, whose usage image collection and the eviction
-// manager's imagefs signals measure.
-type ImageFilesystem interface {
-	Filesystem
-	// Root is a path on it.
-	Root(ctx context.Context) (string, error)
-}
-
 // imageFS is the file system of containerd's snapshotter root.
 type imageFS struct {
 	client *client.Client
@@ -125,7 +118,7 @@ type imageFS struct {
 // empty, the one holding the root of containerd's default snapshotter (overlayfs on Linux), as
 // containerd reports it. That is where unpacked images take their space; the content store is
 // usually beside it under containerd's root.
-func NewImageFilesystem(c *client.Client, path string) ImageFilesystem {
+func NewImageFilesystem(c *client.Client, path string) gc.ImageFilesystem {
 	return &imageFS{client: c, path: path}
 }
 
@@ -134,7 +127,7 @@ func (fs *imageFS) Usage(ctx context.Context) (capacity, available uint64, err e
 	if err != nil {
 		return 0, 0, err
 	}
-	return StatFS(path)
+	return gc.StatFS(path)
 }
 
 // Root is a path on the image file system: the configured one, or the snapshotter's root.
@@ -162,15 +155,4 @@ func (fs *imageFS) root(ctx context.Context) (string, error) {
 	}
 	return "", errors.New("containerd does not report the root of its " + defaults.DefaultSnapshotter +
 		" snapshotter: set the image file system path in the configuration")
-}
-
-// StatFS returns the size and the space available to unprivileged users of the file system
-// holding path, as df counts them.
-func StatFS(path string) (capacity, available uint64, err error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return 0, 0, fmt.Errorf("statfs %s: %w", path, err)
-	}
-	bsize := uint64(st.Bsize)
-	return uint64(st.Blocks) * bsize, uint64(st.Bavail) * bsize, nil
 }

@@ -1,4 +1,4 @@
-package gc
+package containerd
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/internal/ociimage"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
@@ -47,12 +48,12 @@ func TestContainerdImages(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	store := NewContainerdImages(cd.Client, ns)
+	store := NewImages(cd.Client, ns)
 	imgs, err := store.List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[string]Image{}
+	byName := map[string]gc.Image{}
 	for _, i := range imgs {
 		byName[i.Name] = i
 	}
