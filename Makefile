@@ -92,8 +92,9 @@ BENCH_SMOKE_TABLE ?= $(CURDIR)/_output/bench-smoke.txt
 # slice is the tests of what the backends do differently (sandboxes, CNI, logs, exec and
 # attach, pulls with credentials, hung and killed runtimes, reboots) and the CRI defects found
 # so far. The CRI run's output is kept in CRI_TEST_LOG and printed after the main run's;
-# CRI_RUN replaces the slice (a -run pattern). The runtime contract (agent/runtime) and
-# crictl's view (TestCrictl) run on the CRI backend in the main run too.
+# CRI_RUN replaces the slice (a -run pattern). The runtime contract (agent/runtime/runtimetest,
+# run by agent/runtime/cri's tests) and crictl's view (TestCrictl) run on the CRI backend in the
+# main run too.
 CRI_SLICE := ^(TestPodEndToEnd|TestOfflineRebootBootsFromCache|TestStaticPodMirror|TestLocalCLIWithoutApiserver|TestContainerLogsSurviveAgentKill|TestVolumesEndToEnd|TestKubectl|TestSecurityContextAndNamespaces|TestLivenessProbeExecRestartsOncePerFailureStreak|TestGarbageCollection|TestShorterGracePeriodCutsTerminationShort|TestImagePullSecrets|TestHungContainerdCallsTimeOut|TestCNIDelAfterRestartAndReboot)$$
 CRI_RUN ?= $(CRI_SLICE)
 CRI_TEST_LOG ?= $(CURDIR)/_output/test-cri.log

@@ -3,15 +3,12 @@ package agent
 import (
 	"context"
 
-	"github.com/containerd/containerd/v2/pkg/apparmor"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
-	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/node"
-	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/policy"
 )
 
@@ -78,13 +75,4 @@ func allowedSysctls(cfg config.Config) []string {
 		release = unix.ByteSliceToString(uts.Release[:])
 	}
 	return append(admission.SafeSysctls(release), cfg.AllowedUnsafeSysctls...)
-}
-
-// nodeSecurity is what this host contributes to its containers' confinement.
-func nodeSecurity(cfg config.Config) pods.NodeSecurity {
-	return pods.NodeSecurity{
-		SeccompProfileRoot: cfg.SeccompProfileRoot,
-		AppArmor:           apparmor.HostSupports(),
-		CgroupNamespace:    cgroups.Host().Mode == cgroups.Unified,
-	}
 }

@@ -32,7 +32,6 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/nodeapi"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/policy"
-	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/statekey"
 	"github.com/holdfast-dev/holdfast/agent/stats"
 	"github.com/holdfast-dev/holdfast/agent/status"
@@ -58,7 +57,7 @@ func New(cfg config.Config, log *slog.Logger, version string) *Agent {
 
 // NewHollow builds a hollow agent, for fleet simulations (`holdfast hollow`, `make fleet`):
 // a real client of the apiserver with its own identity, Lease, pods and status, whose
-// containers and pod networks exist only in memory (agent/hollow). Several run in one
+// containers and pod networks exist only in memory (agent/runtime/hollow). Several run in one
 // process, each with its own configuration, state directory and metrics.
 func NewHollow(cfg config.Config, log *slog.Logger, version string) *Agent {
 	return &Agent{cfg: cfg, log: log, version: version, hollow: true}
@@ -255,14 +254,7 @@ func (a *Agent) openPolicies(ctx context.Context, store policy.ModuleStore, reco
 		// and reached as image pulls reach registries: one configuration for both.
 		Modules: store,
 		Registry: policy.RegistryOptions{
-			Hosts: func(ctx context.Context, registry string) ([]policy.RegistryHost, error) {
-				endpoints, err := runtime.PullEndpoints(ctx, a.cfg.Containerd.RegistryConfigPath, registry)
-				hosts := make([]policy.RegistryHost, 0, len(endpoints))
-				for _, ep := range endpoints {
-					hosts = append(hosts, policy.RegistryHost(ep))
-				}
-				return hosts, err
-			},
+			Hosts:           a.registryHosts,
 			CredentialsFile: a.cfg.Containerd.RegistryCredentialsFile,
 		},
 		OnFailure: func(f policy.Failure) {
@@ -278,20 +270,6 @@ func (a *Agent) openPolicies(ctx context.Context, store policy.ModuleStore, reco
 	}
 	a.log.Info("policies loaded", "dir", a.cfg.PolicyDir)
 	return pm, nil
-}
-
-// connectRuntime waits for containerd at address, in namespace: at boot it may come up after
-// the agent.
-func (a *Agent) connectRuntime(ctx context.Context, address, namespace string) (*runtime.Runtime, error) {
-	return waitFor(ctx, a, "containerd", address, func() (*runtime.Runtime, error) {
-		return runtime.Connect(ctx, address, namespace, a.log.With("component", "runtime"),
-			runtime.WithRegistryConfigPath(a.cfg.Containerd.RegistryConfigPath),
-			runtime.WithRequestTimeout(a.cfg.Containerd.RequestTimeout.Duration),
-			runtime.WithPullProgressTimeout(a.cfg.Containerd.ImagePullProgressTimeout.Duration),
-			// The stdin FIFOs of containers with stdin: true (kubectl attach -i).
-			runtime.WithIODir(filepath.Join(a.cfg.StateDir, "io")),
-			runtime.WithExecFIFODir(a.cfg.ExecFIFODir))
-	})
 }
 
 // waitFor connects to the container runtime what names at address, retrying with back-off
@@ -317,34 +295,6 @@ func waitFor[R interface {
 		}
 		delay = min(2*delay, 10*time.Second)
 	}
-}
-
-// preloadImages imports the firmware's image tarballs before any pod starts and returns the
-// names imported (or found present), which image collection pins. A bad tarball is reported
-// with its path and skipped; the pods that need it will say ErrImageNeverPull.
-func (a *Agent) preloadImages(ctx context.Context, rt *runtime.Runtime) []string {
-	if a.cfg.ImagePreloadDir == "" {
-		return nil
-	}
-	results, err := rt.ImportDir(ctx, a.cfg.ImagePreloadDir)
-	if err != nil {
-		a.log.Error("preload images", "dir", a.cfg.ImagePreloadDir, "err", err)
-		return nil
-	}
-	var names []string
-	for _, r := range results {
-		names = append(names, r.Images...) // a tarball that failed half-way still pins what it imported
-		if r.Err != nil {
-			a.log.Error("preload image tarball; skipped", "path", r.Path, "err", r.Err)
-			continue
-		}
-		if r.Skipped {
-			a.log.Info("preloaded images already present", "path", r.Path, "images", r.Images)
-			continue
-		}
-		a.log.Info("preloaded images", "path", r.Path, "images", r.Images)
-	}
-	return names
 }
 
 // servingCertificate prepares the node API's cluster-issued serving certificate

@@ -22,6 +22,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 	"github.com/holdfast-dev/holdfast/agent/runtime/cri"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
@@ -109,7 +110,7 @@ func (e *env) containers(t *testing.T) map[string]runtime.Container {
 			}
 			continue
 		}
-		out[r.ID] = runtime.Container{ID: r.ID, PodUID: r.Labels[runtime.LabelPodUID], Name: r.Labels[runtime.LabelContainerName]}
+		out[r.ID] = runtime.Container{ID: r.ID, PodUID: r.Labels[containerd.LabelPodUID], Name: r.Labels[containerd.LabelContainerName]}
 	}
 	return out
 }

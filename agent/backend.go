@@ -11,20 +11,22 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/gc"
-	"github.com/holdfast-dev/holdfast/agent/hollow"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/nodeapi"
-	"github.com/holdfast-dev/holdfast/agent/pods"
+	"github.com/holdfast-dev/holdfast/agent/policy"
 	"github.com/holdfast-dev/holdfast/agent/prober"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 	"github.com/holdfast-dev/holdfast/agent/runtime/cri"
+	"github.com/holdfast-dev/holdfast/agent/runtime/hollow"
 )
 
 // backend is what the agent runs pods on: a container runtime with its image store, and the
 // pods' networks. A gateway's is containerd and CNI (containerdBackend), or a CRI runtime that
 // owns the pods' sandboxes and networks (criBackend, agent/runtime/cri); a hollow node's, for
-// fleet simulations, keeps everything in memory (hollowBackend, agent/hollow).
+// fleet simulations, keeps everything in memory (hollowBackend, agent/runtime/hollow).
 type backend struct {
 	runtime containerRuntime
 	network podNetworks
@@ -43,7 +45,7 @@ type backend struct {
 // containerRuntime is what the agent's parts ask of the container runtime, each through
 // the interface it declares.
 type containerRuntime interface {
-	pods.Runtime
+	runtime.Runtime
 	prober.Execer
 	nodeapi.Runtime
 	// Version is the runtime's name and version as nodeInfo reports it.
@@ -52,7 +54,7 @@ type containerRuntime interface {
 
 // podNetworks is what the agent's parts ask of the pod networks.
 type podNetworks interface {
-	pods.Network
+	runtime.Network
 	// Ready fails while pods with their own network cannot start (NetworkReady).
 	Ready() error
 	// NetNSPath is a set-up pod's network namespace, for the node API's port forwarding.
@@ -100,8 +102,8 @@ func (a *Agent) containerdBackend(ctx context.Context, boot *metrics.Boot) (*bac
 	return &backend{
 		runtime:   rt,
 		network:   network.NewManager(cfg.CNI.ConfDir, cfg.CNI.BinDirs, cfg.CNI.NetNSDir, cfg.StateDir),
-		images:    gc.NewContainerdImages(rt.Client(), cfg.Containerd.Namespace),
-		imageFS:   gc.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath),
+		images:    containerd.NewImages(rt.Client(), cfg.Containerd.Namespace),
+		imageFS:   containerd.NewImageFilesystem(rt.Client(), cfg.GC.ImageFSPath),
 		usage:     eviction.CgroupUsage{Cgroups: cgroups.Host()},
 		preloaded: preloaded,
 		close:     rt.Close,
@@ -166,12 +168,76 @@ func (a *Agent) criBackend(ctx context.Context, boot *metrics.Boot) (*backend, e
 	return &backend{
 		runtime:   rt,
 		network:   rt.Network(),
-		images:    gc.NewContainerdImages(cd.Client(), criNamespace),
-		imageFS:   gc.NewImageFilesystem(cd.Client(), cfg.GC.ImageFSPath),
+		images:    containerd.NewImages(cd.Client(), criNamespace),
+		imageFS:   containerd.NewImageFilesystem(cd.Client(), cfg.GC.ImageFSPath),
 		usage:     rt,
 		preloaded: preloaded,
 		// The runtime writes the containers' logs; holdfast rotates them.
 		run:   rt.RotateLogs,
 		close: func() error { return errors.Join(rt.Close(), cd.Close()) },
 	}, nil
+}
+
+// connectRuntime waits for containerd at address, in namespace: at boot it may come up after
+// the agent.
+func (a *Agent) connectRuntime(ctx context.Context, address, namespace string) (*containerd.Runtime, error) {
+	return waitFor(ctx, a, "containerd", address, func() (*containerd.Runtime, error) {
+		return containerd.Connect(ctx, address, namespace, a.log.With("component", "runtime"),
+			containerd.WithRegistryConfigPath(a.cfg.Containerd.RegistryConfigPath),
+			containerd.WithRequestTimeout(a.cfg.Containerd.RequestTimeout.Duration),
+			containerd.WithPullProgressTimeout(a.cfg.Containerd.ImagePullProgressTimeout.Duration),
+			// The stdin FIFOs of containers with stdin: true (kubectl attach -i).
+			containerd.WithIODir(filepath.Join(a.cfg.StateDir, "io")),
+			containerd.WithExecFIFODir(a.cfg.ExecFIFODir),
+			containerd.WithNodeSecurity(nodeSecurity(a.cfg)))
+	})
+}
+
+// preloadImages imports the firmware's image tarballs before any pod starts and returns the
+// names imported (or found present), which image collection pins. A bad tarball is reported
+// with its path and skipped; the pods that need it will say ErrImageNeverPull.
+func (a *Agent) preloadImages(ctx context.Context, rt *containerd.Runtime) []string {
+	if a.cfg.ImagePreloadDir == "" {
+		return nil
+	}
+	results, err := rt.ImportDir(ctx, a.cfg.ImagePreloadDir)
+	if err != nil {
+		a.log.Error("preload images", "dir", a.cfg.ImagePreloadDir, "err", err)
+		return nil
+	}
+	var names []string
+	for _, r := range results {
+		names = append(names, r.Images...) // a tarball that failed half-way still pins what it imported
+		if r.Err != nil {
+			a.log.Error("preload image tarball; skipped", "path", r.Path, "err", r.Err)
+			continue
+		}
+		if r.Skipped {
+			a.log.Info("preloaded images already present", "path", r.Path, "images", r.Images)
+			continue
+		}
+		a.log.Info("preloaded images", "path", r.Path, "images", r.Images)
+	}
+	return names
+}
+
+// registryHosts are the endpoints a pull from registry tries, by the registry host
+// configuration image pulls use (containerd's hosts.toml layout): Wasm policies pulled from
+// registries reach them as images do.
+func (a *Agent) registryHosts(ctx context.Context, registry string) ([]policy.RegistryHost, error) {
+	endpoints, err := containerd.PullEndpoints(ctx, a.cfg.Containerd.RegistryConfigPath, registry)
+	hosts := make([]policy.RegistryHost, 0, len(endpoints))
+	for _, ep := range endpoints {
+		hosts = append(hosts, policy.RegistryHost(ep))
+	}
+	return hosts, err
+}
+
+// nodeSecurity is what this host contributes to its containers' confinement on containerd.
+func nodeSecurity(cfg config.Config) containerd.NodeSecurity {
+	return containerd.NodeSecurity{
+		SeccompProfileRoot: cfg.SeccompProfileRoot,
+		AppArmor:           runtime.AppArmorEnabled(),
+		CgroupNamespace:    cgroups.Host().Mode == cgroups.Unified,
+	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 	"github.com/holdfast-dev/holdfast/agent/runtime/cri"
 
 	"github.com/holdfast-dev/holdfast/internal/testenv"
@@ -341,7 +342,7 @@ func (e *env) exec(containerID string, cmd ...string) (string, error) {
 	if e.cd.CRI {
 		rt, err = cri.Connect(ctx, cri.Config{Endpoint: e.cd.Address}, slog.New(slog.DiscardHandler))
 	} else {
-		rt, err = runtime.Connect(ctx, e.cd.Address, "holdfast", slog.New(slog.DiscardHandler))
+		rt, err = containerd.Connect(ctx, e.cd.Address, "holdfast", slog.New(slog.DiscardHandler))
 	}
 	if err != nil {
 		return "", err

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/containerd/containerd/v2/pkg/apparmor"
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,6 +29,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/policy"
 	"github.com/holdfast-dev/holdfast/agent/prober"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/services"
 	"github.com/holdfast-dev/holdfast/agent/sources"
 	"github.com/holdfast-dev/holdfast/agent/stats"
@@ -266,7 +266,6 @@ func (r *run) buildPods() error {
 		BackOffMax:      cfg.Pods.BackOffMax.Duration,
 		HostIPs:         r.hostIPs,
 		Volumes:         r.volMgr,
-		Security:        nodeSecurity(cfg),
 
 		ImagePullBackOffBase:    cfg.Pods.ImagePullBackOffBase.Duration,
 		ImagePullBackOffMax:     cfg.Pods.ImagePullBackOffMax.Duration,
@@ -319,7 +318,7 @@ func (r *run) buildReclaim() error {
 func (r *run) buildAdmission(ctx context.Context) {
 	cfg, a := r.cfg, r.a
 	r.adm = &admitter{nodeName: cfg.NodeName, nodeLabels: cfg.NodeLabels, storageDir: cfg.StateDir, maxPods: cfg.MaxPods,
-		sysctls: allowedSysctls(cfg), appArmor: apparmor.HostSupports(), pressure: r.evictionMgr, reserved: r.reserved}
+		sysctls: allowedSysctls(cfg), appArmor: runtime.AppArmorEnabled(), pressure: r.evictionMgr, reserved: r.reserved}
 	policies, err := a.openPolicies(ctx, r.store, r.recorder)
 	if err != nil {
 		// Fail closed for new pods only: running pods were admitted and keep running.

@@ -20,7 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -74,7 +74,7 @@ func measureBurstFloor(t testing.TB, cd *testenv.Containerd, n int, logDir strin
 			id := fmt.Sprintf("%s-%d", prefix, i)
 			ioc := cio.NullIO
 			if logDir != "" {
-				if ioc, errs[i] = logs.TaskIO(filepath.Join(logDir, "bench_"+id+"_uid", "sleep", "0.log"), logs.Stdio{}); errs[i] != nil {
+				if ioc, errs[i] = containerd.TaskIO(filepath.Join(logDir, "bench_"+id+"_uid", "sleep", "0.log"), containerd.Stdio{}); errs[i] != nil {
 					return
 				}
 			}

@@ -1,5 +1,5 @@
 // Package fleet measures what a fleet of nodes costs one control plane: N hollow holdfast
-// nodes (`holdfast hollow`, agent/hollow: real apiserver clients, containers simulated in
+// nodes (`holdfast hollow`, agent/runtime/hollow: real apiserver clients, containers simulated in
 // memory), then N hollow kubelets (upstream kubemark, hack/build-kubemark.sh) as the anchor,
 // each against a control plane of its own (internal/testenv: etcd and kube-apiserver), with
 // the same pods bound to every node. Over a steady window it reads the apiserver's and etcd's

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
@@ -301,8 +301,8 @@ type Container struct {
 	PID    uint32            `json:"pid"`
 }
 
-func (c Container) pod() string       { return c.Labels[runtime.LabelPodName] }
-func (c Container) container() string { return c.Labels[runtime.LabelContainerName] }
+func (c Container) pod() string       { return c.Labels[containerd.LabelPodName] }
+func (c Container) container() string { return c.Labels[containerd.LabelContainerName] }
 
 // containers lists holdfast's containers in the guest's containerd (guestprobe, from the
 // payload disk).

@@ -24,7 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
@@ -227,7 +227,7 @@ func TestScenario3UplinkBack(t *testing.T) {
 		if want := restartsBefore[key] + 1; n != want {
 			t.Errorf("%s restartCount %d after the reboot, want %d", key, n, want)
 		}
-		if attempt := after[key].Labels[runtime.LabelAttempt]; attempt != strconv.Itoa(int(n)) {
+		if attempt := after[key].Labels[containerd.LabelAttempt]; attempt != strconv.Itoa(int(n)) {
 			t.Errorf("%s restartCount %d in the API, attempt %s in containerd", key, n, attempt)
 		}
 	}

@@ -25,7 +25,7 @@ own() {
 }
 
 # Harness packages: the judges and the test environment, and test-only helpers.
-harness='^(bench|conformance|fleet|gatewaytest(/.*)?|internal/testenv(/.*)?|internal/prereq|internal/hostile|internal/ociimage|hack/mkimage|agent/metrics/metricstest|wasm/wasmtest)$'
+harness='^(bench|conformance|fleet|gatewaytest(/.*)?|internal/testenv(/.*)?|internal/prereq|internal/hostile|internal/ociimage|hack/mkimage|agent/metrics/metricstest|agent/runtime/runtimetest|wasm/wasmtest)$'
 
 table() {
 	local imports tests
@@ -67,10 +67,14 @@ check() {
 		rule "wasm's deps: nothing of agent/ or offline, no containerd, no k8s.io"
 	echo "$imports" | awk -v h="$harness" '$1 !~ h { for (i = 2; i <= NF; i++) if ($i ~ h) print $1 " -> " $i }' |
 		rule "no product package imports a harness package (non-test files)"
-	echo "$imports" | awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^(agent\/pods|agent\/runtime\/cri|agent\/hollow)$/ && $1 != "agent") print $1 " -> " $i }' |
-		rule "agent/pods, agent/runtime/cri and agent/hollow are imported by agent (the wiring) alone"
-	echo "$imports" | awk '$1 == "agent/runtime" { for (i = 2; i <= NF; i++) if ($i !~ /^(agent\/logs|internal\/.*)$/) print $1 " -> " $i }' |
-		rule "agent/runtime (containerd) imports only agent/logs and internal/"
+	echo "$imports" | awk -v h="$harness" '$1 != "agent" && $1 !~ h { for (i = 2; i <= NF; i++) if ($i ~ /^agent\/(pods|runtime\/(containerd|cri|hollow))$/) print $1 " -> " $i }' |
+		rule "agent/pods and the runtime backends (agent/runtime/{containerd,cri,hollow}) are imported by agent (the wiring) alone, and by harnesses"
+	{ for p in $(go list ./... | grep -vE "^$mod/agent/runtime/(containerd|cri)(/|\$)|^$mod/agent\$"); do
+		rel=${p#"$mod"/}; echo "$rel" | grep -qE "$harness" && continue
+		go list -f '{{.ImportPath}}: {{join .Imports " "}}' "$p" | grep -oE '^[^:]*: |github.com/containerd/containerd/v2/[^ ]*' | paste -sd' ' | grep 'containerd/v2' || true
+	done; } | rule "no product package but agent/runtime/{containerd,cri} and agent (the wiring) imports containerd's client packages"
+	echo "$imports" | awk '$1 == "agent/runtime" { for (i = 2; i <= NF; i++) if ($i != "agent/network") print $1 " -> " $i }' |
+		rule "agent/runtime (the contract) imports nothing of the module but agent/network"
 	echo "$imports" | awk '{ for (i = 2; i <= NF; i++) if ($i == "wasm" && $1 !~ /^(agent\/policy|cmd\/holdfast)$/) print $1 " -> " $i }' |
 		rule "wasm is imported by agent/policy and cmd/holdfast alone"
 	echo "$imports" | awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^cmd\//) print $1 " -> " $i }' |

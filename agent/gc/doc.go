@@ -21,7 +21,8 @@
 // the pause image, the configured pinned images and the images preloaded from the firmware,
 // and images used or pulled within ImageMinAge (2 minutes). Names sharing one digest are one
 // image: they stay or go together. When an image was last used is kept in a label on the image
-// (LabelLastUsed, rewritten at most hourly), so the order survives restarts.
+// (LabelLastUsed of agent/runtime/containerd, whose NewImages is the image store on containerd,
+// rewritten at most hourly), so the order survives restarts.
 //
 // Which containers and images to remove are pure functions ([SelectContainers],
 // [SelectPodLogDirs], [SelectImages], [BytesToFree]); [GC] only gathers their inputs through

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
@@ -51,14 +50,14 @@ type installed struct {
 }
 
 // current is set by Install. A process-wide setting because containers are started by the
-// runtime package, which reaches it through TaskIO: one agent per process.
+// runtime backend, which reaches it through PrepareLog: one agent per process.
 var current atomic.Pointer[installed]
 
 // Install makes cfg.Binary (by default the dedicated logger beside the running executable, or
 // the running executable) the logger of the containers started
 // from now on: it links StateDir/bin/holdfast-logger to it (atomically replacing an older link, so loggers of
 // containers that run on keep their binary and new ones get this one) and records cfg for
-// TaskIO. The agent calls it at start, before any container starts.
+// PrepareLog. The agent calls it at start, before any container starts.
 func Install(cfg Config) (string, error) {
 	if cfg.StateDir == "" {
 		return "", errors.New("install container logger: no state directory")
@@ -126,78 +125,50 @@ func Install(cfg Config) (string, error) {
 
 var warnRaw sync.Once
 
-// TaskIO returns the IO of a task whose output goes to the log file at logPath: the shim runs
-// the installed logger. Before returning it makes the log's directories and file (following
-// no symlink below the pod log root), so that a path the logger would refuse fails the start
-// here, with its reason, rather than in a process whose errors nobody reads.
+// Logger is how a runtime's shim writes a container's output to its log file: it runs Binary
+// with Args (the logger Install linked, which writes the CRI log format and rotates), or, with
+// Binary empty, it writes the raw output to Path.
+type Logger struct {
+	Path   string
+	Binary string
+	Args   map[string]string
+}
+
+// PrepareLog returns the logger of the container whose log file is logPath. Before returning it
+// makes the log's directories and file (following no symlink below the pod log root), so that a
+// path the logger would refuse fails the start here, with its reason, rather than in a process
+// whose errors nobody reads.
 //
-// Without Install (a tool or a test that drives the runtime alone), the shim writes the raw
-// output to the file, as containerd's file:// log URI does.
-func TaskIO(logPath string, stdio Stdio) (cio.Creator, error) {
+// Without Install (a tool or a test that drives the runtime alone), the output is written raw
+// to the file, as containerd's file:// log URI does.
+func PrepareLog(logPath string) (Logger, error) {
 	inst := current.Load()
 	if inst == nil {
 		warnRaw.Do(func() {
 			slog.Warn("container logger not installed: container output is written raw, not in the CRI log format (the agent calls logs.Install at start)")
 		})
 		if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-			return nil, fmt.Errorf("log dir: %w", err)
+			return Logger{}, fmt.Errorf("log dir: %w", err)
 		}
-		return withStdio(cio.LogFile(logPath), stdio), nil
+		return Logger{Path: logPath}, nil
 	}
 	loc, err := locate("", logPath)
 	if err != nil {
-		return nil, err
+		return Logger{}, err
 	}
 	dir, err := openDir(loc, true)
 	if err != nil {
-		return nil, err
+		return Logger{}, err
 	}
 	defer dir.Close()
 	f, err := openFileAt(dir, loc.name, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND, 0o640)
 	if err != nil {
-		return nil, err
+		return Logger{}, err
 	}
 	f.Close()
 	opts := Options{Path: logPath, Root: loc.root, MaxSize: inst.cfg.MaxSize, MaxFiles: inst.cfg.MaxFiles, MaxLine: inst.cfg.MaxLine}
-	return withStdio(cio.BinaryIO(inst.binary, opts.Args()), stdio), nil
+	return Logger{Path: logPath, Binary: inst.binary, Args: opts.Args()}, nil
 }
-
-// Stdio is what a task's process gets besides its output going to the log: a stdin and a
-// terminal, for containers with stdin: true and tty: true (kubectl attach, kubectl run -it).
-type Stdio struct {
-	// Stdin is a FIFO (it must exist) that the shim feeds the process's stdin from; empty:
-	// none, the process reads /dev/null. The shim holds it open for writing too, until the
-	// task's stdin is closed (CloseIO), so the stdin does not end with its first writer.
-	Stdin string
-	// Terminal gives the process a terminal; its stderr then goes to the terminal too, and
-	// the log has one stream. The container's OCI spec must ask for one (process.terminal).
-	Terminal bool
-}
-
-// withStdio adds stdio to the IO create makes.
-func withStdio(create cio.Creator, stdio Stdio) cio.Creator {
-	if stdio.Stdin == "" && !stdio.Terminal {
-		return create
-	}
-	return func(id string) (cio.IO, error) {
-		io, err := create(id)
-		if err != nil {
-			return nil, err
-		}
-		cfg := io.Config()
-		cfg.Stdin, cfg.Terminal = stdio.Stdin, stdio.Terminal
-		return stdioIO{IO: io, cfg: cfg}, nil
-	}
-}
-
-// stdioIO is an IO whose configuration, what the shim is asked to set up, has a stdin and a
-// terminal besides the log.
-type stdioIO struct {
-	cio.IO
-	cfg cio.Config
-}
-
-func (s stdioIO) Config() cio.Config { return s.cfg }
 
 // defaultBinary is the logger to use when none is configured, given the running executable:
 // the dedicated logger installed beside it if there is one, otherwise the executable itself.

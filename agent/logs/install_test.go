@@ -2,13 +2,12 @@ package logs
 
 import (
 	"errors"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 )
 
-func TestInstallAndTaskIO(t *testing.T) {
+func TestInstallAndPrepareLog(t *testing.T) {
 	t.Cleanup(func() { current.Store(nil) })
 	state := t.TempDir()
 	exe, err := os.Executable()
@@ -32,25 +31,19 @@ func TestInstallAndTaskIO(t *testing.T) {
 
 	root := t.TempDir()
 	path := logPath(root)
-	creator, err := TaskIO(path, Stdio{})
+	l, err := PrepareLog(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
-		t.Fatalf("TaskIO should have made the log file: %v %v", fi, err)
+		t.Fatalf("PrepareLog should have made the log file: %v %v", fi, err)
 	}
-	io, err := creator("c1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := io.Config()
-	u, err := url.Parse(cfg.Stdout)
-	if err != nil || u.Scheme != "binary" || u.Path != filepath.Join(state, "bin", LoggerName) || cfg.Stderr != cfg.Stdout {
-		t.Fatalf("log URI %q / %q", cfg.Stdout, cfg.Stderr)
+	if l.Path != path || l.Binary != filepath.Join(state, "bin", LoggerName) {
+		t.Fatalf("logger %+v", l)
 	}
 	var args []string
-	for k, vs := range u.Query() { // as the shim builds the arguments
-		args = append(args, k, vs[0])
+	for k, v := range l.Args { // as the shim builds the arguments
+		args = append(args, k, v)
 	}
 	opts, err := ParseArgs(args)
 	if err != nil {
@@ -59,31 +52,14 @@ func TestInstallAndTaskIO(t *testing.T) {
 	if opts.Path != path || opts.Root != root || opts.MaxSize != 4096 || opts.MaxFiles != 3 {
 		t.Fatalf("logger options %+v", opts)
 	}
-	if cfg.Stdin != "" || cfg.Terminal {
-		t.Fatalf("no stdio asked for, got stdin %q terminal %v", cfg.Stdin, cfg.Terminal)
-	}
-
-	// stdin: true, tty: true: the shim gets the FIFO and a terminal, the output still goes
-	// to the logger.
-	creator, err = TaskIO(path, Stdio{Stdin: "/s/io/c1.stdin", Terminal: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if io, err = creator("c1"); err != nil {
-		t.Fatal(err)
-	}
-	cfg = io.Config()
-	if u, _ := url.Parse(cfg.Stdout); cfg.Stdin != "/s/io/c1.stdin" || !cfg.Terminal || u.Scheme != "binary" || cfg.Stderr != cfg.Stdout {
-		t.Fatalf("IO config with stdio %+v", cfg)
-	}
 
 	// A symlinked container directory fails the start, with the reason.
 	host := hostDir(t)
 	pod := filepath.Join(root, "default_evil_uid-2")
 	must(t, os.MkdirAll(pod, 0o755))
 	must(t, os.Symlink(host, filepath.Join(pod, "app")))
-	if _, err := TaskIO(filepath.Join(pod, "app", "0.log"), Stdio{}); !errors.Is(err, ErrUnsafePath) {
-		t.Fatalf("TaskIO on a symlinked dir: %v, want ErrUnsafePath", err)
+	if _, err := PrepareLog(filepath.Join(pod, "app", "0.log")); !errors.Is(err, ErrUnsafePath) {
+		t.Fatalf("PrepareLog on a symlinked dir: %v, want ErrUnsafePath", err)
 	}
 	if names := readDir(t, host); len(names) != 1 {
 		t.Fatalf("host dir changed: %v", names)

@@ -1,12 +1,6 @@
 package pods
 
 import (
-	"context"
-	"fmt"
-
-	"github.com/containerd/containerd/v2/core/containers"
-	"github.com/containerd/containerd/v2/pkg/oci"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -54,13 +48,5 @@ func (p *plan) planEphemeral(pod *v1.Pod, byName map[string][]runtime.Container)
 			s.pidNamespaceOf, s.pidNamespaceOfID = t[len(t)-1].Pid, t[len(t)-1].ID
 		}
 		p.start = append(p.start, s)
-	}
-}
-
-// withPIDNamespaceOf puts the container in the PID namespace of the process pid (an ephemeral
-// container's target container).
-func withPIDNamespaceOf(pid uint32) runtime.SpecOpt {
-	return func(ctx context.Context, client oci.Client, c *containers.Container, s *oci.Spec) error {
-		return oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.PIDNamespace, Path: fmt.Sprintf("/proc/%d/ns/pid", pid)})(ctx, client, c, s)
 	}
 }

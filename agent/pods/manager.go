@@ -76,8 +76,6 @@ type Config struct {
 	Now func() time.Time
 	// Volumes prepares and tears down pod volumes, and is the EnvSource of env. Required.
 	Volumes *volumes.Manager
-	// Security is what the node contributes to its containers' confinement.
-	Security NodeSecurity
 	// NodeName names the Node that node-level events (MissingClusterDNS) are recorded on.
 	NodeName string
 	// DNS is the node's DNS configuration pods' resolv.conf is composed from.
@@ -100,8 +98,8 @@ func (c Config) hostsFile() string { return cmp.Or(c.HostsFile, "/etc/hosts") }
 // Manager dispatches desired pods to their workers and watches the runtime for changes.
 type Manager struct {
 	cfg      Config
-	rt       Runtime
-	net      Network
+	rt       runtime.Runtime
+	net      runtime.Network
 	status   StatusSink
 	recorder record.EventRecorder
 	log      *slog.Logger
@@ -131,7 +129,7 @@ type Manager struct {
 }
 
 // NewManager builds a manager; nothing runs until Run.
-func NewManager(cfg Config, rt Runtime, net Network, status StatusSink, recorder record.EventRecorder, log *slog.Logger) *Manager {
+func NewManager(cfg Config, rt runtime.Runtime, net runtime.Network, status StatusSink, recorder record.EventRecorder, log *slog.Logger) *Manager {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

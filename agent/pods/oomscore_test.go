@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 )
 
 // Pods' OOM scores follow their QoS class as kubelet's do when the agent runs at -999 (the
@@ -56,10 +57,9 @@ func TestNoSwap(t *testing.T) {
 	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a"}}}}
 	for _, noSwap := range []bool{true, false} {
 		s := &oci.Spec{Process: &specs.Process{}}
-		for _, opt := range resourceSpecOpts(containerResources(pod, &pod.Spec.Containers[0], 1<<30, noSwap)) {
-			if err := opt(context.Background(), nil, &containers.Container{}, s); err != nil {
-				t.Fatal(err)
-			}
+		cfg := runtime.ContainerConfig{NetNSPath: "/var/run/netns/test", Resources: containerResources(pod, &pod.Spec.Containers[0], 1<<30, noSwap)}
+		if err := oci.ApplyOpts(context.Background(), nil, &containers.Container{}, s, containerd.ContainerSpecOpts(cfg, containerd.NodeSecurity{})...); err != nil {
+			t.Fatal(err)
 		}
 		var got string
 		if s.Linux != nil && s.Linux.Resources != nil {

@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containerd/errdefs"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"errors"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/offline"
@@ -261,7 +261,7 @@ func (m *Manager) taskEvent(ctx context.Context, ev runtime.TaskEvent) {
 		}
 	}
 	uid, err := m.rt.PodOf(ctx, ev.ContainerID)
-	if errdefs.IsNotFound(err) {
+	if errors.Is(err, runtime.ErrNotFound) {
 		return // removed already: by its worker, which knows
 	}
 	if err != nil {

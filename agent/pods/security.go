@@ -1,47 +1,17 @@
 package pods
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 
-	"github.com/containerd/containerd/v2/contrib/apparmor"
-	"github.com/containerd/containerd/v2/contrib/seccomp"
-	"github.com/containerd/containerd/v2/core/containers"
-	"github.com/containerd/containerd/v2/pkg/cap"
-	"github.com/containerd/containerd/v2/pkg/oci"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
 
-// NodeSecurity is what the node contributes to its containers' confinement.
-type NodeSecurity struct {
-	// SeccompProfileRoot holds the profiles of seccompProfile type Localhost (kubelet's
-	// <root-dir>/seccomp); localhostProfile is a path below it.
-	SeccompProfileRoot string
-	// AppArmor says the host enforces AppArmor: profiles are applied as containerd's CRI plugin
-	// applies them, the runtime's default one when the pod names none. Without it, pods asking
-	// for a profile are refused at admission.
-	AppArmor bool
-	// CgroupNamespace gives every unprivileged container its own cgroup namespace, as
-	// containerd's CRI plugin does on a unified (v2) hierarchy.
-	CgroupNamespace bool
-}
-
-// appArmorDefaultProfile is the name containerd's CRI plugin loads its default profile under;
-// holdfast uses the same, so both share one loaded profile on a node that runs both.
-const appArmorDefaultProfile = "cri-containerd.apparmor.d"
-
-// securitySpecOpts applies the pod's and the container's securityContext, and the pod's host
-// namespaces, the way kubelet asks containerd's CRI plugin for them and the plugin builds the
-// spec (internal/cri/server/container_create*.go).
-func securitySpecOpts(pod *v1.Pod, c *v1.Container, node NodeSecurity) []runtime.SpecOpt {
-	var opts []runtime.SpecOpt
+// containerSecurity is the confinement of container c of pod: the container's securityContext
+// over the pod's, the pod's host namespaces, and its AppArmor profile, resolved once as the
+// kubelet resolves them (determineEffectiveSecurityContext) for every backend to apply.
+func containerSecurity(pod *v1.Pod, c *v1.Container) runtime.Security {
 	psc := pod.Spec.SecurityContext
 	if psc == nil {
 		psc = &v1.PodSecurityContext{}
@@ -50,226 +20,57 @@ func securitySpecOpts(pod *v1.Pod, c *v1.Container, node NodeSecurity) []runtime
 	if sc == nil {
 		sc = &v1.SecurityContext{}
 	}
-	uid, gid := sc.RunAsUser, sc.RunAsGroup
-	if uid == nil {
-		uid = psc.RunAsUser
+	sec := runtime.Security{
+		RunAsUser:              containerOrPod(sc.RunAsUser, psc.RunAsUser),
+		RunAsGroup:             containerOrPod(sc.RunAsGroup, psc.RunAsGroup),
+		Privileged:             sc.Privileged != nil && *sc.Privileged,
+		ReadOnlyRootFilesystem: sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem,
+		// kubelet's AddNoNewPrivileges: only when allowPrivilegeEscalation is false.
+		NoNewPrivileges:       sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation,
+		UnmaskedProcMount:     sc.ProcMount != nil && *sc.ProcMount == v1.UnmaskedProcMount,
+		HostNetwork:           pod.Spec.HostNetwork,
+		HostPID:               pod.Spec.HostPID,
+		HostIPC:               pod.Spec.HostIPC,
+		ShareProcessNamespace: pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace,
 	}
-	if gid == nil {
-		gid = psc.RunAsGroup
-	}
-	switch {
-	case uid != nil && gid != nil:
-		opts = append(opts, oci.WithUIDGID(uint32(*uid), uint32(*gid)))
-	case uid != nil:
-		opts = append(opts, oci.WithUserID(uint32(*uid)))
-	case gid != nil:
-		// The image's user with the group asked for: kubelet passes the image's user as
-		// runAsUser, so the runtime gets "USER:GID".
-		opts = append(opts, withGroupID(uint32(*gid)))
+	if nonRoot := containerOrPod(sc.RunAsNonRoot, psc.RunAsNonRoot); nonRoot != nil && *nonRoot {
+		sec.RunAsNonRoot = true
 	}
 	// kubelet puts fsGroup first among the supplementary groups, then supplementalGroups.
-	var groups []string
 	if psc.FSGroup != nil {
-		groups = append(groups, strconv.FormatInt(*psc.FSGroup, 10))
+		sec.SupplementalGroups = append(sec.SupplementalGroups, *psc.FSGroup)
 	}
-	for _, g := range psc.SupplementalGroups {
-		groups = append(groups, strconv.FormatInt(g, 10))
+	sec.SupplementalGroups = append(sec.SupplementalGroups, psc.SupplementalGroups...)
+	if caps := sc.Capabilities; caps != nil {
+		sec.Capabilities = &runtime.Capabilities{}
+		for _, a := range caps.Add {
+			sec.Capabilities.Add = append(sec.Capabilities.Add, string(a))
+		}
+		for _, d := range caps.Drop {
+			sec.Capabilities.Drop = append(sec.Capabilities.Drop, string(d))
+		}
 	}
-	if len(groups) > 0 {
-		opts = append(opts, oci.WithAppendAdditionalGroups(groups...))
+	if p := containerOrPod(sc.SeccompProfile, psc.SeccompProfile); p != nil {
+		sec.Seccomp = &runtime.Profile{Type: runtime.ProfileType(p.Type), Localhost: ptrString(p.LocalhostProfile)}
 	}
-	nonRoot := sc.RunAsNonRoot
-	if nonRoot == nil {
-		nonRoot = psc.RunAsNonRoot
+	if p := appArmorProfile(pod, c); p != nil {
+		sec.AppArmor = &runtime.Profile{Type: runtime.ProfileType(p.Type), Localhost: ptrString(p.LocalhostProfile)}
 	}
-	if nonRoot != nil && *nonRoot {
-		opts = append(opts, verifyNonRoot(pod, c))
-	}
-	opts = append(opts, namespaceSpecOpts(pod)...)
 	if len(psc.Sysctls) > 0 {
-		// Admission allowed only namespaced sysctls of namespaces the pod does not share with
-		// the host; runc writes them inside the container's namespaces.
-		sysctls := make(map[string]string, len(psc.Sysctls))
+		sec.Sysctls = make(map[string]string, len(psc.Sysctls))
 		for _, s := range psc.Sysctls {
-			sysctls[strings.ReplaceAll(s.Name, "/", ".")] = s.Value
-		}
-		opts = append(opts, withSysctls(sysctls))
-	}
-	// A privileged container gets every capability, the host's devices and writable /sys and
-	// cgroupfs, and no seccomp filter, whatever else its securityContext says: containerd's
-	// CRI plugin (what kubelet nodes run) ignores capabilities and seccompProfile for it.
-	privileged := sc.Privileged != nil && *sc.Privileged
-	if privileged {
-		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices,
-			oci.WithWriteableSysfs, oci.WithWriteableCgroupfs)
-	} else {
-		opts = append(opts, withCapabilities(sc.Capabilities))
-		if node.CgroupNamespace {
-			opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}))
+			sec.Sysctls[strings.ReplaceAll(s.Name, "/", ".")] = s.Value
 		}
 	}
-	opts = append(opts, withoutAmbientCapabilities)
-	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
-		opts = append(opts, oci.WithRootFSReadonly())
-	}
-	// kubelet's AddNoNewPrivileges: no_new_privs only when allowPrivilegeEscalation is false.
-	// containerd's default spec turns it on, which would stop the setuid binaries of pods
-	// that did not ask for it.
-	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
-		opts = append(opts, oci.WithNoNewPrivileges)
-	} else {
-		opts = append(opts, oci.WithNewPrivileges)
-	}
-	// After the capabilities: the default seccomp profile allows syscalls by capability.
-	profile := sc.SeccompProfile
-	if profile == nil {
-		profile = psc.SeccompProfile
-	}
-	if !privileged && profile != nil {
-		switch profile.Type {
-		case v1.SeccompProfileTypeRuntimeDefault:
-			opts = append(opts, seccomp.WithDefaultProfile())
-		case v1.SeccompProfileTypeLocalhost:
-			opts = append(opts, withLocalhostSeccomp(node.SeccompProfileRoot, profile.LocalhostProfile))
-		}
-	}
-	if node.AppArmor {
-		if opt := appArmorSpecOpt(appArmorProfile(pod, c), privileged); opt != nil {
-			opts = append(opts, opt)
-		}
-	}
-	return opts
+	return sec
 }
 
-// withGroupID sets the process's group, keeping the user the image config resolved.
-func withGroupID(gid uint32) runtime.SpecOpt {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		s.Process.User.GID = gid
-		s.Process.User.AdditionalGids = []uint32{gid}
-		return nil
+// containerOrPod is the container's setting if it has one, else the pod's.
+func containerOrPod[T any](container, pod *T) *T {
+	if container != nil {
+		return container
 	}
-}
-
-// withCapabilities is the CRI plugin's rule (internal/cri/opts.WithCapabilities): add "ALL"
-// grants every capability the runtime has, drop "ALL" clears the set, then the named ones are
-// added, then the named ones dropped. Capabilities unset leave the runtime's default set.
-func withCapabilities(caps *v1.Capabilities) runtime.SpecOpt {
-	return func(ctx context.Context, client oci.Client, c *containers.Container, s *oci.Spec) error {
-		if caps == nil {
-			return nil
-		}
-		var add, drop []string
-		addAll, dropAll := false, false
-		for _, name := range caps.Add {
-			if n := capName(name); n == "ALL" {
-				addAll = true
-			} else {
-				add = append(add, n)
-			}
-		}
-		for _, name := range caps.Drop {
-			if n := capName(name); n == "ALL" {
-				dropAll = true
-			} else {
-				drop = append(drop, n)
-			}
-		}
-		var opts []oci.SpecOpts
-		if addAll {
-			all, err := cap.Current()
-			if err != nil {
-				return fmt.Errorf("read the runtime's capabilities: %w", err)
-			}
-			opts = append(opts, oci.WithCapabilities(all))
-		}
-		if dropAll {
-			opts = append(opts, oci.WithCapabilities(nil))
-		}
-		opts = append(opts, oci.WithAddedCapabilities(add), oci.WithDroppedCapabilities(drop))
-		return oci.ApplyOpts(ctx, client, c, s, opts...)
-	}
-}
-
-// capName turns a Kubernetes capability name ("net_admin") into an OCI one ("CAP_NET_ADMIN");
-// "ALL" stays "ALL".
-func capName(c v1.Capability) string {
-	name := strings.ToUpper(string(c))
-	if name == "ALL" || strings.HasPrefix(name, "CAP_") {
-		return name
-	}
-	return "CAP_" + name
-}
-
-// withoutAmbientCapabilities: as the CRI plugin, no ambient capabilities (what non-root plus
-// capabilities means is not defined by Kubernetes; kubernetes#56374).
-func withoutAmbientCapabilities(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-	if s.Process != nil && s.Process.Capabilities != nil {
-		s.Process.Capabilities.Ambient = nil
-	}
-	return nil
-}
-
-// namespaceSpecOpts puts the container in the host's PID and IPC namespaces when the pod asks
-// for them (the host network, and with it the host's UTS namespace, is the runtime's
-// NetNSPath). With the host's IPC namespace comes the host's /dev/shm, as with the CRI plugin.
-func namespaceSpecOpts(pod *v1.Pod) []runtime.SpecOpt {
-	var opts []runtime.SpecOpt
-	if pod.Spec.HostPID {
-		opts = append(opts, oci.WithHostNamespace(specs.PIDNamespace))
-	}
-	if pod.Spec.HostIPC {
-		opts = append(opts, oci.WithHostNamespace(specs.IPCNamespace), withHostDevShm)
-	}
-	return opts
-}
-
-// withHostDevShm replaces the runtime's private /dev/shm with the host's, unless the pod
-// mounts a volume there.
-func withHostDevShm(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-	mounts := s.Mounts[:0]
-	volume := false
-	for _, m := range s.Mounts {
-		if m.Destination == "/dev/shm" {
-			if m.Type == "tmpfs" && m.Source == "shm" {
-				continue // the runtime's default
-			}
-			volume = true
-		}
-		mounts = append(mounts, m)
-	}
-	s.Mounts = mounts
-	if !volume {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/dev/shm", Type: "bind", Source: "/dev/shm", Options: []string{"rbind", "rw"}})
-	}
-	return nil
-}
-
-// withSysctls sets namespaced sysctls, which runc writes inside the container's namespaces.
-func withSysctls(sysctls map[string]string) runtime.SpecOpt {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if s.Linux == nil {
-			s.Linux = &specs.Linux{}
-		}
-		if s.Linux.Sysctl == nil {
-			s.Linux.Sysctl = map[string]string{}
-		}
-		for k, v := range sysctls {
-			s.Linux.Sysctl[k] = v
-		}
-		return nil
-	}
-}
-
-// withLocalhostSeccomp loads a profile from the node's profile directory. A profile that cannot
-// be read fails the container's creation (CreateContainerError naming the file): it never runs
-// without the filter it asked for.
-func withLocalhostSeccomp(root string, name *string) runtime.SpecOpt {
-	if name == nil || !filepath.IsLocal(*name) {
-		return func(context.Context, oci.Client, *containers.Container, *oci.Spec) error {
-			return fmt.Errorf("seccomp profile %q: localhostProfile must be a relative path below %s", ptrString(name), root)
-		}
-	}
-	return seccomp.WithProfile(filepath.Join(root, *name))
+	return pod
 }
 
 func ptrString(s *string) string {
@@ -300,55 +101,4 @@ func appArmorProfile(pod *v1.Pod, c *v1.Container) *v1.AppArmorProfile {
 		return psc.AppArmorProfile
 	}
 	return nil
-}
-
-// appArmorSpecOpt is the CRI plugin's rule on a host that enforces AppArmor
-// (internal/cri/sputil.GenerateApparmorSpecOpts): no profile means the runtime's default one,
-// except for privileged containers; a Localhost profile must be loaded, else the container is
-// not created.
-func appArmorSpecOpt(p *v1.AppArmorProfile, privileged bool) runtime.SpecOpt {
-	if p == nil {
-		p = &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}
-	}
-	switch p.Type {
-	case v1.AppArmorProfileTypeUnconfined:
-		return nil
-	case v1.AppArmorProfileTypeRuntimeDefault:
-		if privileged {
-			return nil
-		}
-		return apparmor.WithDefaultProfile(appArmorDefaultProfile)
-	case v1.AppArmorProfileTypeLocalhost:
-		name := ptrString(p.LocalhostProfile)
-		return func(ctx context.Context, client oci.Client, c *containers.Container, s *oci.Spec) error {
-			loaded, err := appArmorProfileLoaded(name)
-			if err != nil {
-				return err
-			}
-			if !loaded {
-				return fmt.Errorf("apparmor profile not found %s", name)
-			}
-			return apparmor.WithProfile(name)(ctx, client, c, s)
-		}
-	}
-	return func(context.Context, oci.Client, *containers.Container, *oci.Spec) error {
-		return fmt.Errorf("unknown AppArmor profile type %q", p.Type)
-	}
-}
-
-// appArmorProfileLoaded reports whether the kernel has a profile of that name loaded.
-func appArmorProfileLoaded(name string) (bool, error) {
-	if strings.TrimSpace(name) == "" {
-		return false, fmt.Errorf("empty AppArmor localhost profile name")
-	}
-	b, err := os.ReadFile("/sys/kernel/security/apparmor/profiles")
-	if err != nil {
-		return false, fmt.Errorf("list loaded AppArmor profiles: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+" (") {
-			return true, nil
-		}
-	}
-	return false, nil
 }

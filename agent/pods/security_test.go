@@ -11,14 +11,17 @@ import (
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 )
 
-// specFor builds the spec containerd would get for container c of pod: the runtime's default
-// spec, then the security options. The rootfs is an empty directory (no /etc/passwd).
-func specFor(t *testing.T, pod *v1.Pod, node NodeSecurity) (*oci.Spec, error) {
+// specFor builds the spec containerd would get for the first container of pod: the runtime's
+// default spec, then what the containerd backend makes of the pod layer's description (its own
+// network namespace, no resources). The rootfs is an empty directory (no /etc/passwd).
+func specFor(t *testing.T, pod *v1.Pod, node containerd.NodeSecurity) (*oci.Spec, error) {
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), "test")
 	c := &containers.Container{ID: "c"}
@@ -26,7 +29,10 @@ func specFor(t *testing.T, pod *v1.Pod, node NodeSecurity) (*oci.Spec, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = oci.ApplyOpts(ctx, nil, c, s, securitySpecOpts(pod, &pod.Spec.Containers[0], node)...)
+	ctr := &pod.Spec.Containers[0]
+	cfg := runtime.ContainerConfig{Name: ctr.Name, NetNSPath: "/var/run/netns/test", Security: containerSecurity(pod, ctr),
+		Resources: containerResources(pod, ctr, 1<<30, false)}
+	err = oci.ApplyOpts(ctx, nil, c, s, containerd.ContainerSpecOpts(cfg, node)...)
 	return s, err
 }
 
@@ -58,7 +64,7 @@ func TestCapabilitiesFollowTheCRIRule(t *testing.T) {
 		{"add one", &v1.Capabilities{Add: []v1.Capability{"CAP_SYS_TIME"}}, append(slices.Clone(defaults), "CAP_SYS_TIME")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := specFor(t, securityPod(&v1.SecurityContext{Capabilities: tc.caps}), NodeSecurity{})
+			s, err := specFor(t, securityPod(&v1.SecurityContext{Capabilities: tc.caps}), containerd.NodeSecurity{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +87,7 @@ func sameSet(a, b []string) bool {
 }
 
 func TestRunAsGroupAlone(t *testing.T) {
-	s, err := specFor(t, securityPod(&v1.SecurityContext{RunAsGroup: ptr.To[int64](3456)}), NodeSecurity{})
+	s, err := specFor(t, securityPod(&v1.SecurityContext{RunAsGroup: ptr.To[int64](3456)}), containerd.NodeSecurity{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +111,7 @@ func TestNoNewPrivilegesOnlyWhenAsked(t *testing.T) {
 		{"allowPrivilegeEscalation false", &v1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := specFor(t, securityPod(tc.sc), NodeSecurity{})
+			s, err := specFor(t, securityPod(tc.sc), containerd.NodeSecurity{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +128,7 @@ func hasNamespace(s *oci.Spec, t specs.LinuxNamespaceType) bool {
 
 func TestHostNamespaces(t *testing.T) {
 	p := securityPod(nil)
-	s, err := specFor(t, p, NodeSecurity{})
+	s, err := specFor(t, p, containerd.NodeSecurity{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +136,7 @@ func TestHostNamespaces(t *testing.T) {
 		t.Fatalf("default pod namespaces %v: want its own pid and ipc, no cgroup namespace on v1", s.Linux.Namespaces)
 	}
 	p.Spec.HostPID, p.Spec.HostIPC = true, true
-	if s, err = specFor(t, p, NodeSecurity{}); err != nil {
+	if s, err = specFor(t, p, containerd.NodeSecurity{}); err != nil {
 		t.Fatal(err)
 	}
 	if hasNamespace(s, specs.PIDNamespace) || hasNamespace(s, specs.IPCNamespace) {
@@ -146,10 +152,10 @@ func TestHostNamespaces(t *testing.T) {
 		t.Errorf("hostIPC /dev/shm mounts %+v, want the host's /dev/shm alone", shm)
 	}
 
-	if s, err = specFor(t, securityPod(nil), NodeSecurity{CgroupNamespace: true}); err != nil || !hasNamespace(s, specs.CgroupNamespace) {
+	if s, err = specFor(t, securityPod(nil), containerd.NodeSecurity{CgroupNamespace: true}); err != nil || !hasNamespace(s, specs.CgroupNamespace) {
 		t.Errorf("cgroup v2 host: namespaces %v (%v), want a cgroup namespace", s.Linux.Namespaces, err)
 	}
-	if s, err = specFor(t, securityPod(&v1.SecurityContext{Privileged: ptr.To(true)}), NodeSecurity{CgroupNamespace: true}); err != nil || hasNamespace(s, specs.CgroupNamespace) {
+	if s, err = specFor(t, securityPod(&v1.SecurityContext{Privileged: ptr.To(true)}), containerd.NodeSecurity{CgroupNamespace: true}); err != nil || hasNamespace(s, specs.CgroupNamespace) {
 		t.Errorf("privileged on a cgroup v2 host: namespaces %v (%v), want the host's cgroup namespace", s.Linux.Namespaces, err)
 	}
 }
@@ -158,7 +164,7 @@ func TestSysctlsAndSeccomp(t *testing.T) {
 	p := securityPod(&v1.SecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("gw/deny.json")}})
 	p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "net/ipv4/ip_local_port_range", Value: "40000 50000"}, {Name: "kernel.shm_rmid_forced", Value: "1"}}}
 	root := t.TempDir()
-	if _, err := specFor(t, p, NodeSecurity{SeccompProfileRoot: root}); err == nil || !strings.Contains(err.Error(), filepath.Join(root, "gw/deny.json")) {
+	if _, err := specFor(t, p, containerd.NodeSecurity{SeccompProfileRoot: root}); err == nil || !strings.Contains(err.Error(), filepath.Join(root, "gw/deny.json")) {
 		t.Fatalf("missing Localhost profile: err %v, want one naming the file", err)
 	}
 	if err := os.MkdirAll(filepath.Join(root, "gw"), 0o755); err != nil {
@@ -167,7 +173,7 @@ func TestSysctlsAndSeccomp(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "gw/deny.json"), []byte(`{"defaultAction": "SCMP_ACT_ERRNO"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := specFor(t, p, NodeSecurity{SeccompProfileRoot: root})
+	s, err := specFor(t, p, containerd.NodeSecurity{SeccompProfileRoot: root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,13 +185,13 @@ func TestSysctlsAndSeccomp(t *testing.T) {
 	}
 
 	p.Spec.Containers[0].SecurityContext.SeccompProfile.LocalhostProfile = ptr.To("../../etc/evil.json")
-	if _, err := specFor(t, p, NodeSecurity{SeccompProfileRoot: root}); err == nil {
+	if _, err := specFor(t, p, containerd.NodeSecurity{SeccompProfileRoot: root}); err == nil {
 		t.Error("a Localhost profile outside seccompProfileRoot was loaded")
 	}
 
 	// Privileged: no filter, whatever the profile (as the CRI plugin).
 	p.Spec.Containers[0].SecurityContext.Privileged = ptr.To(true)
-	if s, err = specFor(t, p, NodeSecurity{SeccompProfileRoot: root}); err != nil || s.Linux.Seccomp != nil {
+	if s, err = specFor(t, p, containerd.NodeSecurity{SeccompProfileRoot: root}); err != nil || s.Linux.Seccomp != nil {
 		t.Errorf("privileged: seccomp %+v (%v), want none", s.Linux.Seccomp, err)
 	}
 }
@@ -201,8 +207,10 @@ func TestAppArmorProfileSelection(t *testing.T) {
 	if got := appArmorProfile(p, &p.Spec.Containers[0]); got.Type != v1.AppArmorProfileTypeRuntimeDefault {
 		t.Errorf("container's field first: got %+v", got)
 	}
-	if appArmorSpecOpt(&v1.AppArmorProfile{Type: v1.AppArmorProfileTypeUnconfined}, false) != nil ||
-		appArmorSpecOpt(nil, true) != nil || appArmorSpecOpt(nil, false) == nil {
-		t.Error("unconfined and privileged get no profile; the others the runtime's default")
+	if sec := containerSecurity(p, &p.Spec.Containers[0]); sec.AppArmor == nil || sec.AppArmor.Type != runtime.ProfileRuntimeDefault {
+		t.Errorf("the container's profile in its confinement: %+v", sec.AppArmor)
+	}
+	if sec := containerSecurity(securityPod(nil), &securityPod(nil).Spec.Containers[0]); sec.AppArmor != nil {
+		t.Errorf("no profile asked for: %+v, want none (each backend's default)", sec.AppArmor)
 	}
 }

@@ -967,8 +967,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, s startAction,
 		return fail(ReasonCreateContainerConfig, err)
 	}
 	if s.pidNamespaceOf != 0 {
-		cfg.SpecOpts = append(cfg.SpecOpts, withPIDNamespaceOf(s.pidNamespaceOf))
-		cfg.PIDNamespaceOf = s.pidNamespaceOfID
+		cfg.PIDNamespaceOf, cfg.PIDNamespaceOfPid = s.pidNamespaceOfID, s.pidNamespaceOf
 	}
 	failpoint.Inject(failpoint.PodBeforeCreate)
 	id, err := w.m.rt.CreateContainer(ctx, cfg)
@@ -1137,7 +1136,6 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	if err != nil {
 		return runtime.ContainerConfig{}, err
 	}
-	res := containerResources(pod, c, w.m.cfg.MemoryCapacity, w.m.cfg.NoSwap)
 	cfg := runtime.ContainerConfig{
 		PodUID:       string(pod.UID),
 		PodName:      pod.Name,
@@ -1156,10 +1154,11 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Stdin:        c.Stdin,
 		StdinOnce:    c.StdinOnce,
 		TTY:          c.TTY,
+		Resources:    containerResources(pod, c, w.m.cfg.MemoryCapacity, w.m.cfg.NoSwap),
+		Security:     containerSecurity(pod, c),
 		Pod:          pod,
-		Container:    c,
-		Resources:    res,
-		SpecOpts:     append(resourceSpecOpts(res), securitySpecOpts(pod, c, w.m.cfg.Security)...),
+
+		TerminationMessagePath: c.TerminationMessagePath,
 	}
 	// The termination log, unless a volume is mounted at its path.
 	if !slices.ContainsFunc(volumeMounts, func(v specs.Mount) bool { return v.Destination == c.TerminationMessagePath }) {

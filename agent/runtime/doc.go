@@ -1,13 +1,15 @@
-// Package runtime runs containers with containerd through its Go client, inside one containerd
-// namespace that holdfast owns.
+// Package runtime is the contract between the pod layer and the container runtimes: the
+// interfaces the pod workers run on (Runtime, Network), the description of a container they
+// hand a backend (ContainerConfig), what a backend answers (Container, TaskEvent,
+// ImageResult), and the errors a caller classifies with errors.Is (ErrNotFound,
+// ErrImagePull, ErrCreateContainer...). It knows no runtime: each backend is a package beside
+// it that implements the contract and translates the description once, into its own terms:
 //
-// The runtime is the source of truth for "what exists": every container holdfast creates
-// carries labels naming its pod (UID, namespace, name), its container name and its attempt,
-// and the agent records on the container itself when it started, when it finished and how
-// (exit code, reason). After an agent restart, List answers from containerd alone; nothing
-// is started twice because the agent forgot it.
+//   - agent/runtime/containerd: containerd through its Go client, in a namespace holdfast
+//     owns, with its own labels as the record of what runs; a gateway's default.
+//   - agent/runtime/cri: any CRI runtime (runtime: cri), which makes the pods' sandboxes.
+//   - agent/runtime/hollow: records in memory, for fleet simulations (holdfast hollow).
 //
-// A task's exit is recorded in the labels and the task is then deleted, so that an exited
-// container costs no shim process; the container record and its snapshot stay until the pod
-// worker removes them (they are the pod's lastState and logs).
+// agent/runtime/runtimetest is the contract as a test suite, run by each backend's tests.
+// Only agent (the wiring, backend.go) imports a backend.
 package runtime

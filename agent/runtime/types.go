@@ -1,9 +1,13 @@
 package runtime
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"strconv"
 	"time"
 
+	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 )
@@ -87,20 +91,22 @@ type ContainerConfig struct {
 	// StdinOnce closes after the first attach ends. TTY gives the process a terminal. The
 	// runtime supports stdin only with a terminal: see Runtime.StartContainer.
 	Stdin, StdinOnce, TTY bool
-	// PIDNamespaceOf is the ID of the container whose PID namespace this one joins (an
-	// ephemeral container's target), for a backend that joins it by container (CRI); the
-	// containerd backend's SpecOpts join it by process.
-	PIDNamespaceOf string
-	// Resources are the container's cgroup settings and OOM score, as SpecOpts apply them.
+	// TerminationMessagePath is where the container writes its termination message (a backend
+	// that reads it itself, CRI, is told).
+	TerminationMessagePath string
+	// PIDNamespaceOf is the container whose PID namespace this one joins (an ephemeral
+	// container's target), by ID for a backend that joins it by container (CRI) and by its
+	// running process for one that joins it by process (containerd); empty: none.
+	PIDNamespaceOf    string
+	PIDNamespaceOfPid uint32
+	// Resources are the container's cgroup settings and OOM score.
 	Resources Resources
-	// SpecOpts are applied last, for what the pod layer decides (security, resources): the
-	// containerd backend's container spec.
-	SpecOpts []SpecOpt
-	// Pod and Container are the specs the configuration was made from, for a backend that
-	// builds the runtime's request from them as the kubelet does (CRI: the securityContext
-	// goes to the runtime, which applies it itself). Read only.
-	Pod       *v1.Pod
-	Container *v1.Container
+	// Security is the container's confinement, from its pod's and its own securityContext.
+	Security Security
+	// Pod is the pod the container belongs to, for a backend that makes the pod's sandbox when
+	// it has none (CRI, after an agent restart: Network.Setup). Not a description of the
+	// container: what a backend applies to it is in the fields above. Read only.
+	Pod *v1.Pod
 }
 
 // Resources are a container's cgroup settings, from its requests and limits as the kubelet
@@ -122,7 +128,10 @@ var (
 	ErrImageNeverPull = errors.New("image not present and pull policy is Never")
 	// ErrImagePull: the image could not be fetched.
 	ErrImagePull = errors.New("image pull failed")
-	// ErrCreateContainer: containerd refused to create the container.
+	// ErrNotFound: the container (or image) is not known to the runtime. Each backend maps
+	// its own not-found (containerd's errdefs, a CRI status) to it.
+	ErrNotFound = errors.New("not found")
+	// ErrCreateContainer: the runtime refused to create the container.
 	ErrCreateContainer = errors.New("create container failed")
 	// ErrStartContainer: the container's process could not be started.
 	ErrStartContainer = errors.New("start container failed")
@@ -134,3 +143,51 @@ var (
 type ConfigError struct{ Message string }
 
 func (e *ConfigError) Error() string { return e.Message }
+
+// ImageResult says how EnsureImage made an image available.
+type ImageResult struct {
+	// Digest is the image's manifest digest, the one its containers will run.
+	Digest string
+	// Pulled: fetched from the registry by this call (not already present).
+	Pulled bool
+	// Stale is set when the pull policy asked for a pull (Always), the registry could not be
+	// reached, and the image already present was used instead: a gateway offline keeps its
+	// workloads. It says why the pull failed.
+	Stale error
+}
+
+// ContainerID derives the ID of a container attempt, for the backends that choose their
+// containers' IDs (containerd, hollow). It is deterministic so that a create retried after a
+// crash finds the container it already made instead of making another.
+func ContainerID(podUID, name string, attempt int) string {
+	sum := sha256.Sum256([]byte(podUID + "/" + name + "/" + strconv.Itoa(attempt)))
+	return hex.EncodeToString(sum[:])
+}
+
+// NormalizeImageRef makes a reference fully qualified the way the CRI plugin does
+// ("busybox" -> "docker.io/library/busybox:latest"), so images preloaded under their full
+// name are found by the short name a pod uses.
+func NormalizeImageRef(ref string) string {
+	if n, err := normalize(ref); err == nil {
+		return n
+	}
+	return ref
+}
+
+// TaskEvent is the exit or OOM of a container's main process (SubscribeTaskEvents).
+type TaskEvent struct {
+	ContainerID string
+	OOM         bool
+}
+
+// Credentials answers the username and password (or "" and an identity token) for a
+// registry host, as a docker config.json gives them; ok is false when it knows none.
+type Credentials func(host string) (username, secret string, ok bool)
+
+func normalize(ref string) (string, error) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return "", err
+	}
+	return named.String(), nil
+}

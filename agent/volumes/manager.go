@@ -72,7 +72,7 @@ type Options struct {
 	Now func() time.Time
 	// PlainDirs puts what goes on tmpfs (Secrets, tokens, downward API, emptyDir of medium
 	// Memory) in plain directories of the node's disk, mounting nothing. Hollow nodes only
-	// (agent/hollow), so that a hundred of them on one machine leave its mount table alone,
+	// (agent/runtime/hollow), so that a hundred of them on one machine leave its mount table alone,
 	// as kubemark's fake mounter does; never on a gateway, whose secrets must not touch the
 	// disk.
 	PlainDirs bool

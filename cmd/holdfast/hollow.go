@@ -26,7 +26,7 @@ func newHollowCmd(stderr io.Writer) *cobra.Command {
 		Long: `Run one hollow node per configuration file, all in this process: each is holdfast with
 its own node name, identity (kubeconfig or bootstrap), state directory, Lease, pods and status
 traffic, a real client of the apiserver, but with its containers and pod networks simulated in
-memory (agent/hollow): nothing runs on this machine. For measuring what a fleet costs a control
+memory (agent/runtime/hollow): nothing runs on this machine. For measuring what a fleet costs a control
 plane (make fleet, docs/fleet.md); never for a gateway.
 
 Each node's node API port and local health endpoint are off unless its file sets them (a

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	v1 "k8s.io/api/core/v1"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -89,8 +88,8 @@ func (r *Runtime) containerConfig(ctx context.Context, sb *sandbox, cfg runtime.
 	case cfg.Stdin:
 		annotations[annotationStdin] = "true"
 	}
-	if cfg.Container != nil && cfg.Container.TerminationMessagePath != "" {
-		annotations[annotationTermination] = cfg.Container.TerminationMessagePath
+	if cfg.TerminationMessagePath != "" {
+		annotations[annotationTermination] = cfg.TerminationMessagePath
 	}
 	mounts, err := criMounts(cfg.Mounts)
 	if err != nil {
@@ -115,16 +114,14 @@ func (r *Runtime) containerConfig(ctx context.Context, sb *sandbox, cfg runtime.
 		k, v, _ := strings.Cut(kv, "=")
 		c.Envs = append(c.Envs, &criapi.KeyValue{Key: k, Value: []byte(v)})
 	}
-	if cfg.Pod != nil && cfg.Container != nil {
-		sc, err := r.containerSecurity(ctx, cfg.Pod, cfg.Container)
-		if err != nil {
-			return nil, err
-		}
-		if cfg.PIDNamespaceOf != "" {
-			sc.NamespaceOptions.Pid, sc.NamespaceOptions.TargetId = criapi.NamespaceMode_TARGET, cfg.PIDNamespaceOf
-		}
-		c.Linux.SecurityContext = sc
+	sc, err := r.containerSecurity(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
+	if cfg.PIDNamespaceOf != "" {
+		sc.NamespaceOptions.Pid, sc.NamespaceOptions.TargetId = criapi.NamespaceMode_TARGET, cfg.PIDNamespaceOf
+	}
+	c.Linux.SecurityContext = sc
 	return c, nil
 }
 
@@ -344,9 +341,13 @@ func fromNanos(ns int64) time.Time {
 	return time.Unix(0, ns)
 }
 
-// PodOf returns the UID of the pod a container belongs to.
+// PodOf returns the UID of the pod a container belongs to; runtime.ErrNotFound for one the
+// runtime does not know.
 func (r *Runtime) PodOf(ctx context.Context, containerID string) (string, error) {
 	cs, err := r.status(ctx, containerID, criapi.ContainerState_CONTAINER_UNKNOWN)
+	if notFoundMessage(err) {
+		return "", fmt.Errorf("%w: %w", runtime.ErrNotFound, err)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -463,26 +464,19 @@ func netnsFromInfo(info map[string]string) string {
 	return ""
 }
 
-// containerSecurity is the kubelet's LinuxContainerSecurityContext for the container: the
-// container's securityContext over the pod's (determineEffectiveSecurityContext), with
-// runAsNonRoot checked against the image's user as the kubelet checks it.
-func (r *Runtime) containerSecurity(ctx context.Context, pod *v1.Pod, c *v1.Container) (*criapi.LinuxContainerSecurityContext, error) {
-	psc := pod.Spec.SecurityContext
-	if psc == nil {
-		psc = &v1.PodSecurityContext{}
-	}
-	sc := c.SecurityContext
-	if sc == nil {
-		sc = &v1.SecurityContext{}
-	}
-	out := &criapi.LinuxContainerSecurityContext{NamespaceOptions: namespaces(pod)}
+// containerSecurity is the kubelet's LinuxContainerSecurityContext for the container, from the
+// confinement the pod layer resolved (runtime.Security), with runAsNonRoot checked against the
+// image's user as the kubelet checks it.
+func (r *Runtime) containerSecurity(ctx context.Context, cfg runtime.ContainerConfig) (*criapi.LinuxContainerSecurityContext, error) {
+	sec := cfg.Security
+	out := &criapi.LinuxContainerSecurityContext{NamespaceOptions: containerNamespaces(sec)}
 	// The image's user unless the pod names one, as the kubelet sends it: the runtime needs a
 	// user with runAsGroup.
-	uid, gid := first(sc.RunAsUser, psc.RunAsUser), first(sc.RunAsGroup, psc.RunAsGroup)
+	uid, gid := sec.RunAsUser, sec.RunAsGroup
 	var username string
 	if uid == nil {
 		var err error
-		if uid, username, err = r.imageUser(ctx, c.Image); err != nil {
+		if uid, username, err = r.imageUser(ctx, cfg.Image); err != nil {
 			return nil, err
 		}
 	}
@@ -494,48 +488,42 @@ func (r *Runtime) containerSecurity(ctx context.Context, pod *v1.Pod, c *v1.Cont
 	if gid != nil {
 		out.RunAsGroup = &criapi.Int64Value{Value: *gid}
 	}
-	if nonRoot := first(sc.RunAsNonRoot, psc.RunAsNonRoot); nonRoot != nil && *nonRoot {
-		if err := verifyNonRoot(pod, c, uid, username); err != nil {
+	if sec.RunAsNonRoot {
+		if err := verifyNonRoot(cfg, uid, username); err != nil {
 			return nil, err
 		}
 	}
-	if psc.FSGroup != nil {
-		out.SupplementalGroups = append(out.SupplementalGroups, *psc.FSGroup)
-	}
-	out.SupplementalGroups = append(out.SupplementalGroups, psc.SupplementalGroups...)
-	out.Privileged = sc.Privileged != nil && *sc.Privileged
-	if caps := sc.Capabilities; caps != nil {
-		out.Capabilities = &criapi.Capability{}
-		for _, a := range caps.Add {
-			out.Capabilities.AddCapabilities = append(out.Capabilities.AddCapabilities, string(a))
-		}
-		for _, d := range caps.Drop {
-			out.Capabilities.DropCapabilities = append(out.Capabilities.DropCapabilities, string(d))
+	out.SupplementalGroups = slices.Clone(sec.SupplementalGroups)
+	out.Privileged = sec.Privileged
+	if caps := sec.Capabilities; caps != nil {
+		out.Capabilities = &criapi.Capability{
+			AddCapabilities:  slices.Clone(caps.Add),
+			DropCapabilities: slices.Clone(caps.Drop),
 		}
 	}
-	out.ReadonlyRootfs = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
-	out.NoNewPrivs = sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation
-	if sc.ProcMount == nil || *sc.ProcMount != v1.UnmaskedProcMount {
+	out.ReadonlyRootfs = sec.ReadOnlyRootFilesystem
+	out.NoNewPrivs = sec.NoNewPrivileges
+	if !sec.UnmaskedProcMount {
 		out.MaskedPaths, out.ReadonlyPaths = slices.Clone(defaultMaskedPaths), slices.Clone(defaultReadonlyPaths)
 	}
-	if profile := first(sc.SeccompProfile, psc.SeccompProfile); profile != nil {
+	if profile := sec.Seccomp; profile != nil {
 		out.Seccomp = &criapi.SecurityProfile{ProfileType: criapi.SecurityProfile_Unconfined}
 		switch profile.Type {
-		case v1.SeccompProfileTypeRuntimeDefault:
+		case runtime.ProfileRuntimeDefault:
 			out.Seccomp.ProfileType = criapi.SecurityProfile_RuntimeDefault
-		case v1.SeccompProfileTypeLocalhost:
+		case runtime.ProfileLocalhost:
 			out.Seccomp.ProfileType = criapi.SecurityProfile_Localhost
-			out.Seccomp.LocalhostRef = filepath.Join(r.cfg.SeccompProfileRoot, deref(profile.LocalhostProfile))
+			out.Seccomp.LocalhostRef = filepath.Join(r.cfg.SeccompProfileRoot, profile.Localhost)
 		}
 	}
-	if aa := first(sc.AppArmorProfile, psc.AppArmorProfile); aa != nil {
+	if aa := sec.AppArmor; aa != nil {
 		out.Apparmor = &criapi.SecurityProfile{ProfileType: criapi.SecurityProfile_Unconfined}
 		switch aa.Type {
-		case v1.AppArmorProfileTypeRuntimeDefault:
+		case runtime.ProfileRuntimeDefault:
 			out.Apparmor.ProfileType = criapi.SecurityProfile_RuntimeDefault
-		case v1.AppArmorProfileTypeLocalhost:
+		case runtime.ProfileLocalhost:
 			out.Apparmor.ProfileType = criapi.SecurityProfile_Localhost
-			out.Apparmor.LocalhostRef = deref(aa.LocalhostProfile)
+			out.Apparmor.LocalhostRef = aa.Localhost
 		}
 	}
 	return out, nil
@@ -566,13 +554,13 @@ func (r *Runtime) imageUser(ctx context.Context, image string) (uid *int64, user
 }
 
 // verifyNonRoot refuses a container that would run as root, with the kubelet's messages.
-func verifyNonRoot(pod *v1.Pod, c *v1.Container, uid *int64, username string) error {
-	who := pod.Name + "_" + pod.Namespace + "(" + string(pod.UID) + ")"
+func verifyNonRoot(cfg runtime.ContainerConfig, uid *int64, username string) error {
+	who := cfg.PodName + "_" + cfg.PodNamespace + "(" + cfg.PodUID + ")"
 	switch {
 	case uid != nil && *uid == 0:
-		return &runtime.ConfigError{Message: fmt.Sprintf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)", who, c.Name)}
+		return &runtime.ConfigError{Message: fmt.Sprintf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)", who, cfg.Name)}
 	case uid == nil:
-		return &runtime.ConfigError{Message: fmt.Sprintf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root (pod: %q, container: %s)", username, who, c.Name)}
+		return &runtime.ConfigError{Message: fmt.Sprintf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root (pod: %q, container: %s)", username, who, cfg.Name)}
 	}
 	return nil
 }

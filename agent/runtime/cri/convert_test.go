@@ -16,25 +16,20 @@ import (
 
 func ptr[T any](v T) *T { return &v }
 
-// TestContainerSecurity: the container's securityContext over the pod's, as the kubelet sends
-// it to the runtime.
+// TestContainerSecurity: the confinement the pod layer resolved (the container's securityContext
+// over the pod's: agent/pods TestContainerSecurityResolution), as the kubelet sends it to the
+// runtime.
 func TestContainerSecurity(t *testing.T) {
 	r := &Runtime{cfg: Config{SeccompProfileRoot: "/var/lib/holdfast/seccomp"}}
-	pod := &v1.Pod{Spec: v1.PodSpec{
-		HostIPC: true,
-		SecurityContext: &v1.PodSecurityContext{
-			RunAsUser: ptr(int64(1000)), RunAsGroup: ptr(int64(2000)), FSGroup: ptr(int64(3000)), SupplementalGroups: []int64{4000},
-			SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault},
-		},
+	cfg := runtime.ContainerConfig{PodName: "p", PodNamespace: "default", PodUID: "u", Name: "app", Security: runtime.Security{
+		HostIPC:   true,
+		RunAsUser: ptr(int64(1001)), RunAsGroup: ptr(int64(2000)), SupplementalGroups: []int64{3000, 4000},
+		Capabilities:           &runtime.Capabilities{Add: []string{"NET_ADMIN"}, Drop: []string{"ALL"}},
+		ReadOnlyRootFilesystem: true,
+		NoNewPrivileges:        true,
+		Seccomp:                &runtime.Profile{Type: runtime.ProfileLocalhost, Localhost: "audit.json"},
 	}}
-	c := &v1.Container{Name: "app", SecurityContext: &v1.SecurityContext{
-		RunAsUser:                ptr(int64(1001)),
-		Capabilities:             &v1.Capabilities{Add: []v1.Capability{"NET_ADMIN"}, Drop: []v1.Capability{"ALL"}},
-		ReadOnlyRootFilesystem:   ptr(true),
-		AllowPrivilegeEscalation: ptr(false),
-		SeccompProfile:           &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr("audit.json")},
-	}}
-	got, err := r.containerSecurity(context.Background(), pod, c)
+	got, err := r.containerSecurity(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +49,9 @@ func TestContainerSecurity(t *testing.T) {
 		t.Errorf("got  %v\nwant %v", got, want)
 	}
 	// runAsNonRoot with an explicit root user is refused before the runtime is asked.
-	c.SecurityContext.RunAsUser, c.SecurityContext.RunAsNonRoot = ptr(int64(0)), ptr(true)
+	cfg.Security.RunAsUser, cfg.Security.RunAsNonRoot = ptr(int64(0)), true
 	var cfgErr *runtime.ConfigError
-	if _, err := r.containerSecurity(context.Background(), pod, c); !errors.As(err, &cfgErr) {
+	if _, err := r.containerSecurity(context.Background(), cfg); !errors.As(err, &cfgErr) {
 		t.Errorf("runAsNonRoot with runAsUser 0: %v, want a ConfigError", err)
 	}
 }

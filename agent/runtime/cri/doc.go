@@ -3,7 +3,7 @@
 // backend of `runtime: cri`, beside the containerd client backend (agent/runtime).
 //
 // What differs from the containerd backend stays here, behind the same interfaces the pod
-// workers use (pods.Runtime, pods.Network):
+// workers use (runtime.Runtime, runtime.Network):
 //
 //   - The runtime makes each pod's sandbox, with its pause container and its network (the
 //     runtime's own CNI configuration): Network.Setup is RunPodSandbox, for host-network pods

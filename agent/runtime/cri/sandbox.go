@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/network"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/internal/failpoint"
 )
 
@@ -389,17 +390,24 @@ func protocol(p string) criapi.Protocol {
 
 // namespaces are the pod's namespace modes (the kubelet's namespacesForPod).
 func namespaces(pod *v1.Pod) *criapi.NamespaceOption {
+	return containerNamespaces(runtime.Security{HostNetwork: pod.Spec.HostNetwork, HostPID: pod.Spec.HostPID, HostIPC: pod.Spec.HostIPC,
+		ShareProcessNamespace: pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace})
+}
+
+// containerNamespaces are the namespaces of a container with that confinement, those of its
+// pod's sandbox.
+func containerNamespaces(sec runtime.Security) *criapi.NamespaceOption {
 	ns := &criapi.NamespaceOption{Network: criapi.NamespaceMode_POD, Pid: criapi.NamespaceMode_CONTAINER, Ipc: criapi.NamespaceMode_POD}
-	if pod.Spec.HostNetwork {
+	if sec.HostNetwork {
 		ns.Network = criapi.NamespaceMode_NODE
 	}
-	if pod.Spec.HostIPC {
+	if sec.HostIPC {
 		ns.Ipc = criapi.NamespaceMode_NODE
 	}
 	switch {
-	case pod.Spec.HostPID:
+	case sec.HostPID:
 		ns.Pid = criapi.NamespaceMode_NODE
-	case pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace:
+	case sec.ShareProcessNamespace:
 		ns.Pid = criapi.NamespaceMode_POD
 	}
 	return ns
