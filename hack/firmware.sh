@@ -10,14 +10,17 @@
 #
 #   hack/firmware.sh                 the bundles
 #   hack/firmware.sh --check-size    build the binaries only and check them against the budget
+#   hack/firmware.sh --build ARCH DIR   build the binaries for ARCH into DIR, nothing else
+#                                    (hack/binsize.sh; STRIP= keeps the symbols and DWARF)
 #
 # Environment: VERSION (default: git describe), OUT (default _output/firmware), ARCHES
-# (default "amd64 arm64 armv7").
+# (default "amd64 arm64 armv7"), STRIP (the linker's stripping flags, default "-s -w").
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)}
+STRIP=${STRIP--s -w}
 OUT=${OUT:-_output/firmware}
 ARCHES=${ARCHES:-amd64 arm64 armv7}
 
@@ -39,7 +42,7 @@ build() {
 	fi
 	mkdir -p "$dir"
 	CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=$goarm go build -trimpath \
-		-ldflags "-s -w -X github.com/holdfast-dev/holdfast/internal/version.Version=$VERSION" \
+		-ldflags "$STRIP -X github.com/holdfast-dev/holdfast/internal/version.Version=$VERSION" \
 		-o "$dir/" ./cmd/holdfast ./cmd/holdfast-logger
 }
 
@@ -53,6 +56,11 @@ check_size() {
 		return 1
 	fi
 }
+
+if [[ ${1:-} == --build ]]; then
+	build "$2" "$3"
+	exit 0
+fi
 
 if [[ ${1:-} == --check-size ]]; then
 	tmp=$(mktemp -d)
