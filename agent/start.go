@@ -401,9 +401,9 @@ func (r *run) startAPI(ctx context.Context, g *errgroup.Group) {
 	if r.client == nil {
 		return
 	}
-	factory := r.api.Start()
+	podInformer := r.api.Start()
 	r.ready = append(r.ready, r.api.Ready)
-	g.Go(func() error { return r.api.Run(ctx, factory) })
+	g.Go(func() error { return r.api.Run(ctx, podInformer) })
 	g.Go(func() error { return r.id.Run(ctx, r.recorder) })
 	nc := r.nodeController()
 	g.Go(func() error { return nc.Run(ctx) })

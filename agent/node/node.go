@@ -18,12 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/utils/clock"
 
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/metrics"
 )
 
@@ -368,13 +368,11 @@ func (c *Controller) syncStatus(ctx context.Context) {
 // watchNode starts an informer on the node's own Node object and makes syncStatus read it;
 // the returned function stops the informer and waits for it.
 func (c *Controller) watchNode(ctx context.Context) (stop func()) {
-	factory := informers.NewSharedInformerFactoryWithOptions(c.cfg.Watch, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
-		}))
-	inf := factory.Core().V1().Nodes().Informer()
+	inf := kube.NewInformer(c.cfg.Watch.CoreV1().Nodes(), c.cfg.Watch, &v1.Node{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
+	})
 	ctx, cancel := context.WithCancel(ctx)
-	factory.Start(ctx.Done())
+	inf.Start(ctx.Done())
 	c.watched = func() *v1.Node {
 		if !inf.HasSynced() {
 			return nil
@@ -387,7 +385,7 @@ func (c *Controller) watchNode(ctx context.Context) (stop func()) {
 	}
 	return func() {
 		cancel()
-		factory.Shutdown()
+		inf.Shutdown()
 	}
 }
 

@@ -611,10 +611,10 @@ func (m *lifecycleModel) startAPI() {
 	src := m.apiSrc
 	_, watches := m.api.counts()
 	m.backoffs = 0
-	factory := src.Start()
+	podInformer := src.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	m.uplink = cancel
-	m.spawn("API source", func() error { return src.Run(ctx, factory) })
+	m.spawn("API source", func() error { return src.Run(ctx, podInformer) })
 	for deadline := time.Now().Add(10 * time.Second); !src.Ready(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			m.t.Fatal("the API source did not list within 10 s")

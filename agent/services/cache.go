@@ -12,10 +12,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
@@ -98,8 +99,7 @@ func (c *Cache) Run(ctx context.Context) error {
 	if c.client == nil {
 		return nil
 	}
-	factory := informers.NewSharedInformerFactory(c.client, 0)
-	inf := factory.Core().V1().Services().Informer()
+	inf := kube.NewInformer(c.client.CoreV1().Services(metav1.NamespaceAll), c.client, &v1.Service{}, nil)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.put(obj) },
 		UpdateFunc: func(_, obj any) { c.put(obj) },
@@ -115,8 +115,8 @@ func (c *Cache) Run(ctx context.Context) error {
 			}
 		},
 	})
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	inf.Start(ctx.Done())
+	defer inf.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil
 	}

@@ -103,17 +103,16 @@ func TestReadyOnlyOnceTheHandlerDelivered(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"}, Spec: v1.PodSpec{NodeName: "gw"}}
 	sink := &blockingSink{recordingSink: recordingSink{pods: map[types.UID]*v1.Pod{}}, entered: make(chan struct{}), release: make(chan struct{})}
 	s := &APISource{Client: fake.NewSimpleClientset(pod), NodeName: "gw", Sink: sink, Store: offline.NewMemStore(nil), Log: slog.New(slog.DiscardHandler)}
-	factory := s.Start()
+	inf := s.Start()
 	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
+	inf.Start(ctx.Done())
 	release := sync.OnceFunc(func() { close(sink.release) })
 	defer func() {
 		release() // a failed test must not leave the handler blocked: Shutdown waits for it
 		cancel()
-		factory.Shutdown()
+		inf.Shutdown()
 	}()
 	<-sink.entered
-	inf := factory.Core().V1().Pods().Informer()
 	waitFor(t, "the informer holds the list", func() error {
 		if !inf.HasSynced() {
 			return fmt.Errorf("not synced")
@@ -181,10 +180,10 @@ func TestRecordsOfAnotherKeyWaitForTheApiserver(t *testing.T) {
 	if n := s.Restore(); n != 0 || len(sink.names()) != 0 {
 		t.Fatalf("restored %d pods (%v) from records sealed with another key", n, sink.names())
 	}
-	factory := s.Start()
+	inf := s.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- s.Run(ctx, factory) }()
+	go func() { done <- s.Run(ctx, inf) }()
 	defer func() { cancel(); <-done }()
 	waitFor(t, "the records reconciled with the apiserver's list", func() error {
 		if _, err := store.GetPod("u-gone"); !errors.Is(err, offline.ErrNotFound) {
@@ -256,10 +255,10 @@ func TestDeliveredPodWithoutRecordRemovedByTheList(t *testing.T) {
 	if err := store.DeletePod("u-gone"); err != nil { // the record lost while the pod runs
 		t.Fatal(err)
 	}
-	factory := s.Start()
+	inf := s.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- s.Run(ctx, factory) }()
+	go func() { done <- s.Run(ctx, inf) }()
 	defer func() { cancel(); <-done }()
 	waitFor(t, "the pod the list lacks removed", func() error {
 		if !slices.Contains(sink.removedUIDs(), "u-gone") {
