@@ -30,6 +30,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/holdfast-dev/holdfast/agent/hollow"
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -563,7 +564,7 @@ func (m *lifecycleModel) start(online bool) {
 	}
 	// One API source per agent run, as the agent has: it restores now and lists once the
 	// apiserver is reachable.
-	m.apiSrc = &sources.APISource{Client: m.client, NodeName: "gw", Sink: mgr, Store: m.store, Log: log}
+	m.apiSrc = &sources.APISource{Client: kubetest.Wrap(m.client), NodeName: "gw", Sink: mgr, Store: m.store, Log: log}
 	m.apiSrc.Restore()
 	// What Restore delivered: the API records that read (it quarantined the others); the file
 	// source writes static records alone meanwhile.

@@ -13,7 +13,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/holdfast-dev/holdfast/agent/kube"
@@ -31,7 +30,7 @@ const saveInterval = 10 * time.Second
 // Cache knows the cluster's services: from an informer while the apiserver answers, from the
 // file the informer's last view was saved to before that.
 type Cache struct {
-	client kubernetes.Interface
+	client kube.Interface
 	path   string
 	log    *slog.Logger
 
@@ -52,7 +51,7 @@ func (c *Cache) OnKnown(f func()) { c.onKnown = f }
 
 // NewCache returns a cache that starts with the services saved under stateDir, if any. A nil
 // client is a standalone agent: no services, no variables, as with a kubelet without apiserver.
-func NewCache(client kubernetes.Interface, stateDir string, log *slog.Logger) *Cache {
+func NewCache(client kube.Interface, stateDir string, log *slog.Logger) *Cache {
 	c := &Cache{client: client, path: filepath.Join(stateDir, "services.json"), log: log, services: map[string]*v1.Service{}}
 	if client == nil {
 		return c

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -41,7 +40,7 @@ type PodCache interface {
 // reboot with no apiserver. Cached pods the apiserver no longer has are removed only once
 // the informer has completed a full list: the list proves the deletion.
 type APISource struct {
-	Client   kubernetes.Interface
+	Client   kube.Interface
 	NodeName string
 	Sink     Sink
 	Store    PodCache

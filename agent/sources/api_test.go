@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/offline"
 )
@@ -102,7 +103,7 @@ func (s *blockingSink) Update(p *v1.Pod) {
 func TestReadyOnlyOnceTheHandlerDelivered(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"}, Spec: v1.PodSpec{NodeName: "gw"}}
 	sink := &blockingSink{recordingSink: recordingSink{pods: map[types.UID]*v1.Pod{}}, entered: make(chan struct{}), release: make(chan struct{})}
-	s := &APISource{Client: fake.NewSimpleClientset(pod), NodeName: "gw", Sink: sink, Store: offline.NewMemStore(nil), Log: slog.New(slog.DiscardHandler)}
+	s := &APISource{Client: kubetest.Wrap(fake.NewSimpleClientset(pod)), NodeName: "gw", Sink: sink, Store: offline.NewMemStore(nil), Log: slog.New(slog.DiscardHandler)}
 	inf := s.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	inf.Start(ctx.Done())
@@ -176,7 +177,7 @@ func TestRecordsOfAnotherKeyWaitForTheApiserver(t *testing.T) {
 	store.SetKey(keyB) // the reboot with another key
 
 	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
-	s := &APISource{Client: fake.NewSimpleClientset(kept), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
+	s := &APISource{Client: kubetest.Wrap(fake.NewSimpleClientset(kept)), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
 	if n := s.Restore(); n != 0 || len(sink.names()) != 0 {
 		t.Fatalf("restored %d pods (%v) from records sealed with another key", n, sink.names())
 	}
@@ -248,7 +249,7 @@ func TestDeliveredPodWithoutRecordRemovedByTheList(t *testing.T) {
 		}
 	}
 	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
-	s := &APISource{Client: fake.NewSimpleClientset(kept), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
+	s := &APISource{Client: kubetest.Wrap(fake.NewSimpleClientset(kept)), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
 	if n := s.Restore(); n != 2 {
 		t.Fatalf("restored %d pods, want 2", n)
 	}
