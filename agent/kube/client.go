@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 )
@@ -197,36 +196,33 @@ func (c *Clientset) AuthorizationV1() AuthorizationV1Interface {
 }
 func (c *Clientset) CertificatesV1() CertificatesV1Interface { return certificatesV1{c.certificates} }
 
-// resource makes a typed client of T as client-go's generated ones are made for the
-// built-in kinds (protobuf preferred).
-func resource[T interface {
+// resource makes the typed client of a kind, E its object and LE its list.
+func resource[E, LE any, T interface {
 	*E
-	runtime.Object
-	metav1.Object
+	object
 }, L interface {
 	*LE
 	runtime.Object
-}, E any, LE any](client rest.Interface, name, namespace string) *gentype.ClientWithList[T, L] {
-	return gentype.NewClientWithList[T, L](name, client, parameterCodec, namespace,
-		func() T { return new(E) }, func() L { return new(LE) }, gentype.PrefersProtobuf[T]())
+}](client rest.Interface, name, namespace string) *typedClient[T, L] {
+	return newTypedClient(client, name, namespace, func() T { return new(E) }, func() L { return new(LE) })
 }
 
 type coreV1 struct{ client *rest.RESTClient }
 
 func (c coreV1) Pods(ns string) PodInterface {
-	return resource[*v1.Pod, *v1.PodList](c.client, "pods", ns)
+	return resource[v1.Pod, v1.PodList](c.client, "pods", ns)
 }
 func (c coreV1) Nodes() NodeInterface {
-	return nodes{resource[*v1.Node, *v1.NodeList](c.client, "nodes", "")}
+	return nodes{resource[v1.Node, v1.NodeList](c.client, "nodes", "")}
 }
 func (c coreV1) Services(ns string) ServiceInterface {
-	return resource[*v1.Service, *v1.ServiceList](c.client, "services", ns)
+	return resource[v1.Service, v1.ServiceList](c.client, "services", ns)
 }
 func (c coreV1) ConfigMaps(ns string) ConfigMapInterface {
-	return resource[*v1.ConfigMap, *v1.ConfigMapList](c.client, "configmaps", ns)
+	return resource[v1.ConfigMap, v1.ConfigMapList](c.client, "configmaps", ns)
 }
 func (c coreV1) Secrets(ns string) SecretInterface {
-	return resource[*v1.Secret, *v1.SecretList](c.client, "secrets", ns)
+	return resource[v1.Secret, v1.SecretList](c.client, "secrets", ns)
 }
 func (c coreV1) ServiceAccounts(ns string) ServiceAccountInterface {
 	return serviceAccounts{c.client, ns}
@@ -234,13 +230,13 @@ func (c coreV1) ServiceAccounts(ns string) ServiceAccountInterface {
 func (c coreV1) Events(ns string) EventInterface { return events{c.client, ns} }
 
 type nodes struct {
-	*gentype.ClientWithList[*v1.Node, *v1.NodeList]
+	*typedClient[*v1.Node, *v1.NodeList]
 }
 
 // PatchStatus applies a strategic merge patch to the node's status, as client-go's.
 func (n nodes) PatchStatus(ctx context.Context, nodeName string, data []byte) (*v1.Node, error) {
 	result := &v1.Node{}
-	err := n.GetClient().Patch(types.StrategicMergePatchType).
+	err := n.client.Patch(types.StrategicMergePatchType).
 		Resource("nodes").Name(nodeName).SubResource("status").
 		Body(data).Do(ctx).Into(result)
 	return result, err
@@ -323,29 +319,27 @@ func (s *EventSink) Patch(event *v1.Event, data []byte) (*v1.Event, error) {
 type coordinationV1 struct{ client *rest.RESTClient }
 
 func (c coordinationV1) Leases(ns string) LeaseInterface {
-	return resource[*coordinationv1.Lease, *coordinationv1.LeaseList](c.client, "leases", ns)
+	return resource[coordinationv1.Lease, coordinationv1.LeaseList](c.client, "leases", ns)
 }
 
 type authenticationV1 struct{ client *rest.RESTClient }
 
 func (c authenticationV1) TokenReviews() TokenReviewInterface {
-	return gentype.NewClient[*authenticationv1.TokenReview]("tokenreviews", c.client, parameterCodec, "",
-		func() *authenticationv1.TokenReview { return &authenticationv1.TokenReview{} },
-		gentype.PrefersProtobuf[*authenticationv1.TokenReview]())
+	return newTypedClient[*authenticationv1.TokenReview, runtime.Object](c.client, "tokenreviews", "",
+		func() *authenticationv1.TokenReview { return &authenticationv1.TokenReview{} }, nil)
 }
 
 type authorizationV1 struct{ client *rest.RESTClient }
 
 func (c authorizationV1) SubjectAccessReviews() SubjectAccessReviewInterface {
-	return gentype.NewClient[*authorizationv1.SubjectAccessReview]("subjectaccessreviews", c.client, parameterCodec, "",
-		func() *authorizationv1.SubjectAccessReview { return &authorizationv1.SubjectAccessReview{} },
-		gentype.PrefersProtobuf[*authorizationv1.SubjectAccessReview]())
+	return newTypedClient[*authorizationv1.SubjectAccessReview, runtime.Object](c.client, "subjectaccessreviews", "",
+		func() *authorizationv1.SubjectAccessReview { return &authorizationv1.SubjectAccessReview{} }, nil)
 }
 
 type certificatesV1 struct{ client *rest.RESTClient }
 
 func (c certificatesV1) CertificateSigningRequests() CSRInterface {
-	return resource[*certificatesv1.CertificateSigningRequest, *certificatesv1.CertificateSigningRequestList](
+	return resource[certificatesv1.CertificateSigningRequest, certificatesv1.CertificateSigningRequestList](
 		c.client, "certificatesigningrequests", "")
 }
 

@@ -6,7 +6,8 @@
 // every type of k8s.io/api is then linked, about 20 MiB of a 70 MiB binary, for the five
 // groups the agent speaks. Interface is the part of the clientset the agent uses, with the
 // same method names and signatures, and Clientset implements it over Scheme, which registers
-// those five groups alone, with client-go's generic typed clients (k8s.io/client-go/gentype).
+// those five groups alone, with a generic typed client (typed.go) that makes client-go's
+// requests without k8s.io/client-go/gentype, whose package holds the fakes too.
 // Tests hand a fake clientset in through kubetest.Wrap.
 //
 // Informer is one shared informer with the goroutine that runs it, in place of client-go's
