@@ -19,7 +19,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
@@ -27,6 +26,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/identity"
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/node"
 	"github.com/holdfast-dev/holdfast/agent/nodeapi"
@@ -300,7 +300,7 @@ func waitFor[R interface {
 // servingCertificate prepares the node API's cluster-issued serving certificate
 // (serverTLSBootstrap), nil when it is not asked for or the node API is not served. A failure
 // leaves the self-signed certificate in use, and says so.
-func (a *Agent) servingCertificate(client kubernetes.Interface, hostIPs func() []string) *identity.Serving {
+func (a *Agent) servingCertificate(client kube.Interface, hostIPs func() []string) *identity.Serving {
 	cfg := a.cfg
 	if !cfg.ServerTLSBootstrap || cfg.NodeAPIPort() == 0 || client == nil {
 		return nil
@@ -316,7 +316,7 @@ func (a *Agent) servingCertificate(client kubernetes.Interface, hostIPs func() [
 // nodeAPI builds the kubelet API server (agent/nodeapi), nil when neither its port nor the
 // local socket is enabled. Standalone (no apiserver to authorize requests) it serves the local
 // socket only.
-func (a *Agent) nodeAPI(client kubernetes.Interface, hostIPs func() []string, statusMgr *status.Manager, rt nodeapi.Runtime,
+func (a *Agent) nodeAPI(client kube.Interface, hostIPs func() []string, statusMgr *status.Manager, rt nodeapi.Runtime,
 	netMgr podNetworks, podMgr *pods.Manager, usage *stats.Provider, serving *identity.Serving, recent *events.Recent) (*nodeapi.Server, error) {
 	cfg := a.cfg
 	if cfg.NodeAPIPort() == 0 && cfg.LocalAPISocket == "" {

@@ -10,9 +10,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -23,6 +20,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/identity"
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
@@ -73,7 +71,7 @@ type run struct {
 
 	// Nil when standalone.
 	id                      *identity.Identity
-	client, heartbeatClient kubernetes.Interface
+	client, heartbeatClient kube.Interface
 	reach                   *node.Reachability
 
 	broadcaster    record.EventBroadcaster
@@ -173,7 +171,7 @@ func (r *run) connectAPI() error {
 	if err != nil {
 		return fmt.Errorf("apiserver client: %w", err)
 	}
-	if r.client, err = kubernetes.NewForConfigAndClient(restCfg, httpClient); err != nil {
+	if r.client, err = kube.NewForConfigAndClient(restCfg, httpClient); err != nil {
 		return fmt.Errorf("apiserver client: %w", err)
 	}
 	// The heartbeats (Lease, node status) get a client of their own with a deadline on
@@ -192,7 +190,7 @@ func (r *run) connectAPI() error {
 		Transport: r.reach.Wrap(httpClient.Transport),
 		Timeout:   min(cfg.NodeStatus.UpdateFrequency.Duration, cfg.NodeStatus.LeaseDuration.Duration),
 	}
-	if r.heartbeatClient, err = kubernetes.NewForConfigAndClient(hbCfg, hbHTTP); err != nil {
+	if r.heartbeatClient, err = kube.NewForConfigAndClient(hbCfg, hbHTTP); err != nil {
 		return fmt.Errorf("apiserver heartbeat client: %w", err)
 	}
 	r.boot.Done("identity")
@@ -216,11 +214,11 @@ func (r *run) recordEvents(ctx context.Context) {
 	})
 	// Events recorded while the apiserver is out of reach wait in a bounded backlog.
 	if r.client != nil {
-		r.eventBacklog = events.NewBacklog(&typedcorev1.EventSinkImpl{Interface: r.client.CoreV1().Events("")}, events.DefaultBacklogSize, log.With("component", "events"))
+		r.eventBacklog = events.NewBacklog(&kube.EventSink{Interface: r.client.CoreV1().Events("")}, events.DefaultBacklogSize, log.With("component", "events"))
 		r.broadcaster.StartRecordingToSink(r.eventBacklog)
 		r.a.metrics.WatchEventBacklog(r.eventBacklog)
 	}
-	r.recorder = r.broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "holdfast", Host: r.cfg.NodeName})
+	r.recorder = r.broadcaster.NewRecorder(kube.Scheme, v1.EventSource{Component: "holdfast", Host: r.cfg.NodeName})
 
 	r.a.metrics.WatchStore(r.store, r.store.Path())
 	r.stateCondition = r.a.reportStore(r.report)
@@ -400,9 +398,9 @@ func (r *run) startAPI(ctx context.Context, g *errgroup.Group) {
 	if r.client == nil {
 		return
 	}
-	factory := r.api.Start()
+	podInformer := r.api.Start()
 	r.ready = append(r.ready, r.api.Ready)
-	g.Go(func() error { return r.api.Run(ctx, factory) })
+	g.Go(func() error { return r.api.Run(ctx, podInformer) })
 	g.Go(func() error { return r.id.Run(ctx, r.recorder) })
 	nc := r.nodeController()
 	g.Go(func() error { return nc.Run(ctx) })

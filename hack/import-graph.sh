@@ -25,7 +25,7 @@ own() {
 }
 
 # Harness packages: the judges and the test environment, and test-only helpers.
-harness='^(bench|conformance|fleet|gatewaytest(/.*)?|internal/testenv(/.*)?|internal/prereq|internal/hostile|internal/ociimage|hack/mkimage|agent/metrics/metricstest|agent/runtime/runtimetest|wasm/wasmtest)$'
+harness='^(bench|conformance|fleet|gatewaytest(/.*)?|internal/testenv(/.*)?|internal/prereq|internal/hostile|internal/ociimage|hack/mkimage|agent/metrics/metricstest|agent/runtime/runtimetest|agent/kube/kubetest|wasm/wasmtest)$'
 
 table() {
 	local imports tests
@@ -79,6 +79,10 @@ check() {
 		rule "wasm is imported by agent/policy and cmd/holdfast alone"
 	echo "$imports" | awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^cmd\//) print $1 " -> " $i }' |
 		rule "nothing imports cmd/"
+	# Issue 31: client-go's clientset registers every API group and links the code of all of
+	# k8s.io/api (about 20 MiB of the binary); the agent speaks through agent/kube instead.
+	{ go list -deps ./cmd/holdfast | grep -E '^(k8s.io/client-go/(kubernetes|informers|listers)(/|$)|k8s.io/kubectl/|k8s.io/client-go/util/certificate|k8s.io/component-helpers/apimachinery/lease)' || true; } |
+		rule "go list -deps ./cmd/holdfast: no client-go clientset, typed clients, informers or listers, no kubectl"
 	return $fail
 }
 

@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"k8s.io/kubectl/pkg/util/qos"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/internal/podutil"
 )
 
 // Kubelet's reason and message formats (pkg/kubelet/eviction/helpers.go).
@@ -366,7 +366,7 @@ func (m *Manager) Admit(pod *v1.Pod) admission.Result {
 		return admission.Admit
 	}
 	if len(conds) == 1 && conds[0] == v1.NodeMemoryPressure {
-		if qos.ComputePodQOS(pod) != v1.PodQOSBestEffort {
+		if podutil.ComputePodQOS(pod) != v1.PodQOSBestEffort {
 			return admission.Admit
 		}
 		taint := v1.Taint{Key: v1.TaintNodeMemoryPressure, Effect: v1.TaintEffectNoSchedule}

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/client-go/util/certificate"
+	"github.com/holdfast-dev/holdfast/agent/identity/certificate"
 )
 
 // checkedStore keeps a node certificate only if it is for this node and for its use. client-go's

@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/certificate"
+
+	"github.com/holdfast-dev/holdfast/agent/identity/certificate"
 )
 
 // issueFor returns a certificate of tmpl valid now, signed by ca, and its key (PEM).

@@ -19,14 +19,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/certificate"
 	"k8s.io/client-go/util/connrotation"
 
+	"github.com/holdfast-dev/holdfast/agent/identity/certificate"
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
@@ -267,7 +267,7 @@ func (id *Identity) check(recorder record.EventRecorder) {
 
 // clientsetFor is the certificate manager's client for CSRs: the current certificate while it
 // is valid, the bootstrap token otherwise (the kubelet does the same).
-func (id *Identity) clientsetFor(current *tls.Certificate) (kubernetes.Interface, error) {
+func (id *Identity) clientsetFor(current *tls.Certificate) (kube.Interface, error) {
 	var cfg *rest.Config
 	if current != nil {
 		cfg = id.RESTConfig()
@@ -278,7 +278,7 @@ func (id *Identity) clientsetFor(current *tls.Certificate) (kubernetes.Interface
 		}
 	}
 	cfg.UserAgent = "holdfast-certificate-manager"
-	return kubernetes.NewForConfig(cfg)
+	return kube.NewForConfig(cfg)
 }
 
 // server is the cluster a kubeconfig names, and the client certificate files it names if any.

@@ -19,7 +19,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/client-go/util/certificate"
+
+	"github.com/holdfast-dev/holdfast/agent/identity/certificate"
 )
 
 // testCA signs node client certificates for the unit tests.

@@ -11,8 +11,9 @@ import (
 	"os"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/certificate"
+
+	"github.com/holdfast-dev/holdfast/agent/identity/certificate"
+	"github.com/holdfast-dev/holdfast/agent/kube"
 )
 
 // ServingPrefix names the node API's serving certificate files in the PKI directory:
@@ -32,7 +33,7 @@ type Serving struct {
 // NewServing loads the serving certificate kept in pkiDir and prepares its requests, made with
 // client (the node's identity). addresses are the node's IPs, named in the certificate with
 // the node name and the host name.
-func NewServing(nodeName, pkiDir string, addresses func() []string, client kubernetes.Interface, log *slog.Logger) (*Serving, error) {
+func NewServing(nodeName, pkiDir string, addresses func() []string, client kube.Interface, log *slog.Logger) (*Serving, error) {
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", pkiDir, err)
 	}
@@ -44,7 +45,7 @@ func NewServing(nodeName, pkiDir string, addresses func() []string, client kuber
 		log.Error("node API serving certificate: "+err.Error()+"; the self-signed one is served meanwhile", "pkiDir", pkiDir)
 	})
 	mgr, err := certificate.NewManager(&certificate.Config{
-		ClientsetFn: func(*tls.Certificate) (kubernetes.Interface, error) { return client, nil },
+		ClientsetFn: func(*tls.Certificate) (kube.Interface, error) { return client, nil },
 		GetTemplate: func() *x509.CertificateRequest {
 			return servingTemplate(nodeName, addresses())
 		},

@@ -18,12 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/component-helpers/apimachinery/lease"
-	"k8s.io/utils/clock"
 
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/metrics"
 )
 
@@ -89,7 +86,7 @@ type Config struct {
 	// object, by name): each status sync compares with the watched Node and makes no request
 	// unless the status changed or ReportFrequency passed, as the kubelet reads its node
 	// lister. nil: the Node is read with a GET at every sync (UpdateFrequency).
-	Watch kubernetes.Interface
+	Watch kube.Interface
 	// Reachability, if set, observes the heartbeat client's requests (Reachability.Wrap)
 	// and is what APIReachable reports; required with Watch, whose syncs may make no request.
 	Reachability *Reachability
@@ -98,7 +95,7 @@ type Config struct {
 // Controller owns the Node object and its Lease.
 type Controller struct {
 	cfg            Config
-	client         kubernetes.Interface
+	client         kube.Interface
 	runtimeVersion func(context.Context) (string, error)
 	// readiness returns nil when the node can run pods (runtime up, relist healthy, network).
 	readiness func() error
@@ -113,7 +110,7 @@ type Controller struct {
 }
 
 // NewController builds a controller; Run registers the node and keeps it current.
-func NewController(cfg Config, client kubernetes.Interface, runtimeVersion func(context.Context) (string, error), readiness func() error, log *slog.Logger) *Controller {
+func NewController(cfg Config, client kube.Interface, runtimeVersion func(context.Context) (string, error), readiness func() error, log *slog.Logger) *Controller {
 	return &Controller{cfg: cfg, client: client, runtimeVersion: runtimeVersion, readiness: readiness, log: log, apiErr: errNotContacted}
 }
 
@@ -164,9 +161,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.log.Info("node registered", "node", node.Name, "uid", node.UID)
 	c.cfg.Metrics.Milestone(metrics.MilestoneNodeRegistered)
 
-	ctl := lease.NewController(clock.RealClock{}, c.client, c.cfg.NodeName,
-		int32(c.cfg.LeaseDuration/time.Second), c.cfg.OnRepeatedHeartbeatFailure, c.cfg.RenewInterval,
-		c.cfg.NodeName, LeaseNamespace, ownedByNode(node))
+	ctl := &leaseController{
+		client:                     c.client.CoordinationV1().Leases(LeaseNamespace),
+		holderIdentity:             c.cfg.NodeName,
+		leaseName:                  c.cfg.NodeName,
+		leaseNamespace:             LeaseNamespace,
+		leaseDurationSeconds:       int32(c.cfg.LeaseDuration / time.Second),
+		renewInterval:              c.cfg.RenewInterval,
+		onRepeatedHeartbeatFailure: c.cfg.OnRepeatedHeartbeatFailure,
+		postProcess:                ownedByNode(node),
+		log:                        c.log.With("lease", LeaseNamespace+"/"+c.cfg.NodeName),
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -225,7 +230,7 @@ func (c *Controller) reportedReady() bool {
 // without its managedFields, which the apiserver then keeps as they are (an update without
 // them leaves them unchanged), so the bytes sent per renewal, the only request every
 // RenewInterval, are little more than the Lease's own (docs/benchmarks.md, "Uplink").
-func ownedByNode(node *v1.Node) lease.ProcessLeaseFunc {
+func ownedByNode(node *v1.Node) func(*coordinationv1.Lease) error {
 	return func(l *coordinationv1.Lease) error {
 		l.ManagedFields = nil
 		if len(l.OwnerReferences) == 0 {
@@ -368,13 +373,11 @@ func (c *Controller) syncStatus(ctx context.Context) {
 // watchNode starts an informer on the node's own Node object and makes syncStatus read it;
 // the returned function stops the informer and waits for it.
 func (c *Controller) watchNode(ctx context.Context) (stop func()) {
-	factory := informers.NewSharedInformerFactoryWithOptions(c.cfg.Watch, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
-		}))
-	inf := factory.Core().V1().Nodes().Informer()
+	inf := kube.NewInformer(c.cfg.Watch.CoreV1().Nodes(), c.cfg.Watch, &v1.Node{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.cfg.NodeName).String()
+	})
 	ctx, cancel := context.WithCancel(ctx)
-	factory.Start(ctx.Done())
+	inf.Start(ctx.Done())
 	c.watched = func() *v1.Node {
 		if !inf.HasSynced() {
 			return nil
@@ -387,7 +390,7 @@ func (c *Controller) watchNode(ctx context.Context) (stop func()) {
 	}
 	return func() {
 		cancel()
-		factory.Shutdown()
+		inf.Shutdown()
 	}
 }
 

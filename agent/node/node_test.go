@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestReadyReportedWithoutWaitingForTheNextUpdate(t *testing.T) {
 		RenewInterval:   10 * time.Second,
 		UpdateFrequency: time.Hour, // never within this test
 		ReportFrequency: time.Hour,
-	}, client, version, readiness, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}, kubetest.Wrap(client), version, readiness, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

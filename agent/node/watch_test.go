@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -32,9 +33,9 @@ func TestNodeStatusFromTheWatch(t *testing.T) {
 		RenewInterval:   10 * time.Second,
 		UpdateFrequency: 50 * time.Millisecond,
 		ReportFrequency: time.Hour,
-		Watch:           client,
+		Watch:           kubetest.Wrap(client),
 		Reachability:    &Reachability{},
-	}, client, version, func() error { return nil }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}, kubetest.Wrap(client), version, func() error { return nil }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {

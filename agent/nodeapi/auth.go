@@ -22,8 +22,9 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/lru"
+
+	"github.com/holdfast-dev/holdfast/agent/kube"
 )
 
 // Cache lifetimes, the kubelet's webhook defaults.
@@ -78,7 +79,7 @@ var (
 // authenticator knows the clients: certificates of the client CA, tokens through TokenReview.
 type authenticator struct {
 	clientCAs *x509.CertPool // nil: no certificate is accepted
-	client    kubernetes.Interface
+	client    kube.Interface
 	now       func() time.Time
 
 	valid   *lru.Cache // token hash -> tokenResult that authenticated
@@ -90,7 +91,7 @@ type authenticator struct {
 	reviews, limited atomic.Uint64 // TokenReviews sent, and not sent for the rate
 }
 
-func newAuthenticator(client kubernetes.Interface, now func() time.Time) *authenticator {
+func newAuthenticator(client kube.Interface, now func() time.Time) *authenticator {
 	return &authenticator{client: client, now: now,
 		valid: lru.New(maxCacheEntries), refused: lru.New(maxCacheEntries),
 		limiter: rate.NewLimiter(tokenReviewRate, tokenReviewBurst),
@@ -341,7 +342,7 @@ func isSubpath(sub, path string) bool {
 
 // authorizer asks the apiserver with SubjectAccessReviews, and remembers the answers.
 type authorizer struct {
-	client   kubernetes.Interface
+	client   kube.Interface
 	nodeName string
 	now      func() time.Time
 

@@ -20,10 +20,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/lru"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/stats"
 )
@@ -63,7 +63,7 @@ type Config struct {
 	ClientCAFile string
 	// Client reviews tokens and authorizes requests; nil (standalone): only the local socket
 	// is served.
-	Client kubernetes.Interface
+	Client kube.Interface
 
 	Pods    Pods
 	Runtime Runtime

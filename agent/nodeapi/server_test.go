@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
@@ -205,7 +206,7 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"}}
-	s, err := New(Config{NodeName: "gw", PKIDir: dir, ClientCAFile: caFile, Client: apiReviews(&down, &reviews),
+	s, err := New(Config{NodeName: "gw", PKIDir: dir, ClientCAFile: caFile, Client: kubetest.Wrap(apiReviews(&down, &reviews)),
 		Pods: fakePods{pod}, Runtime: &fakeRuntime{}})
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +317,7 @@ func TestBadInput(t *testing.T) {
 		{ID: "c1", PodUID: "u1", Name: "linked", Attempt: 0, State: runtime.StateExited, LogPath: linkedLog},
 		{ID: "c2", PodUID: "u1", Name: "live", Attempt: 0, State: runtime.StateRunning, LogPath: logPath},
 	}}
-	s, err := New(Config{NodeName: "gw", PKIDir: dir, Client: apiReviews(&down, &reviews), Pods: fakePods{pod}, Runtime: rt})
+	s, err := New(Config{NodeName: "gw", PKIDir: dir, Client: kubetest.Wrap(apiReviews(&down, &reviews)), Pods: fakePods{pod}, Runtime: rt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +466,7 @@ func TestReadOnlyCannotExec(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"},
 		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Stdin: true}}}}
 	rt := &fakeRuntime{containers: []runtime.Container{{ID: "c1", PodUID: "u1", Name: "app", State: runtime.StateRunning}}}
-	s, err := New(Config{NodeName: "gw", PKIDir: t.TempDir(), Client: cs, Pods: fakePods{pod}, Runtime: rt})
+	s, err := New(Config{NodeName: "gw", PKIDir: t.TempDir(), Client: kubetest.Wrap(cs), Pods: fakePods{pod}, Runtime: rt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +553,7 @@ func TestTokenFlood(t *testing.T) {
 	var clockMu sync.Mutex
 	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
 	advance := func(d time.Duration) { clockMu.Lock(); clock = clock.Add(d); clockMu.Unlock() }
-	s, err := New(Config{NodeName: "gw", PKIDir: t.TempDir(), Client: cs, Pods: fakePods{}, Runtime: &fakeRuntime{}, Now: now,
+	s, err := New(Config{NodeName: "gw", PKIDir: t.TempDir(), Client: kubetest.Wrap(cs), Pods: fakePods{}, Runtime: &fakeRuntime{}, Now: now,
 		Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -740,7 +741,7 @@ func TestTokenFloodFromOneSourceLeavesOthersTheirReviews(t *testing.T) {
 	var reviews atomic.Int32
 	var down atomic.Bool
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
-	a := newAuthenticator(apiReviews(&down, &reviews), func() time.Time { return now })
+	a := newAuthenticator(kubetest.Wrap(apiReviews(&down, &reviews)), func() time.Time { return now })
 	ctx := context.Background()
 	flood := func(source string, n int) (limited int) {
 		for i := range n {
@@ -799,7 +800,7 @@ func reviewSourceIs(t *testing.T, remote, want string) {
 func TestRefusedTokensEvictNoValidOne(t *testing.T) {
 	var reviews atomic.Int32
 	var down atomic.Bool
-	a := newAuthenticator(apiReviews(&down, &reviews), time.Now)
+	a := newAuthenticator(kubetest.Wrap(apiReviews(&down, &reviews)), time.Now)
 	a.limiter = rate.NewLimiter(rate.Inf, 0)
 	ctx := context.Background()
 	if _, err := a.fromToken(ctx, "good", "192.0.2.1"); err != nil {

@@ -2,9 +2,9 @@ package pods
 
 import (
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/kubectl/pkg/util/qos"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/internal/podutil"
 )
 
 // Kubelet's cgroup arithmetic: shares from cpu requests, CFS quota from cpu limits.
@@ -38,7 +38,7 @@ func containerResources(pod *v1.Pod, c *v1.Container, memoryCapacity int64, noSw
 // oomScoreAdj is kubelet's policy: Guaranteed -997, BestEffort 1000, Burstable in between by
 // the share of the node's memory the container requests.
 func oomScoreAdj(pod *v1.Pod, c *v1.Container, memoryCapacity int64) int {
-	switch qos.GetPodQOS(pod) {
+	switch podutil.PodQOS(pod) {
 	case v1.PodQOSGuaranteed:
 		return -997
 	case v1.PodQOSBestEffort:

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
 )
 
@@ -48,7 +49,7 @@ func TestResolveEnv(t *testing.T) {
 		v1.ResourceMemory:           resource.MustParse("1Gi"),
 		v1.ResourceEphemeralStorage: resource.MustParse("10Gi"),
 	}
-	vm := volumes.NewManager(t.TempDir(), client, nil, nil, volumes.Options{Allocatable: func() v1.ResourceList { return allocatable }})
+	vm := volumes.NewManager(t.TempDir(), kubetest.Wrap(client), nil, nil, volumes.Options{Allocatable: func() v1.ResourceList { return allocatable }})
 
 	for _, tc := range []struct {
 		name    string
@@ -250,7 +251,7 @@ func TestResolveEnv(t *testing.T) {
 // apiserver (NodeRestriction forbids it to mirror pods); the error says so.
 func TestResolveEnvStaticPod(t *testing.T) {
 	client := fake.NewClientset(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cfg"}, Data: map[string]string{"k": "v"}})
-	vm := volumes.NewManager(t.TempDir(), client, nil, nil, volumes.Options{})
+	vm := volumes.NewManager(t.TempDir(), kubetest.Wrap(client), nil, nil, volumes.Options{})
 	c := &v1.Container{Name: "app", Env: []v1.EnvVar{{Name: "X", ValueFrom: cmKey("cfg", "k", nil)}}}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sensor-gw", UID: "u",
 		Annotations: map[string]string{"kubernetes.io/config.source": "file"}}}

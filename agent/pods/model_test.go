@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -563,7 +564,7 @@ func (m *lifecycleModel) start(online bool) {
 	}
 	// One API source per agent run, as the agent has: it restores now and lists once the
 	// apiserver is reachable.
-	m.apiSrc = &sources.APISource{Client: m.client, NodeName: "gw", Sink: mgr, Store: m.store, Log: log}
+	m.apiSrc = &sources.APISource{Client: kubetest.Wrap(m.client), NodeName: "gw", Sink: mgr, Store: m.store, Log: log}
 	m.apiSrc.Restore()
 	// What Restore delivered: the API records that read (it quarantined the others); the file
 	// source writes static records alone meanwhile.
@@ -611,10 +612,10 @@ func (m *lifecycleModel) startAPI() {
 	src := m.apiSrc
 	_, watches := m.api.counts()
 	m.backoffs = 0
-	factory := src.Start()
+	podInformer := src.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	m.uplink = cancel
-	m.spawn("API source", func() error { return src.Run(ctx, factory) })
+	m.spawn("API source", func() error { return src.Run(ctx, podInformer) })
 	for deadline := time.Now().Add(10 * time.Second); !src.Ready(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			m.t.Fatal("the API source did not list within 10 s")

@@ -7,10 +7,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/kubectl/pkg/util/qos"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/status"
+	"github.com/holdfast-dev/holdfast/internal/podutil"
 )
 
 // Waiting reasons, named as kubelet names them so that users and tools recognise them.
@@ -84,7 +84,7 @@ func computeStatus(in statusInput) v1.PodStatus {
 	old := pod.Status
 	byName := groupByName(in.observed)
 	st := v1.PodStatus{
-		QOSClass: qos.ComputePodQOS(pod),
+		QOSClass: podutil.ComputePodQOS(pod),
 	}
 	if !in.startTime.IsZero() {
 		t := metav1.NewTime(in.startTime)

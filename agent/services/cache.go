@@ -12,10 +12,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
 )
 
@@ -30,7 +30,7 @@ const saveInterval = 10 * time.Second
 // Cache knows the cluster's services: from an informer while the apiserver answers, from the
 // file the informer's last view was saved to before that.
 type Cache struct {
-	client kubernetes.Interface
+	client kube.Interface
 	path   string
 	log    *slog.Logger
 
@@ -51,7 +51,7 @@ func (c *Cache) OnKnown(f func()) { c.onKnown = f }
 
 // NewCache returns a cache that starts with the services saved under stateDir, if any. A nil
 // client is a standalone agent: no services, no variables, as with a kubelet without apiserver.
-func NewCache(client kubernetes.Interface, stateDir string, log *slog.Logger) *Cache {
+func NewCache(client kube.Interface, stateDir string, log *slog.Logger) *Cache {
 	c := &Cache{client: client, path: filepath.Join(stateDir, "services.json"), log: log, services: map[string]*v1.Service{}}
 	if client == nil {
 		return c
@@ -98,8 +98,7 @@ func (c *Cache) Run(ctx context.Context) error {
 	if c.client == nil {
 		return nil
 	}
-	factory := informers.NewSharedInformerFactory(c.client, 0)
-	inf := factory.Core().V1().Services().Informer()
+	inf := kube.NewInformer(c.client.CoreV1().Services(metav1.NamespaceAll), c.client, &v1.Service{}, nil)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.put(obj) },
 		UpdateFunc: func(_, obj any) { c.put(obj) },
@@ -115,8 +114,8 @@ func (c *Cache) Run(ctx context.Context) error {
 			}
 		},
 	})
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	inf.Start(ctx.Done())
+	defer inf.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil
 	}

@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 )
 
 // TestOnKnownRunsOnceServicesAreRead: an API pod's env waits with ErrNotSynced until the
@@ -21,7 +23,7 @@ func TestOnKnownRunsOnceServicesAreRead(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
 		Spec:       v1.ServiceSpec{ClusterIP: "10.0.0.7", Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}},
 	})
-	c := NewCache(client, t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := NewCache(kubetest.Wrap(client), t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}}
 	if _, err := c.EnvVars(pod, false); !errors.Is(err, ErrNotSynced) {
 		t.Fatalf("before the first list: err %v, want ErrNotSynced", err)

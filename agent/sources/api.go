@@ -11,11 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/offline"
 )
@@ -41,7 +40,7 @@ type PodCache interface {
 // reboot with no apiserver. Cached pods the apiserver no longer has are removed only once
 // the informer has completed a full list: the list proves the deletion.
 type APISource struct {
-	Client   kubernetes.Interface
+	Client   kube.Interface
 	NodeName string
 	Sink     Sink
 	Store    PodCache
@@ -114,23 +113,21 @@ func (s *APISource) Ready() bool { return s.synced != nil && s.synced() }
 
 // Start registers the informer; Run runs it. They are split so that Ready can be asked
 // before Run is scheduled.
-func (s *APISource) Start() informers.SharedInformerFactory {
-	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", s.NodeName).String()
-		}))
-	inf := factory.Core().V1().Pods().Informer()
+func (s *APISource) Start() *kube.Informer {
+	inf := kube.NewInformer(s.Client.CoreV1().Pods(metav1.NamespaceAll), s.Client, &v1.Pod{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", s.NodeName).String()
+	})
 	reg, err := inf.AddEventHandler(s.handler())
 	s.synced = func() bool { return false }
 	if err != nil {
-		// Only for an informer already stopped, which a new factory's is not; never ready
+		// Only for an informer already stopped, which a new one is not; never ready
 		// is the safe side: no container is taken for an orphan.
 		s.Log.Error("register the pod source's handler", "err", err)
 	} else {
 		s.synced = reg.HasSynced
 	}
 	s.indexer = inf.GetIndexer()
-	return factory
+	return inf
 }
 
 // handler merges the informer's events by pod UID, as the kubelet merges its sources.
@@ -368,8 +365,8 @@ func (s *APISource) reconcileCache() {
 }
 
 // Run runs the informer until ctx ends.
-func (s *APISource) Run(ctx context.Context, factory informers.SharedInformerFactory) error {
-	factory.Start(ctx.Done())
+func (s *APISource) Run(ctx context.Context, inf *kube.Informer) error {
+	inf.Start(ctx.Done())
 	start := time.Now()
 	if cache.WaitForCacheSync(ctx.Done(), s.synced) {
 		s.Log.Info("apiserver pod source synced", "after", time.Since(start).Round(time.Millisecond))
@@ -381,7 +378,7 @@ func (s *APISource) Run(ctx context.Context, factory informers.SharedInformerFac
 	for {
 		select {
 		case <-ctx.Done():
-			factory.Shutdown()
+			inf.Shutdown()
 			return nil
 		case <-retry.C:
 			s.retryUncached()

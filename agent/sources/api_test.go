@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/offline"
 )
@@ -102,18 +103,17 @@ func (s *blockingSink) Update(p *v1.Pod) {
 func TestReadyOnlyOnceTheHandlerDelivered(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"}, Spec: v1.PodSpec{NodeName: "gw"}}
 	sink := &blockingSink{recordingSink: recordingSink{pods: map[types.UID]*v1.Pod{}}, entered: make(chan struct{}), release: make(chan struct{})}
-	s := &APISource{Client: fake.NewSimpleClientset(pod), NodeName: "gw", Sink: sink, Store: offline.NewMemStore(nil), Log: slog.New(slog.DiscardHandler)}
-	factory := s.Start()
+	s := &APISource{Client: kubetest.Wrap(fake.NewSimpleClientset(pod)), NodeName: "gw", Sink: sink, Store: offline.NewMemStore(nil), Log: slog.New(slog.DiscardHandler)}
+	inf := s.Start()
 	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
+	inf.Start(ctx.Done())
 	release := sync.OnceFunc(func() { close(sink.release) })
 	defer func() {
 		release() // a failed test must not leave the handler blocked: Shutdown waits for it
 		cancel()
-		factory.Shutdown()
+		inf.Shutdown()
 	}()
 	<-sink.entered
-	inf := factory.Core().V1().Pods().Informer()
 	waitFor(t, "the informer holds the list", func() error {
 		if !inf.HasSynced() {
 			return fmt.Errorf("not synced")
@@ -177,14 +177,14 @@ func TestRecordsOfAnotherKeyWaitForTheApiserver(t *testing.T) {
 	store.SetKey(keyB) // the reboot with another key
 
 	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
-	s := &APISource{Client: fake.NewSimpleClientset(kept), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
+	s := &APISource{Client: kubetest.Wrap(fake.NewSimpleClientset(kept)), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
 	if n := s.Restore(); n != 0 || len(sink.names()) != 0 {
 		t.Fatalf("restored %d pods (%v) from records sealed with another key", n, sink.names())
 	}
-	factory := s.Start()
+	inf := s.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- s.Run(ctx, factory) }()
+	go func() { done <- s.Run(ctx, inf) }()
 	defer func() { cancel(); <-done }()
 	waitFor(t, "the records reconciled with the apiserver's list", func() error {
 		if _, err := store.GetPod("u-gone"); !errors.Is(err, offline.ErrNotFound) {
@@ -249,17 +249,17 @@ func TestDeliveredPodWithoutRecordRemovedByTheList(t *testing.T) {
 		}
 	}
 	sink := &recordingSink{pods: map[types.UID]*v1.Pod{}}
-	s := &APISource{Client: fake.NewSimpleClientset(kept), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
+	s := &APISource{Client: kubetest.Wrap(fake.NewSimpleClientset(kept)), NodeName: "gw", Sink: sink, Store: store, Log: slog.New(slog.DiscardHandler)}
 	if n := s.Restore(); n != 2 {
 		t.Fatalf("restored %d pods, want 2", n)
 	}
 	if err := store.DeletePod("u-gone"); err != nil { // the record lost while the pod runs
 		t.Fatal(err)
 	}
-	factory := s.Start()
+	inf := s.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- s.Run(ctx, factory) }()
+	go func() { done <- s.Run(ctx, inf) }()
 	defer func() { cancel(); <-done }()
 	waitFor(t, "the pod the list lacks removed", func() error {
 		if !slices.Contains(sink.removedUIDs(), "u-gone") {

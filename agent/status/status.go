@@ -23,8 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/offline"
 )
@@ -37,7 +37,7 @@ import (
 // through mirror pods, which the manager creates (and re-creates when deleted) whenever the
 // apiserver is reachable.
 type Manager struct {
-	client   kubernetes.Interface
+	client   kube.Interface
 	store    Outbox // nil: no outbox
 	nodeName string
 	log      *slog.Logger
@@ -75,7 +75,7 @@ type entry struct {
 }
 
 // NewManager builds a manager; Run writes to the apiserver. store may be nil (no outbox).
-func NewManager(client kubernetes.Interface, store Outbox, nodeName string, log *slog.Logger) *Manager {
+func NewManager(client kube.Interface, store Outbox, nodeName string, log *slog.Logger) *Manager {
 	return &Manager{client: client, store: store, nodeName: nodeName, log: log, wake: make(chan struct{}, 1), pods: map[types.UID]*entry{}}
 }
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/offline"
 )
@@ -74,7 +75,7 @@ func TestForbiddenStatusWriteIsRetried(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	m := NewManager(client, nil, "gw", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := NewManager(kubetest.Wrap(client), nil, "gw", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.88.0.7"})
 	ctx := context.Background()
 	// What holdfast_outbox_depth reports: the status waits until a write is accepted.
@@ -118,7 +119,7 @@ func TestUnreachableApiserverEndsTheRound(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	m := NewManager(client, nil, "gw", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := NewManager(kubetest.Wrap(client), nil, "gw", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, p := range pods {
 		m.SetPodStatus(p, v1.PodStatus{Phase: v1.PodRunning})
 	}
@@ -166,7 +167,7 @@ func TestMirrorNeverReplacesAPodItDidNotMake(t *testing.T) {
 		return false, nil, nil
 	})
 	var logs strings.Builder
-	m := NewManager(client, nil, "gw", slog.New(slog.NewTextHandler(&logs, nil)))
+	m := NewManager(kubetest.Wrap(client), nil, "gw", slog.New(slog.NewTextHandler(&logs, nil)))
 	m.SetPodStatus(static, v1.PodStatus{Phase: v1.PodRunning})
 	ctx := context.Background()
 	m.syncAll(ctx)
@@ -213,7 +214,7 @@ func TestOutboxOfAPodGoneIsDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := NewManager(fake.NewSimpleClientset(), store, "gw", slog.New(slog.DiscardHandler))
+	m := NewManager(kubetest.Wrap(fake.NewSimpleClientset()), store, "gw", slog.New(slog.DiscardHandler))
 	if n := m.RestoreOutbox(); n != 1 {
 		t.Errorf("restored %d pods' statuses, want 1", n)
 	}
@@ -247,7 +248,7 @@ func TestOutboxOfAPodSealedWithAnotherKeyNotRestored(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.SetKey(keyB)
-	m := NewManager(fake.NewSimpleClientset(), store, "gw", slog.New(slog.DiscardHandler))
+	m := NewManager(kubetest.Wrap(fake.NewSimpleClientset()), store, "gw", slog.New(slog.DiscardHandler))
 	if n := m.RestoreOutbox(); n != 0 || len(m.Pods()) != 0 || m.Pending() != 0 {
 		t.Errorf("restored %d statuses, shows %d pods, %d pending; want none", n, len(m.Pods()), m.Pending())
 	}
@@ -264,7 +265,7 @@ func TestOutboxOfAPodSealedWithAnotherKeyNotRestored(t *testing.T) {
 func TestStatusChangedByAnotherWriterIsCorrected(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
 	client := fake.NewSimpleClientset(pod.DeepCopy())
-	m := NewManager(client, nil, "gw", slog.New(slog.DiscardHandler))
+	m := NewManager(kubetest.Wrap(client), nil, "gw", slog.New(slog.DiscardHandler))
 	ready := []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
 	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, Conditions: ready})
 	ctx := context.Background()
@@ -309,7 +310,7 @@ func TestStatusChangedByAnotherWriterIsCorrected(t *testing.T) {
 func TestAnswerLackingTheNodesStatusIsPatchedAgain(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
 	client := fake.NewSimpleClientset(pod.DeepCopy())
-	m := NewManager(client, nil, "gw", slog.New(slog.DiscardHandler))
+	m := NewManager(kubetest.Wrap(client), nil, "gw", slog.New(slog.DiscardHandler))
 	ready := []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
 	ctx := context.Background()
 	m.SetPodStatus(pod, v1.PodStatus{Phase: v1.PodRunning, Conditions: ready})
@@ -345,7 +346,7 @@ func TestAnswerLackingTheNodesStatusIsPatchedAgain(t *testing.T) {
 func TestEchoBeforeTheAnswerCostsNoSecondWrite(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
 	client := fake.NewSimpleClientset(pod.DeepCopy())
-	m := NewManager(client, nil, "gw", slog.New(slog.DiscardHandler))
+	m := NewManager(kubetest.Wrap(client), nil, "gw", slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	at := metav1.NewTime(time.Date(2026, 12, 6, 3, 35, 47, 886_000_000, time.UTC))
 	ready := []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: at}}

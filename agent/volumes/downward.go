@@ -8,8 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/kubectl/pkg/util/fieldpath"
-	resourcehelper "k8s.io/kubectl/pkg/util/resource"
+
+	"github.com/holdfast-dev/holdfast/internal/podutil"
 )
 
 // ResourceFieldValue resolves a resourceFieldRef (env or downward API volume) as kubelet does:
@@ -37,7 +37,7 @@ func ResourceFieldValue(ref *v1.ResourceFieldSelector, pod *v1.Pod, c *v1.Contai
 			}
 		}
 	}
-	return resourcehelper.ExtractContainerResourceValue(ref, defaulted)
+	return podutil.ContainerResourceValue(ref, defaulted)
 }
 
 func findContainer(pod *v1.Pod, name string) *v1.Container {
@@ -65,7 +65,7 @@ func downwardPayload(items []v1.DownwardAPIVolumeFile, pod *v1.Pod, defaultMode 
 		f := file{mode: os.FileMode(mode)}
 		switch {
 		case it.FieldRef != nil:
-			v, err := fieldpath.ExtractFieldPathAsString(pod, it.FieldRef.FieldPath)
+			v, err := podutil.FieldPathValue(pod, it.FieldRef.FieldPath)
 			if err != nil {
 				errs = append(errs, err)
 				continue

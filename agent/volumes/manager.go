@@ -15,12 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/internal/expansion"
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -82,7 +82,7 @@ type Options struct {
 // node-scoped source of ConfigMaps and Secrets for env (see ConfigMap, Secret, Allocatable).
 type Manager struct {
 	podsDir  string
-	client   kubernetes.Interface // nil when standalone
+	client   kube.Interface       // nil when standalone
 	recorder record.EventRecorder // may be nil
 	log      *slog.Logger
 	opts     Options
@@ -123,7 +123,7 @@ type eventRecord struct {
 
 // NewManager builds a manager for the pods under podsDir (StateDir/pods). client is the
 // node's client, nil when standalone; recorder may be nil. Nothing is watched until Run.
-func NewManager(podsDir string, client kubernetes.Interface, recorder record.EventRecorder, log *slog.Logger, opts Options) *Manager {
+func NewManager(podsDir string, client kube.Interface, recorder record.EventRecorder, log *slog.Logger, opts Options) *Manager {
 	if opts.ResyncPeriod <= 0 {
 		opts.ResyncPeriod = DefaultResyncPeriod
 	}

@@ -23,12 +23,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/holdfast-dev/holdfast/agent/kube"
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/offline"
 )
 
@@ -165,7 +166,7 @@ func TestSetupMountsTeardown(t *testing.T) {
 	client := newFakeAPI(&tokens)
 	rec := record.NewFakeRecorder(100)
 	allocatable := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("2Gi")}
-	m := NewManager(podsDir, client, rec, nil, Options{Allocatable: func() v1.ResourceList { return allocatable }})
+	m := NewManager(podsDir, kubetest.Wrap(client), rec, nil, Options{Allocatable: func() v1.ResourceList { return allocatable }})
 	pod := testPod(hostDir)
 	t.Cleanup(func() { unmountUnder(podsDir) })
 
@@ -380,7 +381,7 @@ func TestSetupFailures(t *testing.T) {
 			if tc.standalone {
 				m = NewManager(podsDir, nil, rec, nil, Options{})
 			} else {
-				m = NewManager(podsDir, client, rec, nil, Options{})
+				m = NewManager(podsDir, kubetest.Wrap(client), rec, nil, Options{})
 			}
 			_, err := m.Setup(ctx, tc.pod)
 			switch {
@@ -425,7 +426,7 @@ func TestRunFollowsObjects(t *testing.T) {
 	var tokens atomic.Int64
 	client := newFakeAPI(&tokens)
 	podsDir := t.TempDir()
-	m := NewManager(podsDir, client, nil, nil, Options{ResyncPeriod: time.Hour})
+	m := NewManager(podsDir, kubetest.Wrap(client), nil, nil, Options{ResyncPeriod: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
@@ -514,7 +515,7 @@ func TestOfflineRestartFromCache(t *testing.T) {
 	}}
 	onlineDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(onlineDir) })
-	online := NewManager(onlineDir, newFakeAPI(&tokens), nil, nil, Options{Cache: store, PersistSecrets: true})
+	online := NewManager(onlineDir, kubetest.Wrap(newFakeAPI(&tokens)), nil, nil, Options{Cache: store, PersistSecrets: true})
 	if _, err := online.Setup(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +530,7 @@ func TestOfflineRestartFromCache(t *testing.T) {
 		t.Run(fmt.Sprintf("PersistSecrets=%v", persist), func(t *testing.T) {
 			podsDir := t.TempDir() // a reboot: nothing on disk or tmpfs
 			t.Cleanup(func() { unmountUnder(podsDir) })
-			m := NewManager(podsDir, down, nil, nil, Options{Cache: store, PersistSecrets: persist})
+			m := NewManager(podsDir, kubetest.Wrap(down), nil, nil, Options{Cache: store, PersistSecrets: persist})
 			_, err := m.Setup(ctx, pod)
 			if got := readFile(t, filepath.Join(podsDir, "uid-off/volumes", dirConfigMap, "cfg/greeting")); got != "hello" {
 				t.Errorf("greeting from the cache = %q", got)
@@ -569,7 +570,7 @@ func TestOfflineBootDoesNotWaitForWatches(t *testing.T) {
 	}}
 	onlineDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(onlineDir) })
-	if _, err := NewManager(onlineDir, newFakeAPI(&tokens), nil, nil, Options{Cache: store}).Setup(context.Background(), pod); err != nil {
+	if _, err := NewManager(onlineDir, kubetest.Wrap(newFakeAPI(&tokens)), nil, nil, Options{Cache: store}).Setup(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
 
@@ -579,7 +580,7 @@ func TestOfflineBootDoesNotWaitForWatches(t *testing.T) {
 	})
 	podsDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(podsDir) })
-	m := NewManager(podsDir, down, nil, nil, Options{Cache: store})
+	m := NewManager(podsDir, kubetest.Wrap(down), nil, nil, Options{Cache: store})
 	runManager(t, m)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -643,7 +644,7 @@ func TestTokenAcrossOfflineReboot(t *testing.T) {
 	}
 	onlineDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(onlineDir) })
-	online := NewManager(onlineDir, api, nil, nil, Options{Cache: store, PersistSecrets: true})
+	online := NewManager(onlineDir, kubetest.Wrap(api), nil, nil, Options{Cache: store, PersistSecrets: true})
 	if _, err := online.Setup(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -660,7 +661,7 @@ func TestTokenAcrossOfflineReboot(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	podsDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(podsDir) })
-	m := NewManager(podsDir, api, nil, log, Options{Cache: store, PersistSecrets: true, Now: clock})
+	m := NewManager(podsDir, kubetest.Wrap(api), nil, log, Options{Cache: store, PersistSecrets: true, Now: clock})
 	if _, err := m.Setup(ctx, pod); err != nil {
 		t.Fatalf("Setup offline with a kept token: %v", err)
 	}
@@ -687,7 +688,7 @@ func TestTokenAcrossOfflineReboot(t *testing.T) {
 	plainDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(plainDir) })
 	down.Store(true)
-	plain := NewManager(plainDir, api, nil, nil, Options{Cache: store, Now: clock})
+	plain := NewManager(plainDir, kubetest.Wrap(api), nil, nil, Options{Cache: store, Now: clock})
 	if _, err := plain.Setup(ctx, pod); err == nil || !strings.Contains(err.Error(), "failed to fetch token") {
 		t.Errorf("Setup offline without kept tokens: %v", err)
 	}
@@ -696,7 +697,7 @@ func TestTokenAcrossOfflineReboot(t *testing.T) {
 	store.SetKey(testStateKey(t, 2))
 	otherDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(otherDir) })
-	other := NewManager(otherDir, api, nil, log, Options{Cache: store, PersistSecrets: true, Now: clock})
+	other := NewManager(otherDir, kubetest.Wrap(api), nil, log, Options{Cache: store, PersistSecrets: true, Now: clock})
 	if _, err := other.Setup(ctx, pod); err == nil {
 		t.Error("Setup with a token sealed under another key succeeded")
 	}
@@ -739,7 +740,7 @@ func TestOfflineBootWhenTheNodeKnowsTheAPIIsDown(t *testing.T) {
 type closingLinkBoot struct {
 	pod      *v1.Pod
 	store    *offline.MemStore
-	down     kubernetes.Interface
+	down     kube.Interface
 	requests *atomic.Int64 // requests that reached the closing apiserver
 	podsDir  string
 }
@@ -765,7 +766,7 @@ func newClosingLinkBoot(t *testing.T) *closingLinkBoot {
 	}
 	onlineDir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(onlineDir) })
-	if _, err := NewManager(onlineDir, newFakeAPI(&tokens), nil, nil, Options{Cache: store, PersistSecrets: true}).Setup(context.Background(), pod); err != nil {
+	if _, err := NewManager(onlineDir, kubetest.Wrap(newFakeAPI(&tokens)), nil, nil, Options{Cache: store, PersistSecrets: true}).Setup(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
 
@@ -778,7 +779,7 @@ func newClosingLinkBoot(t *testing.T) *closingLinkBoot {
 		}
 	}))
 	t.Cleanup(closing.Close)
-	down, err := kubernetes.NewForConfig(&rest.Config{Host: closing.URL})
+	down, err := kube.NewForConfig(&rest.Config{Host: closing.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

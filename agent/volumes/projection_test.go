@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/internal/prereq"
 )
 
@@ -67,7 +68,7 @@ func TestResyncTouchesNoAccessTime(t *testing.T) {
 
 	podsDir := filepath.Join(base, "pods")
 	var tokens atomic.Int64
-	m := NewManager(podsDir, newFakeAPI(&tokens), nil, nil, Options{PlainDirs: true})
+	m := NewManager(podsDir, kubetest.Wrap(newFakeAPI(&tokens)), nil, nil, Options{PlainDirs: true})
 	pod := testPod(filepath.Join(base, "host"))
 	if _, err := m.Setup(ctx, pod); err != nil {
 		t.Fatal(err)
