@@ -30,8 +30,12 @@ var kubeletSysctls = map[string]string{
 // kubeletConfig is the KubeletConfiguration the harnesses run the upstream kubelet with: what
 // ENVIRONMENT.md lists for these machines (cgroup v1, cgroupfs, no QoS cgroups, no node
 // allocatable enforcement, swap tolerated), no iptables chains (they would change the shared
-// host's firewall; holdfast makes none either), and everything else at the kubelet's
-// defaults, as holdfast's heartbeats are. {{.Serving}} is how the node API is served.
+// host's firewall; holdfast makes none either), the disk eviction thresholds holdfast runs
+// with in the harnesses (testenv's agent config: 1%; the shared disks pass the kubelet's 10%
+// and 15% defaults by others' files, and the kubelet then refused the harness's pods under a
+// DiskPressure neither agent caused; the other signals at the kubelet's defaults, written out
+// because a partial evictionHard drops them), and everything else at the kubelet's defaults,
+// as holdfast's heartbeats are. {{.Serving}} is how the node API is served.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -47,6 +51,12 @@ healthzPort: {{.HealthzPort}}
 authorization:
   mode: AlwaysAllow
 makeIPTablesUtilChains: false
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%"
+  imagefs.available: "1%"
+  nodefs.inodesFree: "5%"
+  imagefs.inodesFree: "5%"
 podLogsDir: {{.Dir}}/pods
 volumePluginDir: {{.Dir}}/volume-plugins
 {{.Serving}}`
