@@ -134,7 +134,9 @@ func (c *leaseController) retryUpdateLease(ctx context.Context, base *coordinati
 }
 
 // newLease is a new Lease (base nil) or a copy of base, with the duration and renew time
-// set and postProcess applied. An error blocks a create, never an update.
+// set and postProcess applied. An error from postProcess: the Lease is not written this round,
+// neither created nor updated (as upstream, whose comment says otherwise); ownedByNode never
+// returns one.
 func (c *leaseController) newLease(base *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	var lease *coordinationv1.Lease
 	if base == nil {
