@@ -153,7 +153,7 @@ func computeStatus(in statusInput) v1.PodStatus {
 		st.Phase, st.Reason, st.Message = v1.PodFailed, ReasonDeadlineExceeded, MessageDeadlineExceeded
 	case initFailed(pod, byName, started):
 		st.Phase = v1.PodFailed
-	case !isInit && st.Phase != v1.PodFailed && st.Phase != v1.PodSucceeded:
+	case !isInit && !podutil.IsTerminal(st.Phase):
 		st.Phase = v1.PodPending
 	}
 	unready := unreadyContainers(pod, st)
@@ -168,7 +168,7 @@ func computeStatus(in statusInput) v1.PodStatus {
 		containersReady(old, allReady, unready, in.now),
 		readyCondition(old, pod.Spec.ReadinessGates, allReady, unready, in.now),
 	}
-	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
+	if podutil.IsTerminal(st.Phase) {
 		st.Conditions[2] = condition(old, v1.ContainersReady, false, ReasonPodCompleted, "", in.now)
 		st.Conditions[3] = condition(old, v1.PodReady, false, ReasonPodCompleted, "", in.now)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/expansion"
 	"github.com/holdfast-dev/holdfast/internal/failpoint"
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
+	"github.com/holdfast-dev/holdfast/internal/podutil"
 	"github.com/holdfast-dev/holdfast/offline"
 )
 
@@ -242,7 +243,7 @@ func (w *worker) setPod(pod *v1.Pod) (wake bool) {
 	// A status change wakes the worker when it decides something: conditions (readiness
 	// gates), a phase set Succeeded or Failed by another writer (the pod is stopped).
 	wake = specOrMetaChanged(w.pod, pod) || !apiequality.Semantic.DeepEqual(w.pod.Status.Conditions, pod.Status.Conditions) ||
-		(terminalPhase(pod.Status.Phase) && !terminalPhase(w.pod.Status.Phase))
+		(podutil.IsTerminal(pod.Status.Phase) && !podutil.IsTerminal(w.pod.Status.Phase))
 	w.pod = pod
 	if t := w.activeTermination; t != nil && pod.DeletionTimestamp != nil && gracePeriod(pod) < t.grace {
 		t.cancel()
@@ -493,7 +494,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 	// A pod its source says is Succeeded or Failed is stopped, also while its containers run
 	// (another writer set its phase: a controller that gave up on it, an operator), as the
 	// kubelet does: reported Running over that phase, it would run on, unseen by the cluster.
-	finished := w.phase == phaseFinishing || w.phase == phaseFinished || podFinished(pod, observed) || terminalPhase(pod.Status.Phase)
+	finished := w.phase == phaseFinishing || w.phase == phaseFinished || podFinished(pod, observed) || podutil.IsTerminal(pod.Status.Phase)
 	if d, ok := w.activeDeadline(pod); ok && !finished {
 		// A pod that finished on its own is past any deadline's reach (the kubelet applies it
 		// to active pods only): its status stays Succeeded, not Failed for DeadlineExceeded.
@@ -664,7 +665,7 @@ func podFinished(pod *v1.Pod, observed []runtime.Container) bool {
 		return false
 	}
 	st := computeStatus(statusInput{pod: pod, observed: observed})
-	return terminalPhase(st.Phase)
+	return podutil.IsTerminal(st.Phase)
 }
 
 // syncFinished handles a pod whose run is over (its containers are done under its restart
@@ -679,7 +680,7 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 	}
 	if w.phase == phaseFinishing {
 		why, grace := "pod finished", gracePeriod(pod)
-		if terminalPhase(pod.Status.Phase) {
+		if podutil.IsTerminal(pod.Status.Phase) {
 			why = "the pod's status says " + string(pod.Status.Phase)
 		}
 		if w.deadlineExceeded {
@@ -722,12 +723,12 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 		deadlineExceeded: w.deadlineExceeded, evicted: w.evicted,
 	})
 	switch {
-	case terminalPhase(pod.Status.Phase) && !terminalPhase(st.Phase):
+	case podutil.IsTerminal(pod.Status.Phase) && !podutil.IsTerminal(st.Phase):
 		// Its containers are gone (removed, or lost with a reboot): nothing the runtime
 		// shows can say more than the status its source has, and a phase never goes back
 		// from Succeeded or Failed (the kubelet's status manager refuses it too).
 		st = *pod.Status.DeepCopy()
-	case terminalPhase(pod.Status.Phase) && (st.Phase != pod.Status.Phase || st.Reason == ""):
+	case podutil.IsTerminal(pod.Status.Phase) && (st.Phase != pod.Status.Phase || st.Reason == ""):
 		// Stopped because another writer set its phase: that phase stays, with its reason,
 		// as the kubelet keeps the API's terminal phase; the containers say how they ended.
 		st.Phase, st.Reason, st.Message = pod.Status.Phase, pod.Status.Reason, pod.Status.Message
@@ -736,13 +737,10 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 	return resyncPeriod
 }
 
-// terminalPhase: Succeeded or Failed.
-func terminalPhase(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
-
 // finishedInItsSource reports whether the pod's source says it finished (its status phase
 // Succeeded or Failed) and none of its containers runs here.
 func finishedInItsSource(pod *v1.Pod, observed []runtime.Container) bool {
-	return terminalPhase(pod.Status.Phase) && !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning })
+	return podutil.IsTerminal(pod.Status.Phase) && !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning })
 }
 
 // prepare sets up the pod's network and volumes before any container starts. ok is false

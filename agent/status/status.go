@@ -26,6 +26,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
+	"github.com/holdfast-dev/holdfast/internal/podutil"
 	"github.com/holdfast-dev/holdfast/offline"
 )
 
@@ -653,8 +654,7 @@ func OwnedCondition(t v1.PodConditionType) bool { return ownedConditions[t] }
 // but a status computed before it did must not write Running over that phase meanwhile.
 func overAPIStatus(sent, st v1.PodStatus, mirror bool) v1.PodStatus {
 	st = keepForeignConditions(sent, st)
-	terminal := func(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
-	if !mirror && terminal(sent.Phase) && !terminal(st.Phase) {
+	if !mirror && podutil.IsTerminal(sent.Phase) && !podutil.IsTerminal(st.Phase) {
 		st.Phase, st.Reason, st.Message = sent.Phase, sent.Reason, sent.Message
 	}
 	return st

@@ -3,5 +3,6 @@
 // (qos.go), a downward API field path's value (fieldpath.go), and a container's resource
 // as the downward API reports it (resource.go). Each follows kubectl v0.37.2's
 // pkg/util/{qos,fieldpath,resource} (Apache License 2.0, the Kubernetes Authors), behaviour
-// unchanged.
+// unchanged. And IsTerminal (phase.go), the one test of a terminal phase the pod workers and
+// the status manager share.
 package podutil
