@@ -212,7 +212,7 @@ func openStatusJournal(path string, key *Key) (*statusJournal, error) {
 	made := false
 	for i := range j.files {
 		jf := &j.files[i]
-		f, data, err := j.openFile(jf)
+		f, data, fileMade, err := j.openFile(jf)
 		if err != nil {
 			for k := range i {
 				j.files[k].f.Close()
@@ -220,7 +220,7 @@ func openStatusJournal(path string, key *Key) (*statusJournal, error) {
 			return nil, err
 		}
 		jf.f = f
-		made = made || len(data) == 0
+		made = made || fileMade
 		found[i] = j.replayFile(jf.name, data)
 	}
 	j.cur = 0
@@ -271,8 +271,9 @@ func openStatusJournal(path string, key *Key) (*statusJournal, error) {
 		j.state.lastSeq += seqJumpAfterDamage
 	}
 	if made {
-		// A new file: its directory entry must survive a power cut before anything synced in
-		// it is reported durable. Tried now; if that fails, by the first sync.
+		// A new file (the first boot, or one moved aside): its directory entry must survive a
+		// power cut before anything synced in it is reported durable. Tried now; if that
+		// fails, by the first sync. Not at every boot: the other file, emptied, is no new one.
 		j.dirDirty = journalSyncDir(filepath.Dir(path)) != nil
 	}
 	j.setCompactAt()
@@ -289,7 +290,7 @@ func (j *statusJournal) takeOverLegacy(path string) (journalReplay, error) {
 		return journalReplay{}, nil
 	}
 	lf := journalFile{path: path, name: "journal"}
-	f, data, err := j.openFile(&lf)
+	f, data, _, err := j.openFile(&lf)
 	if err != nil {
 		return journalReplay{}, err
 	}
@@ -304,22 +305,24 @@ func (j *statusJournal) takeOverLegacy(path string) (journalReplay, error) {
 }
 
 // openFile opens and reads one of the journal's files; one that cannot be used is moved aside
-// (its damage noted) and a new one made in its place.
-func (j *statusJournal) openFile(jf *journalFile) (*os.File, []byte, error) {
-	f, data, err := readJournal(jf.path)
-	if err == nil {
-		return f, data, nil
+// (its damage noted) and a new one made in its place. made: the file's directory entry is
+// new (the file was missing, or moved aside).
+func (j *statusJournal) openFile(jf *journalFile) (f *os.File, data []byte, made bool, err error) {
+	_, serr := os.Lstat(jf.path)
+	made = errors.Is(serr, fs.ErrNotExist)
+	if f, data, err = readJournal(jf.path); err == nil {
+		return f, data, made, nil
 	}
 	moved, merr := moveAside(jf.path, time.Now())
 	if merr != nil {
-		return nil, nil, fmt.Errorf("status journal %s unusable (%v) and moving it aside failed: %w", jf.path, err, merr)
+		return nil, nil, false, fmt.Errorf("status journal %s unusable (%v) and moving it aside failed: %w", jf.path, err, merr)
 	}
 	removeOldCopies(jf.path, moved, KeptCorruptCopies)
 	j.noteDamage(jf.name, nil, fmt.Errorf("%w: status journal unusable (%v); moved to %s", errUndecodable, err, moved))
 	if f, data, err = readJournal(jf.path); err != nil {
-		return nil, nil, fmt.Errorf("status journal %s: %w", jf.path, err)
+		return nil, nil, false, fmt.Errorf("status journal %s: %w", jf.path, err)
 	}
-	return f, data, nil
+	return f, data, true, nil
 }
 
 // readJournal opens path (created if missing), refusing what is not a regular file (a
@@ -387,21 +390,6 @@ func (r journalReplay) newerThan(o journalReplay) bool {
 		return r.state.lastSeq > o.state.lastSeq
 	}
 	return r.records > 0 && o.records == 0
-}
-
-// replay replays one file's content into j.state, as Open does for the current file: for
-// tests and the fuzzer. It returns the length of the prefix read without damage and whether
-// any damage was found.
-func (j *statusJournal) replay(data []byte) (good int64, damaged bool) {
-	r := j.replayFile("journal", data)
-	j.state, j.gen = r.state, r.gen
-	for key, err := range r.damage {
-		j.noteDamage(key, r.damagedBytes[key], err)
-	}
-	if r.damaged {
-		j.state.lastSeq += seqJumpAfterDamage
-	}
-	return r.good, r.damaged
 }
 
 // replayFile replays a file's records. A damaged frame (a bad checksum, a length that does
