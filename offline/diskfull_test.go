@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/holdfast-dev/holdfast/internal/prereq"
+	"github.com/holdfast-dev/holdfast/test/prereq"
 )
 
 // TestBoltStoreOnFullFileSystem: with the state directory's file system full, a write fails

@@ -24,7 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/holdfast-dev/holdfast/internal/prereq"
+	"github.com/holdfast-dev/holdfast/test/prereq"
 )
 
 func TestReopenKeepsEverything(t *testing.T) {

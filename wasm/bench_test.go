@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 	"github.com/holdfast-dev/holdfast/wasm"
 	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 	"github.com/holdfast-dev/holdfast/wasm"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/holdfast-dev/holdfast/internal/prereq"
+	"github.com/holdfast-dev/holdfast/test/prereq"
 )
 
 // smallFS mounts a tmpfs of size bytes at a new directory (root only) and returns it.

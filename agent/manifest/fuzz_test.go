@@ -9,7 +9,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
 
-	"github.com/holdfast-dev/holdfast/internal/hostile"
+	"github.com/holdfast-dev/holdfast/test/hostile"
 )
 
 // aliasBomb is a Pod manifest that is CVE-2019-11253's billion laughs.

@@ -14,7 +14,7 @@ import (
 
 	gocni "github.com/containerd/go-cni"
 
-	"github.com/holdfast-dev/holdfast/internal/prereq"
+	"github.com/holdfast-dev/holdfast/test/prereq"
 )
 
 // recorderPlugin is a CNI plugin that appends each call (command, container ID, namespace

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
 // A node that is not ready at its first status (the runtime not relisted yet) is reported

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
 // With the Node watched, an unchanged status costs no request: the controller neither GETs

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/hostile"
+	"github.com/holdfast-dev/holdfast/test/hostile"
 )
 
 func TestParseConfig(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-dev/holdfast/internal/testenv"
 	"github.com/holdfast-dev/holdfast/offline"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 	"github.com/holdfast-dev/holdfast/wasm"
 	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )

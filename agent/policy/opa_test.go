@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
 const registriesRego = `package holdfast.admission

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/holdfast-dev/holdfast/internal/prereq"
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/prereq"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
 // TestHostileManifestDir: what may land in a gateway's manifest directory besides manifests.

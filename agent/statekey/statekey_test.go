@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/holdfast-dev/holdfast/internal/testenv"
 	"github.com/holdfast-dev/holdfast/offline"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
 // The stolen disk: a state key sealed by a gateway's TPM is of no use on another machine. The

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/holdfast-dev/holdfast/internal/prereq"
+	"github.com/holdfast-dev/holdfast/test/prereq"
 )
 
 func groupAndMode(t *testing.T, p string) (int, os.FileMode) {

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
-	"github.com/holdfast-dev/holdfast/internal/prereq"
+	"github.com/holdfast-dev/holdfast/test/prereq"
 )
 
 // atime is p's access time, not following a symlink.

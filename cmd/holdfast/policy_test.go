@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )
 

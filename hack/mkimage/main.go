@@ -20,8 +20,8 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/holdfast-dev/holdfast/internal/ociimage"
-	"github.com/holdfast-dev/holdfast/internal/testenv/testimages"
+	"github.com/holdfast-dev/holdfast/test/ociimage"
+	"github.com/holdfast-dev/holdfast/test/testenv/testimages"
 )
 
 func main() { os.Exit(doMain(os.Args[1:], os.Stdout, os.Stderr)) }

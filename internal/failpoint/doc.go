@@ -6,7 +6,7 @@
 //
 // The production binary carries none of it: without the build tag failpoints, Inject is an
 // empty function the compiler removes. The agent under test is built with -tags failpoints
-// (internal/testenv), and a point is armed by the environment:
+// (test/testenv), and a point is armed by the environment:
 //
 //	HOLDFAST_FAILPOINT=store-before-commit@3   stop at the third crossing of that point
 //	HOLDFAST_FAILPOINT_MARKER=/path            written with the point's name when it stops

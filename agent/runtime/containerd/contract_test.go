@@ -12,7 +12,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
 	"github.com/holdfast-dev/holdfast/agent/runtime/runtimetest"
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
 var _ runtime.Runtime = (*containerd.Runtime)(nil)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
 // TestExec runs commands in a real container through a real containerd: exit codes, output

@@ -14,8 +14,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/gc"
-	"github.com/holdfast-dev/holdfast/internal/ociimage"
-	"github.com/holdfast-dev/holdfast/internal/testenv"
+	"github.com/holdfast-dev/holdfast/test/ociimage"
+	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
 // TestContainerdImages runs the containerd side of image collection against a real
