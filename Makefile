@@ -12,7 +12,7 @@ SHELL := /bin/bash
 GO ?= go
 # Where built binaries and images are kept between runs, outside the repository.
 CACHE ?= /var/cache/holdfast
-# Flags of the full test run; override for a quicker loop, e.g. make test TEST_FLAGS=-count=1 PKGS=./agent/...
+# Flags of the full test run; override for a quicker loop, e.g. make test TEST_FLAGS=-count=1 PKGS=./test/integration/
 TEST_FLAGS ?= -race -count=1 -timeout 40m
 PKGS ?= ./...
 # GOOS/GOARCH[/GOARM] that `make check` cross-builds: the gateways holdfast runs on.
@@ -20,7 +20,7 @@ CROSS_TARGETS ?= linux/amd64 linux/arm64 linux/arm/7
 # Separate modules that must stay tidy too.
 TOOL_MODULES := $(wildcard hack/tools/*)
 
-# internal/testenv finds the binaries and images here.
+# test/testenv finds the binaries and images here.
 export HOLDFAST_CACHE := $(CACHE)
 export HOLDFAST_TEST_BIN := $(CACHE)/bin
 export HOLDFAST_TEST_IMAGES := $(CACHE)/images
@@ -82,7 +82,7 @@ deps:
 # after the tests so that every CI log shows the floors and the ratios to them.
 BENCH_SMOKE_TABLE ?= $(CURDIR)/_output/bench-smoke.txt
 
-# The agent's integration suite runs on both runtime backends, the same tests through one switch
+# The agent's integration suite (test/integration) runs on both runtime backends, the same tests through one switch
 # (HOLDFAST_TEST_RUNTIME): all of it on the containerd backend in the main run, and CRI_SLICE of
 # it on the CRI backend (holdfast driving containerd's CRI plugin) in a second run beside it.
 # Those tests spend most of their time waiting on real daemons, and each has its own daemons,
@@ -101,7 +101,7 @@ CRI_TEST_LOG ?= $(CURDIR)/_output/test-cri.log
 
 test: deps
 	mkdir -p $(dir $(BENCH_SMOKE_TABLE)) $(dir $(CRI_TEST_LOG)) && rm -f $(BENCH_SMOKE_TABLE)
-	HOLDFAST_TEST_RUNTIME=cri $(GO) test $(TEST_FLAGS) -run '$(CRI_RUN)' ./agent/ > $(CRI_TEST_LOG) 2>&1 & cri=$$!; \
+	HOLDFAST_TEST_RUNTIME=cri $(GO) test $(TEST_FLAGS) -run '$(CRI_RUN)' ./test/integration/ > $(CRI_TEST_LOG) 2>&1 & cri=$$!; \
 	status=0; HOLDFAST_BENCH_SMOKE_TABLE=$(BENCH_SMOKE_TABLE) $(GO) test $(TEST_FLAGS) $(PKGS) || status=$$?; \
 	cri_status=0; wait $$cri || cri_status=$$?; \
 	echo "== the agent's integration tests on the CRI backend (HOLDFAST_TEST_RUNTIME=cri, -run '$(CRI_RUN)', $(CRI_TEST_LOG)) =="; \
@@ -115,7 +115,7 @@ test: deps
 # CRI_SLICE of it); CRI_RUN narrows it.
 test-cri: CRI_RUN = .
 test-cri: deps
-	HOLDFAST_TEST_RUNTIME=cri $(GO) test $(TEST_FLAGS) -run '$(CRI_RUN)' ./agent/
+	HOLDFAST_TEST_RUNTIME=cri $(GO) test $(TEST_FLAGS) -run '$(CRI_RUN)' ./test/integration/
 
 # test-short runs the unit tests only: integration tests skip themselves under -short.
 test-short:
@@ -163,7 +163,7 @@ check-install:
 	firmware/install_test.sh
 
 # check-skips fails on a test that skips outside -short without a stated reason that is not a
-# missing prerequisite (hack/check-skips.sh): such a test must fail instead (internal/prereq).
+# missing prerequisite (hack/check-skips.sh): such a test must fail instead (test/prereq).
 check-skips:
 	hack/check-skips.sh
 
@@ -241,7 +241,7 @@ run:
 #   make bench BENCH_FLAGS=-bench.quick                   (a few minutes: 8+10 pods, 1 repetition)
 #   make bench BENCH_FLAGS="-bench.pods=20 -bench.reps=1"
 #   make bench BENCH_FLAGS=-bench.only=flash              (flash wear per pod status change alone, every agent)
-# See bench/bench_test.go for every flag and docs/benchmarks.md for what is measured.
+# See test/bench/bench_test.go for every flag and docs/benchmarks.md for what is measured.
 BENCH_FLAGS ?=
 # Where results.md, results.json, table.txt and the agents' logs go (not tracked); default
 # _output/bench/DATE.
@@ -258,7 +258,7 @@ bench-kubelet:
 # policy figures are written to docs/policies.md and README.md as bench-policies writes them
 # (BENCH_FLAGS=-bench.policy-docs=false leaves the pages alone).
 bench: deps bench-kubelet
-	$(GO) test -count=1 -timeout 60m -run '^TestSideBySide$$' -v ./bench/ -args -bench.side-by-side \
+	$(GO) test -count=1 -timeout 60m -run '^TestSideBySide$$' -v ./test/bench/ -args -bench.side-by-side \
 		$(if $(BENCH_OUT),-bench.out=$(abspath $(BENCH_OUT))) $(BENCH_FLAGS)
 
 # Flags of `make bench-policies`, e.g. BENCH_POLICIES_FLAGS=-bench.wasm-benchtime=3s, or
@@ -271,14 +271,14 @@ BENCH_POLICIES_FLAGS ?=
 # README.md, and docs/policy-figures.json, from that run. 75 s on 2026-12-05 on the shared 2-core
 # machine, make deps already done (TestPolicyFigures itself 58 s).
 bench-policies: deps
-	$(GO) test -count=1 -timeout 20m -run '^TestPolicyFigures$$' -v ./bench/ -args -bench.policies $(BENCH_POLICIES_FLAGS)
+	$(GO) test -count=1 -timeout 20m -run '^TestPolicyFigures$$' -v ./test/bench/ -args -bench.policies $(BENCH_POLICIES_FLAGS)
 
 ## Fleet
 
 .PHONY: fleet fleet-kubemark
 
 # Flags passed to the fleet after -args, e.g. FLEET_FLAGS="-fleet.nodes=200 -fleet.window=5m"
-# or -fleet.agents=holdfast (flags in fleet/fleet_test.go).
+# or -fleet.agents=holdfast (flags in test/fleet/fleet_test.go).
 FLEET_FLAGS ?=
 # Where results.md and results.json go (not tracked); default _output/fleet/DATE.
 FLEET_OUT ?=
@@ -291,7 +291,7 @@ fleet-kubemark:
 # fleet measures what 100 hollow holdfast nodes, then 100 hollow kubelets (kubemark), cost one
 # control plane: the apiserver's and etcd's CPU, memory and requests (docs/fleet.md). As root.
 fleet: deps fleet-kubemark
-	$(GO) test -count=1 -timeout 120m -run '^TestFleet$$' -v ./fleet/ -args -fleet.full \
+	$(GO) test -count=1 -timeout 120m -run '^TestFleet$$' -v ./test/fleet/ -args -fleet.full \
 		$(if $(FLEET_OUT),-fleet.out=$(abspath $(FLEET_OUT))) $(FLEET_FLAGS)
 
 ## Soak
@@ -314,13 +314,13 @@ soak: deps
 	HOLDFAST_JOURNAL_MODEL_SEQUENCES=5000 $(GO) test -count=1 -timeout 60m -run '^TestJournalModel$$' ./offline/
 	HOLDFAST_STORE_KILL_ROUNDS=300 $(GO) test -count=1 -timeout 60m -v -run '^TestKillDuringWrites$$' ./offline/
 	HOLDFAST_AGENT_KILL_ROUNDS=100 $(GO) test -race -count=1 -timeout 90m -v \
-		-run '^TestAgentKilledDuringPodStarts$$' ./agent/
+		-run '^TestAgentKilledDuringPodStarts$$' ./test/integration/
 	HOLDFAST_FAILPOINT_ITERATIONS=100 $(GO) test -race -count=1 -timeout 240m -v \
-		-run '^TestFailpointsCrossedByKill$$' ./agent/
+		-run '^TestFailpointsCrossedByKill$$' ./test/integration/
 	HOLDFAST_CONTAINERD_RESTART_PODS=30 $(GO) test -race -count=1 -timeout 60m -v \
-		-run '^TestContainerdKilledRepeatedly$$' ./agent/
+		-run '^TestContainerdKilledRepeatedly$$' ./test/integration/
 	HOLDFAST_FLAP_DURATION=$(SOAK_FLAP_DURATION) $(GO) test -race -count=1 -timeout 0 -v \
-		-run '^TestLinkFlapping$$' ./agent/
+		-run '^TestLinkFlapping$$' ./test/integration/
 
 ## Conformance
 
@@ -329,7 +329,7 @@ soak: deps
 # Flags of `make conformance`, passed to TestConformance after -args, e.g.
 #   make conformance CONFORMANCE_FLAGS=-conformance.agents=holdfast
 #   make conformance CONFORMANCE_FLAGS='-conformance.focus=\[sig-node\].Pods'
-# See conformance/conformance_test.go for every flag.
+# See test/conformance/conformance_test.go for every flag.
 CONFORMANCE_FLAGS ?=
 
 # conformance runs Kubernetes' node conformance tests (e2e.test) against holdfast and the
@@ -337,7 +337,7 @@ CONFORMANCE_FLAGS ?=
 # once with one ginkgo seed, and writes docs/conformance.md (as root; about 50 minutes on 2
 # cores without the [Slow] tests).
 conformance: deps conformance-tools bench-kubelet
-	$(GO) test -count=1 -timeout 300m -run '^TestConformance$$' -v ./conformance/ -args -conformance.full $(CONFORMANCE_FLAGS)
+	$(GO) test -count=1 -timeout 300m -run '^TestConformance$$' -v ./test/conformance/ -args -conformance.full $(CONFORMANCE_FLAGS)
 
 # conformance-tools builds e2e.test, ginkgo, agnhost and nnp (cached by version; about 4
 # minutes on 2 cores the first time, once kube-apiserver's build has filled Go's cache).
@@ -362,8 +362,8 @@ gateway-image:
 
 # gateway-test boots the VM (KVM when usable, software emulation otherwise), which installs
 # this checkout's amd64 firmware bundle (hack/firmware.sh) with the bundle's install.sh and
-# joins a test control plane by TLS bootstrap, and runs every scenario of gatewaytest/.
+# joins a test control plane by TLS bootstrap, and runs every scenario of test/gateway/.
 gateway-test: deps gateway-image
 	mkdir -p $(dir $(GATEWAY_FIGURES))
-	$(GO) test -count=1 -timeout 180m -v -run '$(GATEWAY_RUN)' ./gatewaytest/ -args -gateway.vm \
+	$(GO) test -count=1 -timeout 180m -v -run '$(GATEWAY_RUN)' ./test/gateway/ -args -gateway.vm \
 		-gateway.figures=$(abspath $(GATEWAY_FIGURES)) $(GATEWAY_FLAGS)

@@ -24,8 +24,12 @@ own() {
 			delete seen; print out }'
 }
 
-# Harness packages: the judges and the test environment, and test-only helpers.
-harness='^(bench|conformance|fleet|gatewaytest(/.*)?|internal/testenv(/.*)?|internal/prereq|internal/hostile|internal/ociimage|hack/mkimage|agent/metrics/metricstest|agent/runtime/runtimetest|agent/kube/kubetest|wasm/wasmtest)$'
+# Harness packages: everything under test/ (the judges, the test environment, the agent's
+# integration suite, test-only helpers), the image writer, and the test helpers that sit
+# beside the package they help (Go's httptest convention: metricstest, runtimetest, ...).
+harness='^(test(/.*)?|hack/mkimage|agent/metrics/metricstest|agent/runtime/runtimetest|agent/kube/kubetest|wasm/wasmtest)$'
+# The top-level folders that hold Go packages: the product's, test/ (the harnesses) and hack/.
+toplevel='^(agent|cmd|internal|offline|policies|wasm|test|hack)$'
 
 table() {
 	local imports tests
@@ -67,6 +71,10 @@ check() {
 		rule "wasm's deps: nothing of agent/ or offline, no containerd, no k8s.io"
 	echo "$imports" | awk -v h="$harness" '$1 !~ h { for (i = 2; i <= NF; i++) if ($i ~ h) print $1 " -> " $i }' |
 		rule "no product package imports a harness package (non-test files)"
+	echo "$imports" | awk -v t="$toplevel" '{ split($1, p, "/"); if (p[1] !~ t) print $1 }' |
+		rule "the top level holds the product (agent, cmd, internal, offline, policies, wasm), test/ (the harnesses) and hack/"
+	echo "$imports" | awk -v h="$harness" '$1 ~ /^test\// { next } $1 ~ h || $1 ~ /^hack\// { next } $1 ~ /(^|\/)[a-z]+test$/ { print $1 }' |
+		rule "a test helper package outside test/ (NAMEtest, beside the package it helps) is listed as a harness here"
 	echo "$imports" | awk -v h="$harness" '$1 != "agent" && $1 !~ h { for (i = 2; i <= NF; i++) if ($i ~ /^agent\/(pods|runtime\/(containerd|cri|hollow))$/) print $1 " -> " $i }' |
 		rule "agent/pods and the runtime backends (agent/runtime/{containerd,cri,hollow}) are imported by agent (the wiring) alone, and by harnesses"
 	{ for p in $(go list ./... | grep -vE "^$mod/agent/runtime/(containerd|cri)(/|\$)|^$mod/agent\$"); do

@@ -62,7 +62,7 @@ printf '/dev/vda / ext4 defaults,errors=remount-ro 0 1\n' >"$root/etc/fstab"
 # No password: only the key below logs in, and the serial console is for reading.
 sed -i 's/^root:[^:]*:/root:*:/' "$root/etc/shadow"
 
-# Two NICs, told apart by the MAC addresses the tests give them (gatewaytest/vm.go):
+# Two NICs, told apart by the MAC addresses the tests give them (test/gateway/vm.go):
 # the uplink, qemu user networking where the host (and its apiserver) is 10.0.2.2, the link the
 # tests cut; and a management link the tests never cut, restricted to the ssh port forward, so
 # the tests still see inside a gateway whose uplink is down. Static addresses, as gateways often

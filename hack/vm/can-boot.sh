@@ -1,5 +1,5 @@
 #!/bin/bash
-# can-boot.sh decides whether `make test` boots the gateway VM (gatewaytest scenarios 1 and 2):
+# can-boot.sh decides whether `make test` boots the gateway VM (test/gateway scenarios 1 and 2):
 # yes when KVM works here (a boot takes seconds), or when HOLDFAST_GATEWAY_VM=1 asks for it
 # under software emulation (a boot takes minutes on 2 cores: see docs/benchmarks.md);
 # HOLDFAST_GATEWAY_VM=0 never. Exit status 0 means boot it; otherwise the reason is printed.

@@ -3,7 +3,7 @@
 # otherwise prints qemu's reason on standard error and exits 1. A /dev/kvm that opens is not
 # enough: a container or a nested hypervisor may pass the device through while KVM_CREATE_VM or
 # the host CPU model fails, and qemu then dies at start. So this starts the same machine type,
-# CPU model and size the tests use (gatewaytest/vm.go), paused, and quits it at once.
+# CPU model and size the tests use (test/gateway/vm.go), paused, and quits it at once.
 set -euo pipefail
 if ! [[ -r /dev/kvm && -w /dev/kvm ]]; then
 	echo "/dev/kvm is not readable and writable" >&2

@@ -1,6 +1,6 @@
 #!/bin/sh
 # payload-install.sh SRC installs holdfast on the test VM from the payload disk mounted at SRC
-# (gatewaytest/payload.go writes it) as a gateway is provisioned: the amd64 firmware bundle
+# (test/gateway/payload.go writes it) as a gateway is provisioned: the amd64 firmware bundle
 # (`make firmware`) installed by the bundle's own install.sh, then what the site adds on top:
 # the images its pods need (preloaded), its bootstrap kubeconfig and its configuration.
 # The guest's holdfast-payload.service runs it once per payload.

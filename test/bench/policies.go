@@ -151,7 +151,7 @@ func benchTable(bs map[string]WasmBenchmark, known []policyBench, in func(name s
 	}
 	slices.Sort(others)
 	for _, name := range others {
-		rows = append(rows, policyBench{name, "(not described in bench/policies.go)"})
+		rows = append(rows, policyBench{name, "(not described in test/bench/policies.go)"})
 	}
 	scale := map[string]float64{"us": 1e3, "ms": 1e6}[unit]
 	var b strings.Builder
@@ -290,7 +290,7 @@ func (p PolicyRun) Summary(figuresLink string) string {
 
 // beginMarker and endMarker delimit a generated block of a Markdown page.
 func beginMarker(name string) string {
-	return "<!-- BEGIN GENERATED " + name + ": written by make bench-policies and make bench (bench/policies.go); do not edit -->"
+	return "<!-- BEGIN GENERATED " + name + ": written by make bench-policies and make bench (test/bench/policies.go); do not edit -->"
 }
 
 func endMarker(name string) string { return "<!-- END GENERATED " + name + " -->" }

@@ -54,7 +54,7 @@ func TestPolicyFiguresRendering(t *testing.T) {
 			"| Rego, the allowed-registries rule (`wasm/testdata/opa/registries.rego`) compiled by `opa build -t wasm`, in holdfast | `AdmitOPA/holdfast` | 43.3 us | 43.5 us | 688 B, 11 allocs |\n" +
 			"| the same Rego, data and input, OPA's Go evaluator (`opa bench -t rego`) | `AdmitOPA/opa-go-evaluator` | 39.3 us |  | 9860 B, 211 allocs |\n",
 		"| Go, `allowed-registries` (holdfast ABI, Go SDK): the rule the Rego above translates | `Admit/go/allowed-registries` | 111 us | 111 us | 1736 B, 19 allocs |\n" +
-			"| (not described in bench/policies.go) | `Admit/rust/new` | 12.0 us |  |  |\n\nA cold start",
+			"| (not described in test/bench/policies.go) | `Admit/rust/new` | 12.0 us |  |  |\n\nA cold start",
 		"| the Rego policy above, from the compilation cache | `ColdStart/opa-from-cache` | 5.46 ms | 5.92 ms |  |\n" +
 			"| Go, `allowed-registries`, from the compilation cache | `ColdStart/from-cache` | 109 ms | 116 ms |  |\n" +
 			"| Go, `allowed-registries`, compiled (no cache) | `ColdStart/compile` | 965 ms | 974 ms |  |\n",

@@ -10,7 +10,7 @@ import (
 )
 
 // TestPolicyDocsGenerated: the policy figures of docs/policies.md and README.md are what
-// bench/policies.go renders of the run kept in docs/policy-figures.json (no hand edit in a
+// test/bench/policies.go renders of the run kept in docs/policy-figures.json (no hand edit in a
 // generated block, no renderer change without a run since), the figures' header names a
 // dated run, and no timing figure or comparison stands outside the generated blocks.
 func TestPolicyDocsGenerated(t *testing.T) {
@@ -29,7 +29,7 @@ func TestPolicyDocsGenerated(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(got) != want {
-			t.Errorf("%s's generated policy figures differ from what bench/policies.go renders of %s (edited by hand, or rendered "+
+			t.Errorf("%s's generated policy figures differ from what test/bench/policies.go renders of %s (edited by hand, or rendered "+
 				"differently since that run): run make bench-policies, never edit them", name, policyRunFile)
 		}
 	}

@@ -1,5 +1,5 @@
 // Command kubelet builds the upstream kubelet at the version pinned in go.mod, for holdfast's
-// side-by-side benchmarks (bench/, `make bench`). It lives in a module of its own, like
+// side-by-side benchmarks (test/bench/, `make bench`). It lives in a module of its own, like
 // hack/tools/kube-apiserver, so that k8s.io/kubernetes and its replace directives never reach
 // holdfast's go.mod. hack/build-kubelet.sh builds it; `make test` never does.
 package main
