@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 func dnsPod(policy v1.DNSPolicy, hostNetwork bool, cfg *v1.PodDNSConfig) *v1.Pod {
@@ -18,8 +19,6 @@ func dnsPod(policy v1.DNSPolicy, hostNetwork bool, cfg *v1.PodDNSConfig) *v1.Pod
 		Spec:       v1.PodSpec{DNSPolicy: policy, HostNetwork: hostNetwork, DNSConfig: cfg},
 	}
 }
-
-func strp(s string) *string { return &s }
 
 // TestPodDNS: each dnsPolicy composes resolv.conf as the kubelet's dns configurer does.
 func TestPodDNS(t *testing.T) {
@@ -47,11 +46,11 @@ func TestPodDNS(t *testing.T) {
 			DNSSettings{ClusterDomain: "cluster.local"}, host, missing},
 		{"None with dnsConfig", dnsPod(v1.DNSNone, false, &v1.PodDNSConfig{
 			Nameservers: []string{"1.1.1.1"}, Searches: []string{"a.example"},
-			Options: []v1.PodDNSConfigOption{{Name: "ndots", Value: strp("2")}, {Name: "edns0"}},
+			Options: []v1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("2")}, {Name: "edns0"}},
 		}), cluster, ResolvConf{Servers: []string{"1.1.1.1"}, Searches: []string{"a.example"}, Options: []string{"ndots:2", "edns0"}}, nil},
 		{"ClusterFirst with dnsConfig appended, duplicates dropped, options replaced", dnsPod(v1.DNSClusterFirst, false, &v1.PodDNSConfig{
 			Nameservers: []string{"10.96.0.10", "1.1.1.1"}, Searches: []string{"svc.cluster.local", "b.example"},
-			Options: []v1.PodDNSConfigOption{{Name: "ndots", Value: strp("1")}, {Name: "single-request"}},
+			Options: []v1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("1")}, {Name: "single-request"}},
 		}), cluster, ResolvConf{Servers: []string{"10.96.0.10", "1.1.1.1"}, Searches: append(clusterSearch, "b.example"),
 			Options: []string{"ndots:1", "single-request"}}, nil},
 		{"more than 3 nameservers", dnsPod(v1.DNSDefault, false, &v1.PodDNSConfig{Nameservers: []string{"1.1.1.1", "8.8.8.8"}}), cluster,

@@ -11,12 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/agent/volumes"
 )
-
-func bp(b bool) *bool { return &b }
 
 func cmKey(name, key string, optional *bool) *v1.EnvVarSource {
 	return &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: name}, Key: key, Optional: optional}}
@@ -94,7 +93,7 @@ func TestResolveEnv(t *testing.T) {
 		},
 		{
 			name: "missing optional configMap leaves the variable out",
-			env:  []v1.EnvVar{{Name: "A", Value: "1"}, {Name: "X", ValueFrom: cmKey("nope", "k", bp(true))}},
+			env:  []v1.EnvVar{{Name: "A", Value: "1"}, {Name: "X", ValueFrom: cmKey("nope", "k", ptr.To(true))}},
 			want: []string{"A=1"},
 		},
 		{
@@ -104,12 +103,12 @@ func TestResolveEnv(t *testing.T) {
 		},
 		{
 			name: "missing optional key",
-			env:  []v1.EnvVar{{Name: "X", ValueFrom: cmKey("cfg", "absent", bp(true))}},
+			env:  []v1.EnvVar{{Name: "X", ValueFrom: cmKey("cfg", "absent", ptr.To(true))}},
 			want: []string{},
 		},
 		{
 			name:    "missing secret",
-			env:     []v1.EnvVar{{Name: "X", ValueFrom: secretKey("nope", "k", bp(false))}},
+			env:     []v1.EnvVar{{Name: "X", ValueFrom: secretKey("nope", "k", ptr.To(false))}},
 			wantErr: `secret "nope" not found`,
 		},
 		{
@@ -119,7 +118,7 @@ func TestResolveEnv(t *testing.T) {
 		},
 		{
 			name: "missing optional secret",
-			env:  []v1.EnvVar{{Name: "X", ValueFrom: secretKey("nope", "k", bp(true))}},
+			env:  []v1.EnvVar{{Name: "X", ValueFrom: secretKey("nope", "k", ptr.To(true))}},
 			want: []string{},
 		},
 		{
@@ -158,8 +157,8 @@ func TestResolveEnv(t *testing.T) {
 		{
 			name: "envFrom optional missing",
 			envFrom: []v1.EnvFromSource{
-				{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "nope"}, Optional: bp(true)}},
-				{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "nope"}, Optional: bp(true)}},
+				{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "nope"}, Optional: ptr.To(true)}},
+				{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "nope"}, Optional: ptr.To(true)}},
 			},
 			want: []string{},
 		},

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/test/prereq"
 )
@@ -48,36 +49,35 @@ func TestCheckHostPath(t *testing.T) {
 	missing := filepath.Join(dir, "missing")
 	block := findBlockDevice(t, dir)
 
-	ty := func(s v1.HostPathType) *v1.HostPathType { return &s }
 	for _, tc := range []struct {
 		path    string
 		typ     *v1.HostPathType
 		wantErr string // "" for success
 		created os.FileMode
 	}{
-		{path: dir, typ: ty(v1.HostPathDirectory)},
-		{path: link, typ: ty(v1.HostPathDirectory)}, // symlinks are followed, as in kubelet
-		{path: file, typ: ty(v1.HostPathDirectory), wantErr: "hostPath type check failed: " + file + " is not a directory, it's a File"},
-		{path: missing, typ: ty(v1.HostPathDirectory), wantErr: "hostPath type check failed, " + missing + " is not a directory, unable to determine its type: path \"" + missing + "\" does not exist"},
-		{path: file, typ: ty(v1.HostPathFile)},
-		{path: dir, typ: ty(v1.HostPathFile), wantErr: "is not a file, it's a Directory"},
-		{path: sock, typ: ty(v1.HostPathSocket)},
-		{path: file, typ: ty(v1.HostPathSocket), wantErr: "is not a socket file, it's a File"},
-		{path: "/dev/null", typ: ty(v1.HostPathCharDev)},
-		{path: file, typ: ty(v1.HostPathCharDev), wantErr: "is not a character device, it's a File"},
-		{path: "/dev/null", typ: ty(v1.HostPathBlockDev), wantErr: "is not a block device, it's a CharDevice"},
-		{path: block, typ: ty(v1.HostPathBlockDev)},
-		{path: filepath.Join(dir, "new/dir"), typ: ty(v1.HostPathDirectoryOrCreate), created: os.ModeDir},
-		{path: file, typ: ty(v1.HostPathDirectoryOrCreate), wantErr: "is not a directory, it's a File"},
-		{path: filepath.Join(dir, "newfile"), typ: ty(v1.HostPathFileOrCreate)},
-		{path: dir, typ: ty(v1.HostPathFileOrCreate), wantErr: "is not a file, it's a Directory"},
-		{path: filepath.Join(dir, "no-parent/file"), typ: ty(v1.HostPathFileOrCreate), wantErr: "no such file or directory"},
+		{path: dir, typ: ptr.To(v1.HostPathDirectory)},
+		{path: link, typ: ptr.To(v1.HostPathDirectory)}, // symlinks are followed, as in kubelet
+		{path: file, typ: ptr.To(v1.HostPathDirectory), wantErr: "hostPath type check failed: " + file + " is not a directory, it's a File"},
+		{path: missing, typ: ptr.To(v1.HostPathDirectory), wantErr: "hostPath type check failed, " + missing + " is not a directory, unable to determine its type: path \"" + missing + "\" does not exist"},
+		{path: file, typ: ptr.To(v1.HostPathFile)},
+		{path: dir, typ: ptr.To(v1.HostPathFile), wantErr: "is not a file, it's a Directory"},
+		{path: sock, typ: ptr.To(v1.HostPathSocket)},
+		{path: file, typ: ptr.To(v1.HostPathSocket), wantErr: "is not a socket file, it's a File"},
+		{path: "/dev/null", typ: ptr.To(v1.HostPathCharDev)},
+		{path: file, typ: ptr.To(v1.HostPathCharDev), wantErr: "is not a character device, it's a File"},
+		{path: "/dev/null", typ: ptr.To(v1.HostPathBlockDev), wantErr: "is not a block device, it's a CharDevice"},
+		{path: block, typ: ptr.To(v1.HostPathBlockDev)},
+		{path: filepath.Join(dir, "new/dir"), typ: ptr.To(v1.HostPathDirectoryOrCreate), created: os.ModeDir},
+		{path: file, typ: ptr.To(v1.HostPathDirectoryOrCreate), wantErr: "is not a directory, it's a File"},
+		{path: filepath.Join(dir, "newfile"), typ: ptr.To(v1.HostPathFileOrCreate)},
+		{path: dir, typ: ptr.To(v1.HostPathFileOrCreate), wantErr: "is not a file, it's a Directory"},
+		{path: filepath.Join(dir, "no-parent/file"), typ: ptr.To(v1.HostPathFileOrCreate), wantErr: "no such file or directory"},
 		{path: filepath.Join(dir, "unset-new"), typ: nil, created: os.ModeDir}, // created as a directory, as containerd's CRI does
-		{path: filepath.Join(dir, "unset-empty"), typ: ty(v1.HostPathUnset), created: os.ModeDir},
-		{path: file, typ: ty(v1.HostPathUnset)},
-		{path: "relative/path", typ: ty(v1.HostPathDirectory), wantErr: "must be an absolute path"},
-		{path: dir + "/../etc", typ: ty(v1.HostPathDirectory), wantErr: "must not contain '..'"},
-		{path: dir, typ: ty("Bogus"), wantErr: "Bogus is an invalid volume type"},
+		{path: filepath.Join(dir, "unset-empty"), typ: ptr.To(v1.HostPathUnset), created: os.ModeDir},
+		{path: file, typ: ptr.To(v1.HostPathUnset)},
+		{path: "relative/path", typ: ptr.To(v1.HostPathDirectory), wantErr: "must be an absolute path"},
+		{path: dir + "/../etc", typ: ptr.To(v1.HostPathDirectory), wantErr: "must not contain '..'"},
+		{path: dir, typ: ptr.To[v1.HostPathType]("Bogus"), wantErr: "Bogus is an invalid volume type"},
 	} {
 		name := tc.path
 		if tc.typ != nil {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/internal/procfs"
 )
@@ -172,7 +173,7 @@ func (w *readyWatch) event(obj any) {
 	var ready *bool
 	for _, c := range p.Status.Conditions {
 		if c.Type == v1.PodReady {
-			ready = ptr(c.Status == v1.ConditionTrue)
+			ready = ptr.To(c.Status == v1.ConditionTrue)
 		}
 	}
 	w.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/internal/procfs"
 )
@@ -204,7 +205,7 @@ func (r *Report) finish() {
 		if x == nil || y == nil || *y == 0 {
 			return nil
 		}
-		return ptr(*x / *y)
+		return ptr.To(*x / *y)
 	}
 	row := func(section, metric, unit string, get func(*AgentResult) (float64, bool)) {
 		rw := Row{Section: section, Metric: metric, Unit: unit,
@@ -367,13 +368,11 @@ func (r *Report) finish() {
 	if r.Wasm != nil {
 		for _, b := range r.Wasm.Benchmarks {
 			if v, ok := b.Metrics["ns/op"]; ok {
-				r.Rows = append(r.Rows, Row{Section: "wasm (go test -bench ./wasm/)", Metric: b.Name, Unit: "us/op", Holdfast: ptr(v / 1000)})
+				r.Rows = append(r.Rows, Row{Section: "wasm (go test -bench ./wasm/)", Metric: b.Name, Unit: "us/op", Holdfast: ptr.To(v / 1000)})
 			}
 		}
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // ratioOf divides two figures of an agent, if both were measured and the divisor is positive.
 func ratioOf(num, den func(*AgentResult) (float64, bool)) func(*AgentResult) (float64, bool) {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
@@ -47,7 +48,7 @@ func appPod(name string) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
 		Spec: v1.PodSpec{
-			TerminationGracePeriodSeconds: ptr(int64(2)),
+			TerminationGracePeriodSeconds: ptr.To(int64(2)),
 			Containers: []v1.Container{{
 				Name:    "main",
 				Image:   testenv.BusyboxImage,
@@ -90,7 +91,7 @@ func sleeperPod(name string) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.PodSpec{
-			TerminationGracePeriodSeconds: ptr(int64(2)),
+			TerminationGracePeriodSeconds: ptr.To(int64(2)),
 			Containers: []v1.Container{{
 				Name:    "main",
 				Image:   testenv.BusyboxImage,
@@ -138,7 +139,7 @@ func oomPod(name string) *v1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.PodSpec{
 			RestartPolicy:                 v1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr(int64(2)),
+			TerminationGracePeriodSeconds: ptr.To(int64(2)),
 			Containers: []v1.Container{{
 				Name:      "hog",
 				Image:     testenv.BusyboxImage,
@@ -151,5 +152,3 @@ func oomPod(name string) *v1.Pod {
 
 // staticPods are the firmware's static manifests (firmware/manifests), by mirror pod name.
 var staticPods = []string{"uplink-monitor-" + nodeName, "web-" + nodeName}
-
-func ptr[T any](v T) *T { return &v }

@@ -10,157 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"github.com/containerd/errdefs"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
-	"github.com/holdfast-dev/holdfast/agent/runtime"
-	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
-	"github.com/holdfast-dev/holdfast/agent/runtime/cri"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
-
-const node = "gw-test"
-
-// env is a control plane, a containerd and a CNI network, with a holdfast node agent.
-type env struct {
-	cp    *testenv.ControlPlane
-	cd    *testenv.Containerd
-	cni   *testenv.CNINetwork
-	agent *testenv.Agent
-}
-
-// startEnv starts the environment on the runtime backend under test (testenv.RuntimeUnderTest).
-func startEnv(t *testing.T, withAPI bool, tune func(*config.Config)) *env {
-	return startEnvOn(t, testenv.RuntimeUnderTest(), withAPI, tune)
-}
-
-// startEnvOn starts the environment on the runtime backend given.
-func startEnvOn(t *testing.T, backend string, withAPI bool, tune func(*config.Config)) *env {
-	testenv.RequireIntegration(t)
-	e := &env{}
-	if withAPI {
-		e.cp = testenv.StartControlPlane(t, testenv.ControlPlaneOptions{Nodes: []string{node}})
-	}
-	dir := t.TempDir()
-	cfg := e.startBackend(t, backend, dir)
-	if withAPI {
-		cfg.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
-	}
-	if tune != nil {
-		tune(&cfg)
-	}
-	e.runtimeFollows(cfg)
-	if err := os.MkdirAll(cfg.ManifestDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	e.agent = testenv.StartAgent(t, dir, cfg)
-	return e
-}
-
-// runtimeFollows gives the runtime what a test configured in holdfast where, on the CRI
-// backend, the runtime owns it: the registry hosts (its config_path), as an operator of such a
-// gateway configures both alike.
-func (e *env) runtimeFollows(cfg config.Config) {
-	if e.cd.CRI && cfg.Containerd.RegistryConfigPath != "" {
-		e.cd.UseRegistryConfig(cfg.Containerd.RegistryConfigPath)
-	}
-}
-
-// startBackend starts a containerd and a CNI network for the runtime backend, with the test
-// images, and returns the agent's configuration for them, its paths under dir: holdfast's CNI
-// in its own namespace, or the CRI plugin's network and namespace.
-func (e *env) startBackend(t *testing.T, backend, dir string) config.Config {
-	t.Logf("runtime backend: %s", backend)
-	e.cni = testenv.CNI(t)
-	if backend == config.RuntimeCRI {
-		e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{EnableCRI: true, CNI: e.cni})
-	} else {
-		e.cd = testenv.StartContainerd(t, testenv.ContainerdOptions{})
-	}
-	e.cd.ImportTestImages(context.Background(), e.namespace())
-	cfg := testenv.NewAgentConfig(t, dir, e.cd, e.cni)
-	cfg.NodeName = node
-	if backend == config.RuntimeCRI {
-		cfg.Runtime, cfg.CRIEndpoint = config.RuntimeCRI, "unix://"+e.cd.Address
-	}
-	return cfg
-}
-
-// containers lists holdfast's containers in containerd, by ID: in its namespace, or those
-// the CRI plugin made for it (not the sandboxes' pause containers).
-func (e *env) containers(t *testing.T) map[string]runtime.Container {
-	t.Helper()
-	recs, err := e.cd.Client.ContainerService().List(namespaces.WithNamespace(context.Background(), e.namespace()))
-	if err != nil {
-		t.Fatalf("list containers: %v", err)
-	}
-	out := map[string]runtime.Container{}
-	for _, r := range recs {
-		if e.cd.CRI {
-			if r.Labels["io.holdfast.managed"] == "true" && r.Labels["io.cri-containerd.kind"] == "container" {
-				out[r.ID] = runtime.Container{ID: r.ID, PodUID: r.Labels[cri.LabelPodUID], Name: r.Labels[cri.LabelContainerName]}
-			}
-			continue
-		}
-		out[r.ID] = runtime.Container{ID: r.ID, PodUID: r.Labels[containerd.LabelPodUID], Name: r.Labels[containerd.LabelContainerName]}
-	}
-	return out
-}
-
-// removeContainer removes a container (and its task) from the runtime, as crictl rm or a
-// dead-container GC does.
-func (e *env) removeContainer(t *testing.T, id string) {
-	t.Helper()
-	if e.cd.CRI {
-		testenv.Crictl(t, "unix://"+e.cd.Address, "rm", "-f", id)
-		return
-	}
-	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
-	c, err := e.cd.Client.LoadContainer(ctx, id)
-	if err != nil {
-		t.Fatalf("load container %s: %v", id, err)
-	}
-	if task, err := c.Task(ctx, nil); err == nil {
-		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			t.Fatalf("delete the task of container %s: %v", id, err)
-		}
-	}
-	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		t.Fatalf("delete container %s: %v", id, err)
-	}
-}
-
-// containerOf returns the ID of the pod's container of that name in the runtime: what the
-// runtime named it on the CRI backend, holdfast's name for it on the containerd backend.
-func (e *env) containerOf(t *testing.T, uid types.UID, name string) (string, bool) {
-	t.Helper()
-	for id, c := range e.containers(t) {
-		if c.PodUID == string(uid) && c.Name == name {
-			return id, true
-		}
-	}
-	return "", false
-}
-
-// namespace is the containerd namespace of the agent's images and containers: its own, or the
-// CRI plugin's.
-func (e *env) namespace() string {
-	if e.cd.CRI {
-		return "k8s.io"
-	}
-	return "holdfast"
-}
-
-func int64p(v int64) *int64 { return &v }
-func boolp(v bool) *bool    { return &v }
 
 // TestPodEndToEnd: a two-container pod with its own network, bound to the node through the
 // API, runs; the containers reach each other on localhost; the status says so; deleting the
@@ -174,10 +32,10 @@ func TestPodEndToEnd(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "pair"},
 		Spec: v1.PodSpec{
 			NodeName:                      node,
-			TerminationGracePeriodSeconds: int64p(3),
+			TerminationGracePeriodSeconds: ptr.To[int64](3),
 			// No controller-manager publishes kube-root-ca.crt here; service account volumes
 			// are covered by the volume tests.
-			AutomountServiceAccountToken: boolp(false),
+			AutomountServiceAccountToken: ptr.To(false),
 			Containers: []v1.Container{
 				{
 					Name: "server", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever,
@@ -281,68 +139,6 @@ func TestPodEndToEnd(t *testing.T) {
 	if _, err := os.Stat(netns); !os.IsNotExist(err) {
 		t.Errorf("network namespace %s still exists (%v)", netns, err)
 	}
-}
-
-// sandboxes lists the IDs of the CRI plugin's sandboxes by pod UID (none on the containerd
-// backend, which makes none).
-func (e *env) sandboxes(t *testing.T) map[string][]string {
-	t.Helper()
-	out := map[string][]string{}
-	if !e.cd.CRI {
-		return out
-	}
-	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
-	cs, err := e.cd.Client.Containers(ctx, `labels."io.cri-containerd.kind"==sandbox`)
-	if err != nil {
-		t.Fatalf("list sandboxes: %v", err)
-	}
-	for _, c := range cs {
-		labels, err := c.Labels(ctx)
-		if err != nil {
-			t.Fatalf("labels of sandbox %s: %v", c.ID(), err)
-		}
-		uid := labels[cri.LabelPodUID]
-		out[uid] = append(out[uid], c.ID())
-	}
-	return out
-}
-
-// podNetNS is the path of the pod's network namespace: holdfast's own, or the CRI plugin's,
-// read from the spec of the pod's sandbox container.
-func (e *env) podNetNS(t *testing.T, uid types.UID) string {
-	t.Helper()
-	if !e.cd.CRI {
-		return filepath.Join(e.agent.Config.CNI.NetNSDir, "holdfast-"+string(uid))
-	}
-	ids := e.sandboxes(t)[string(uid)]
-	if len(ids) != 1 {
-		t.Fatalf("the sandbox of pod %s: %v, want one", uid, ids)
-	}
-	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
-	c, err := e.cd.Client.LoadContainer(ctx, ids[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := c.Spec(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range spec.Linux.Namespaces {
-		if ns.Type == specs.NetworkNamespace && ns.Path != "" {
-			return ns.Path
-		}
-	}
-	t.Fatalf("the sandbox of pod %s has no network namespace of its own", uid)
-	return ""
-}
-
-func hasCondition(st v1.PodStatus, t v1.PodConditionType, want v1.ConditionStatus) bool {
-	for _, c := range st.Conditions {
-		if c.Type == t {
-			return c.Status == want
-		}
-	}
-	return false
 }
 
 // TestNodeRegistrationAndLease: the node registers Ready with measured capacity and nodeInfo,
@@ -455,7 +251,7 @@ func TestUnrunnablePodReportsReason(t *testing.T) {
 	pods := e.cp.Admin.CoreV1().Pods("default")
 	mk := func(name, image string) *v1.Pod {
 		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-			NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+			NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 			Containers: []v1.Container{{Name: "c", Image: image, ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "3600"}}},
 		}}
 	}
@@ -514,7 +310,7 @@ func TestNodeAdmission(t *testing.T) {
 	pods := e.cp.Admin.CoreV1().Pods("default")
 	mk := func(name string) *v1.Pod {
 		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-			NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+			NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 			Containers: []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "3600"}}},
 		}}
 	}

@@ -105,24 +105,6 @@ func nodeEvents(t *testing.T, e *env) []string {
 	return out
 }
 
-func (e *env) waitNodeReady(t *testing.T) *v1.Node {
-	t.Helper()
-	var n *v1.Node
-	testenv.Eventually(t, 2*time.Minute, "node Ready", func() error {
-		var err error
-		if n, err = e.cp.Admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{}); err != nil {
-			return err
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue {
-				return nil
-			}
-		}
-		return fmt.Errorf("conditions %+v", n.Status.Conditions)
-	})
-	return n
-}
-
 // TestTLSBootstrap: an agent with only a bootstrap token joins the cluster as kubelets do:
 // its CSR (signer kube-apiserver-client-kubelet, CN system:node:NAME, O system:nodes) is
 // approved by kube-controller-manager's approver and signed; the key and certificate land in

@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
@@ -37,36 +37,9 @@ func ipamFiles(t *testing.T, e *env) []string {
 
 func netPod(name string) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-		NodeName: node, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+		NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 		Containers: []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "3600"}}},
 	}}
-}
-
-func (e *env) waitPodIP(t *testing.T, name string) *v1.Pod {
-	t.Helper()
-	var p *v1.Pod
-	testenv.Eventually(t, 90*time.Second, name+" running with an IP", func() error {
-		var err error
-		if p, err = e.cp.Admin.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{}); err != nil {
-			return err
-		}
-		if p.Status.Phase != v1.PodRunning || p.Status.PodIP == "" {
-			return fmt.Errorf("phase %s, podIP %q", p.Status.Phase, p.Status.PodIP)
-		}
-		return nil
-	})
-	return p
-}
-
-func (e *env) waitPodGone(t *testing.T, name string) {
-	t.Helper()
-	testenv.Eventually(t, 90*time.Second, name+" deleted", func() error {
-		_, err := e.cp.Admin.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there (%v)", err)
-	})
 }
 
 // TestCNIDelAfterRestartAndReboot: a pod's address goes back to IPAM when the pod is deleted

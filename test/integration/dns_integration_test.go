@@ -4,52 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
-	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
-
-// containerOutput is what a container printed, read from its CRI-format log file.
-func containerOutput(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	var out strings.Builder
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.SplitN(line, " ", 4); len(f) == 4 {
-			out.WriteString(f[3])
-			if f[2] == "F" {
-				out.WriteString("\n")
-			}
-		}
-	}
-	return out.String(), nil
-}
-
-// waitOutput waits until the container's log holds marker and returns it.
-func waitOutput(t *testing.T, e *env, pod *v1.Pod, container, marker string) string {
-	t.Helper()
-	path := filepath.Join(e.agent.Config.PodLogDir, logs.PodDirName(pod.Namespace, pod.Name, string(pod.UID)), container, "0.log")
-	var out string
-	testenv.Eventually(t, 90*time.Second, "the output of "+pod.Name, func() error {
-		var err error
-		if out, err = containerOutput(path); err != nil || !strings.Contains(out, marker) {
-			return fmt.Errorf("%v (output %q; status: %s)", err, out, podStatusSummary(context.Background(), e, pod.Name))
-		}
-		return nil
-	})
-	return out
-}
 
 // TestPodDNSPolicies: a pod's /etc/resolv.conf, hostname and /etc/hosts as the kubelet makes
 // them: ClusterFirst gets clusterDNS, the cluster search path before the host's and ndots:5;
@@ -63,14 +29,14 @@ func TestPodDNSPolicies(t *testing.T) {
 	script := "cat /etc/resolv.conf; echo HOSTNAME=$(hostname); cat /etc/hosts; echo END; exec sleep 3600"
 	fqdn := true
 	clusterFirst := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dns-cluster"}, Spec: v1.PodSpec{
-		NodeName: node, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+		NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 		Hostname: "web", Subdomain: "backend", SetHostnameAsFQDN: &fqdn,
 		HostAliases: []v1.HostAlias{{IP: "192.0.2.7", Hostnames: []string{"plc", "plc.lan"}}},
 		Containers:  []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sh", "-c", script}}},
 	}}
 	ndots := "2"
 	none := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dns-none"}, Spec: v1.PodSpec{
-		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 		DNSPolicy: v1.DNSNone, DNSConfig: &v1.PodDNSConfig{Nameservers: []string{"192.0.2.53"}, Searches: []string{"plant.example"},
 			Options: []v1.PodDNSConfigOption{{Name: "ndots", Value: &ndots}}},
 		HostAliases: []v1.HostAlias{{IP: "192.0.2.8", Hostnames: []string{"historian"}}},
@@ -121,7 +87,7 @@ func TestPodDNSWithoutClusterDNS(t *testing.T) {
 	e := startEnv(t, true, nil)
 	ctx := context.Background()
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dns-fallback"}, Spec: v1.PodSpec{
-		NodeName: node, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+		NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 		Containers: []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever,
 			Command: []string{"sh", "-c", "cat /etc/resolv.conf; echo END; exec sleep 3600"}}},
 	}}

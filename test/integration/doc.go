@@ -9,7 +9,12 @@
 // on the containerd backend and, with HOLDFAST_TEST_RUNTIME=cri, on the CRI one (make test
 // runs CRI_SLICE of them there; make test-cri all of them).
 //
-// The tests are in *_integration_test.go, one file per theme.
+// The tests are in *_integration_test.go, one file per theme. What more than one file uses
+// lives in helpers_*_test.go: the environment and its starters (helpers_env_test.go), pods and
+// containers as tests write them (helpers_pods_test.go), waiting for what the agent reports
+// (helpers_wait_test.go), looking into the runtime beside the agent (helpers_runtime_test.go),
+// and the agent's own endpoints, metrics and state (helpers_agent_test.go). A helper only one
+// test file uses stays in that file.
 //
 // Under go test -short every test skips (testenv.RequireIntegration); otherwise a missing
 // prerequisite fails the test.

@@ -3,39 +3,19 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
-
-// containerEnvFromLog reads the KEY=VALUE lines a container printed (`env`) from its log file,
-// in the CRI format (TIMESTAMP STREAM P|F MESSAGE) or as plain lines.
-func containerEnvFromLog(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.SplitN(line, " ", 4); len(f) == 4 && (f[1] == "stdout" || f[1] == "stderr") && (f[2] == "F" || f[2] == "P") {
-			line = f[3]
-		}
-		if k, v, ok := strings.Cut(line, "="); ok {
-			out[k] = v
-		}
-	}
-	return out, nil
-}
 
 func cmRef(name, key string, optional bool) *v1.EnvVarSource {
 	return &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: name}, Key: key, Optional: &optional}}
@@ -64,7 +44,7 @@ func TestEnvFromAPIObjects(t *testing.T) {
 	}
 	div := func(s string) resource.Quantity { return resource.MustParse(s) }
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "envs"}, Spec: v1.PodSpec{
-		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 		Containers: []v1.Container{{
 			Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever,
 			Command: []string{"sh", "-c", "env; exec sleep 3600"},
@@ -75,7 +55,7 @@ func TestEnvFromAPIObjects(t *testing.T) {
 			EnvFrom: []v1.EnvFromSource{
 				{Prefix: "CFG_", ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "env-config"}}},
 				{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "env-secret"}}},
-				{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "not-there"}, Optional: boolp(true)}},
+				{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "not-there"}, Optional: ptr.To(true)}},
 			},
 			Env: []v1.EnvVar{
 				{Name: "LEVEL", ValueFrom: cmRef("env-config", "LEVEL", false)},
@@ -96,7 +76,7 @@ func TestEnvFromAPIObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "env-missing"}, Spec: v1.PodSpec{
-		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 		Containers: []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "3600"},
 			Env: []v1.EnvVar{{Name: "P", ValueFrom: secretRef("late-env-secret", "password", false)}}}},
 	}}

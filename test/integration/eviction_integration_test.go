@@ -60,23 +60,6 @@ func memAvailable(t *testing.T) int64 {
 	return 0
 }
 
-// waitFailed waits until the pod is Failed in the API with the reason and returns it.
-func (e *env) waitFailed(t *testing.T, name, reason string, timeout time.Duration) *v1.Pod {
-	t.Helper()
-	var p *v1.Pod
-	testenv.Eventually(t, timeout, name+" Failed with "+reason, func() error {
-		var err error
-		if p, err = e.cp.Admin.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{}); err != nil {
-			return err
-		}
-		if p.Status.Phase != v1.PodFailed || p.Status.Reason != reason {
-			return fmt.Errorf("phase %s, reason %q, message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
-		}
-		return nil
-	})
-	return p
-}
-
 // waitNodeCondition waits until the node's condition is True.
 func (e *env) waitNodeCondition(t *testing.T, c v1.NodeConditionType) {
 	t.Helper()
@@ -110,19 +93,6 @@ func (e *env) requireEvictedEvent(t *testing.T, p *v1.Pod) {
 		}
 		return fmt.Errorf("events %+v", evs.Items)
 	})
-}
-
-// requireUntouched checks a pod runs on, its container never restarted.
-func (e *env) requireUntouched(t *testing.T, name string) {
-	t.Helper()
-	p, err := e.cp.Admin.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Status.Phase != v1.PodRunning || p.Status.Reason != "" || len(p.Status.ContainerStatuses) != 1 ||
-		p.Status.ContainerStatuses[0].RestartCount != 0 || p.Status.ContainerStatuses[0].State.Running == nil {
-		t.Errorf("%s was touched: phase %s, reason %q, containers %+v", name, p.Status.Phase, p.Status.Reason, p.Status.ContainerStatuses)
-	}
 }
 
 // TestEvictionMemoryPressure: a BestEffort pod holding memory in a real containerd is

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/internal/failpoint"
-	"github.com/holdfast-dev/holdfast/offline"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
@@ -123,21 +122,6 @@ func (e *env) stopAtFailpoint(t *testing.T, arm, marker string) {
 		return err
 	})
 	e.agent.Kill()
-}
-
-// openStore opens the state database of the stopped or killed agent as its next start would;
-// the test closes it.
-func (e *env) openStore(t *testing.T) (*offline.BoltStore, offline.OpenReport) {
-	t.Helper()
-	key, err := offline.LoadKey(e.agent.Config.StateKeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, report, err := offline.Open(filepath.Join(e.agent.Config.StateDir, "state.db"), offline.Options{Key: key})
-	if err != nil {
-		t.Fatalf("open the agent's state database: %v", err)
-	}
-	return store, report
 }
 
 // requireStoreHasPods opens the state database of the killed agent as the next start would,

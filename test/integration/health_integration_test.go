@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,18 +14,6 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
-
-// healthz asks the agent's /healthz and returns the status code and body.
-func (e *env) healthz() (int, string, error) {
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + e.agent.Config.HealthzAddress + "/healthz")
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b)), err
-}
 
 // nodeReady returns the Node's Ready condition as the API has it.
 func (e *env) nodeReady() (v1.NodeCondition, error) {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/metrics/metricstest"
 	"github.com/holdfast-dev/holdfast/test/testenv"
@@ -47,7 +47,7 @@ func TestKubectl(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "ops"},
 		Spec: v1.PodSpec{
 			NodeName:                      node,
-			TerminationGracePeriodSeconds: int64p(1),
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Volumes:                       []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}},
 			Containers: []v1.Container{
 				counterContainer(),
@@ -437,75 +437,6 @@ func TestKubectl(t *testing.T) {
 	})
 }
 
-// kubectl runs upstream kubectl (hack/tools/kubectl) against the test's apiserver as its
-// admin, in namespace default: the operator's tool, driving the node API through the apiserver.
-type kubectl struct {
-	kubeconfig, home string
-}
-
-func newKubectl(t *testing.T, e *env) *kubectl {
-	return &kubectl{kubeconfig: e.cp.WriteAdminKubeconfig(), home: t.TempDir()}
-}
-
-// Cmd is kubectl with args, killed when ctx ends.
-func (k *kubectl) Cmd(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, testenv.KubectlPath(), append([]string{"--namespace=default"}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+k.kubeconfig, "HOME="+k.home)
-	return cmd
-}
-
-// Run runs kubectl with args and stdin and returns its stdout; an error carries its stderr.
-func (k *kubectl) Run(ctx context.Context, stdin string, args ...string) (string, error) {
-	cmd := k.Cmd(ctx, args...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out), nil
-}
-
-// PortForward starts `kubectl port-forward target :port` and returns the local port kubectl
-// announces. kubectl is stopped when t ends.
-func (k *kubectl) PortForward(t *testing.T, ctx context.Context, target string, port int) string {
-	t.Helper()
-	cmd := k.Cmd(ctx, "port-forward", target, ":"+strconv.Itoa(port))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr testenv.SyncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	drained := make(chan struct{})
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-drained // before Wait, which closes the pipe
-		_ = cmd.Wait()
-	})
-	lines := bufio.NewScanner(out)
-	forwarding := regexp.MustCompile(`^Forwarding from 127\.0\.0\.1:(\d+) -> ` + strconv.Itoa(port) + `$`)
-	local := ""
-	for local == "" && lines.Scan() {
-		if m := forwarding.FindStringSubmatch(lines.Text()); m != nil {
-			local = m[1]
-		}
-	}
-	// kubectl logs each connection it forwards: keep reading, or it blocks on a full pipe.
-	go func() {
-		defer close(drained)
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	if local == "" {
-		t.Fatalf("kubectl port-forward %s: no local port announced (%v); stderr: %s", target, lines.Err(), stderr.String())
-	}
-	return local
-}
-
 // containerCgroup is where a container's process is accounted, read straight from the
 // cgroup file system (v1 or v2), apart from holdfast's own reading of it.
 type containerCgroup struct {
@@ -594,16 +525,4 @@ func (cg containerCgroup) read(t *testing.T) cgroupReading {
 		r.workingSet = usage - inactive
 	}
 	return r
-}
-
-// sttySize is a shell command that prints the terminal's size as `stty size` does. The CRI
-// runtime starts an exec's command first and sets its terminal's size just after (as with the
-// kubelet), so a command typed at once may run on a terminal of no size yet (busybox's stty
-// then says "stty: standard input"): on that backend it waits for a size, 5 s at most, as
-// TestNodeAPI's exec tty does.
-func (e *env) sttySize() string {
-	if e.cd.CRI {
-		return `for i in $(seq 50); do case "$(stty size 2>/dev/null)" in ""|"0 0") sleep 0.1;; *) break;; esac; done; stty size`
-	}
-	return "stty size"
 }

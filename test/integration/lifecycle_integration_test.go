@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,25 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
-	"github.com/holdfast-dev/holdfast/agent/runtime"
-	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
-	"github.com/holdfast-dev/holdfast/agent/runtime/cri"
 
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
-
-func step(name, script string) v1.Container {
-	return v1.Container{Name: name, Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sh", "-c", script}}
-}
 
 // TestInitContainersAndSidecar: init containers run in order, each to success, before the app
 // containers; a failing one is retried (restartCount, lastState) and the pod stays Pending
@@ -145,7 +136,7 @@ func TestSidecarsStopLast(t *testing.T) {
 	proxy, logs := onTerm("proxy", ""), onTerm("logs", "")
 	proxy.RestartPolicy, logs.RestartPolicy = &always, &always
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sidecars"}, Spec: v1.PodSpec{
-		NodeName: node, TerminationGracePeriodSeconds: int64p(20),
+		NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](20),
 		InitContainers: []v1.Container{proxy, logs},
 		Containers:     []v1.Container{onTerm("app", "sleep 2;")},
 		Volumes: []v1.Volume{{Name: "report", VolumeSource: v1.VolumeSource{
@@ -280,7 +271,7 @@ func TestLifecycleHooks(t *testing.T) {
 	ctx := context.Background()
 	pods := e.cp.Admin.CoreV1().Pods("default")
 	pod := sleeperPod("hooked", true)
-	pod.Spec.TerminationGracePeriodSeconds = int64p(10)
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
 	// The server logs every request (httpd -v) so the preStop GET shows in its log; the exec
 	// hooks write where the test can see them through the server's document root.
 	pod.Spec.Containers[0] = step("web", "mkdir -p /www && exec httpd -f -v -p 127.0.0.1:18080 -h /www")
@@ -331,54 +322,11 @@ func TestLifecycleHooks(t *testing.T) {
 
 func intstrFrom(port int) intstr.IntOrString { return intstr.FromInt32(int32(port)) }
 
-// exec runs a command in a running container through holdfast's own runtime package.
-func (e *env) exec(containerID string, cmd ...string) (string, error) {
-	ctx := context.Background()
-	var rt interface {
-		Exec(context.Context, string, []string, runtime.ExecOptions) (runtime.ExecResult, error)
-		Close() error
-	}
-	var err error
-	if e.cd.CRI {
-		rt, err = cri.Connect(ctx, cri.Config{Endpoint: e.cd.Address}, slog.New(slog.DiscardHandler))
-	} else {
-		rt, err = containerd.Connect(ctx, e.cd.Address, "holdfast", slog.New(slog.DiscardHandler))
-	}
-	if err != nil {
-		return "", err
-	}
-	defer rt.Close()
-	res, err := rt.Exec(ctx, containerID, cmd, runtime.ExecOptions{Timeout: 10 * time.Second})
-	if err != nil {
-		return "", err
-	}
-	if res.ExitCode != 0 {
-		return string(res.Output), fmt.Errorf("exit code %d", res.ExitCode)
-	}
-	return string(res.Output), nil
-}
-
-// taskRunning reports whether the container's task runs in containerd.
-func (e *env) taskRunning(t *testing.T, containerID string) bool {
-	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
-	c, err := e.cd.Client.LoadContainer(ctx, containerID)
-	if err != nil {
-		return false
-	}
-	task, err := c.Task(ctx, nil)
-	if err != nil {
-		return false
-	}
-	st, err := task.Status(ctx)
-	return err == nil && st.Status == client.Running
-}
-
 // slowToStopPod is a pod that takes its whole grace period to stop: container "deaf" ignores
 // SIGTERM, container "hooked" has a preStop hook that touches /prestop-started and never ends.
 func slowToStopPod(name string, grace time.Duration) *v1.Pod {
 	pod := sleeperPod(name, false)
-	pod.Spec.TerminationGracePeriodSeconds = int64p(int64(grace / time.Second))
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](int64(grace / time.Second))
 	pod.Spec.Containers = []v1.Container{
 		step("deaf", "trap '' TERM; sleep 3600"), // sh as PID 1 ignores SIGTERM explicitly
 		step("hooked", "exec sleep 3600"),
@@ -416,7 +364,7 @@ func TestShorterGracePeriodCutsTerminationShort(t *testing.T) {
 		_, err := e.exec(hooked, "sh", "-c", "test -e /prestop-started")
 		return err
 	})
-	if err := pods.Delete(ctx, "slow", metav1.DeleteOptions{GracePeriodSeconds: int64p(2)}); err != nil {
+	if err := pods.Delete(ctx, "slow", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](2)}); err != nil {
 		t.Fatal(err)
 	}
 	shortened := time.Now()

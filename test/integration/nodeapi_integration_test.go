@@ -28,8 +28,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	utilexec "k8s.io/utils/exec"
+	"k8s.io/utils/ptr"
 
-	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
@@ -52,7 +52,7 @@ func TestNodeAPI(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "nodeapi"},
 		Spec: v1.PodSpec{
 			NodeName:                      node,
-			TerminationGracePeriodSeconds: int64p(1),
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Volumes:                       []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}},
 			Containers: []v1.Container{
 				counterContainer(),
@@ -104,16 +104,16 @@ func TestNodeAPI(t *testing.T) {
 			}
 			return nil
 		})
-		if got, err := getLogs(&v1.PodLogOptions{Container: "counter", TailLines: int64p(2)}); err != nil || got != "line 2\nline 3\n" {
+		if got, err := getLogs(&v1.PodLogOptions{Container: "counter", TailLines: ptr.To[int64](2)}); err != nil || got != "line 2\nline 3\n" {
 			t.Errorf("tailLines=2: %q, %v", got, err)
 		}
 		if got, err := getLogs(&v1.PodLogOptions{Container: "counter", Previous: true}); err != nil || got != "run 1\nline 1\nline 2\nline 3\n" {
 			t.Errorf("previous: %q, %v", got, err)
 		}
-		if got, err := getLogs(&v1.PodLogOptions{Container: "counter", LimitBytes: int64p(8)}); err != nil || got != "run 2\nli" {
+		if got, err := getLogs(&v1.PodLogOptions{Container: "counter", LimitBytes: ptr.To[int64](8)}); err != nil || got != "run 2\nli" {
 			t.Errorf("limitBytes=8: %q, %v", got, err)
 		}
-		got, err := getLogs(&v1.PodLogOptions{Container: "counter", Timestamps: true, TailLines: int64p(1)})
+		got, err := getLogs(&v1.PodLogOptions{Container: "counter", Timestamps: true, TailLines: ptr.To[int64](1)})
 		if ts, rest, _ := strings.Cut(got, " "); err != nil || rest != "line 3\n" {
 			t.Errorf("timestamps: %q, %v", got, err)
 		} else if _, perr := time.Parse(time.RFC3339Nano, ts); perr != nil {
@@ -473,50 +473,6 @@ func upgrade(ctx context.Context, t *testing.T, method, url, token string) (int,
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, string(b)
-}
-
-// startNodeAPIEnv starts a control plane whose apiserver reaches the node API (its kubelet
-// client certificate's CA is the agent's client CA) and the agent, restarts backing off from 1 s.
-func startNodeAPIEnv(t *testing.T) *env {
-	return startEnvFor(t, &testenv.ControlPlaneOptions{Nodes: []string{node}}, func(e *env, c *config.Config) {
-		c.Kubeconfig = e.cp.WriteNodeKubeconfig(node)
-		c.Authentication.X509.ClientCAFile = e.cp.KubeletClientCAFile()
-		c.Pods.BackOffBase = config.D(time.Second)
-	}, nil)
-}
-
-// waitNodeAPIAdvertised waits until the Node advertises the agent's node API port (what the
-// apiserver dials, directly or through a tunnel) and returns its InternalIP.
-func waitNodeAPIAdvertised(t *testing.T, ctx context.Context, e *env) string {
-	t.Helper()
-	var nodeIP string
-	testenv.Eventually(t, 60*time.Second, "node advertises its API", func() error {
-		n, err := e.cp.Admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if p := n.Status.DaemonEndpoints.KubeletEndpoint.Port; int(p) != e.agent.Config.NodeAPIPort() {
-			return fmt.Errorf("kubeletEndpoint port %d, want %d", p, e.agent.Config.NodeAPIPort())
-		}
-		for _, a := range n.Status.Addresses {
-			if a.Type == v1.NodeInternalIP {
-				nodeIP = a.Address
-				return nil
-			}
-		}
-		return fmt.Errorf("no InternalIP in %v", n.Status.Addresses)
-	})
-	return nodeIP
-}
-
-// counterContainer prints "run N" and three lines; run 1 exits 1, run 2 stays. It counts in
-// the pod's emptyDir volume "data", which survives the restart.
-func counterContainer() v1.Container {
-	return v1.Container{
-		Name: "counter", Image: "docker.io/holdfast/busybox:test",
-		Command:      []string{"sh", "-c", `n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo "run $n"; echo "line 1"; echo "line 2"; echo "line 3"; if [ $n -ge 2 ]; then exec sleep 3600; fi; exit 1`},
-		VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/data"}},
-	}
 }
 
 // fixedSize is a terminal of one size: it reports it once, then nothing until the end.

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
@@ -20,87 +21,10 @@ import (
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
-func quickBackoff(c *config.Config) {
-	c.Pods.BackOffBase = config.D(time.Second)
-	c.Pods.BackOffMax = config.D(2 * time.Second)
-	c.NodeStatus.LeaseRenewInterval = config.D(time.Second)
-	c.NodeStatus.LeaseDuration = config.D(5 * time.Second)
-	c.NodeStatus.UpdateFrequency = config.D(2 * time.Second)
-}
-
-func sleeperPod(name string, hostNetwork bool) *v1.Pod {
-	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-		NodeName: node, HostNetwork: hostNetwork, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
-		// Longer than any soak: `make soak`'s two hours of TestLinkFlapping saw its steady pod's
-		// `sleep 3600` end after one, and the restart that rightly followed fail the test.
-		Containers: []v1.Container{{Name: "main", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "1000000"}}},
-	}}
-}
-
-// localPod returns the pod as the agent itself reports it (no apiserver involved).
-func (e *env) localPod(name string) (status.PodView, error) {
-	pods, err := e.agent.Pods(context.Background())
-	if err != nil {
-		return status.PodView{}, err
-	}
-	for _, p := range pods {
-		if p.Name == name {
-			return p, nil
-		}
-	}
-	return status.PodView{}, fmt.Errorf("agent does not report pod %s", name)
-}
-
-func (e *env) waitLocalRunning(t *testing.T, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		testenv.Eventually(t, 90*time.Second, "agent reports "+n+" Running", func() error {
-			p, err := e.localPod(n)
-			if err != nil {
-				return err
-			}
-			if p.Status.Phase != v1.PodRunning {
-				return fmt.Errorf("phase %s", p.Status.Phase)
-			}
-			return nil
-		})
-	}
-}
-
-func (e *env) waitAPIRunning(t *testing.T, names ...string) map[string]*v1.Pod {
-	t.Helper()
-	out := map[string]*v1.Pod{}
-	for _, n := range names {
-		testenv.Eventually(t, 90*time.Second, n+" Running in the API", func() error {
-			p, err := e.cp.Admin.CoreV1().Pods("default").Get(context.Background(), n, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if p.Status.Phase != v1.PodRunning || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
-				return fmt.Errorf("phase %s %+v", p.Status.Phase, p.Status.ContainerStatuses)
-			}
-			out[n] = p
-			return nil
-		})
-	}
-	return out
-}
-
 // crashyUIDs remembers the UID of the crashing pod per test, read while the apiserver is up.
 var crashyUIDs = map[string]string{}
 
 func crashyUID(t *testing.T, _ *env) string { return crashyUIDs[t.Name()] }
-
-func mustUID(t *testing.T, e *env, name string) string {
-	t.Helper()
-	p, err := e.cp.Admin.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(p.UID)
-}
-
-func containerIDOf(p *v1.Pod) string { return p.Status.ContainerStatuses[0].ContainerID }
 
 // TestOfflineRestartAndReconnect covers a gateway losing its apiserver: the agent is killed
 // and started again with the apiserver still down (every pod keeps running, no container is
@@ -124,7 +48,7 @@ func TestOfflineRestartAndReconnect(t *testing.T) {
 
 	// The agent dies; meanwhile the pod "doomed" is deleted and the apiserver goes away.
 	e.agent.Kill()
-	if err := pods.Delete(ctx, "doomed", metav1.DeleteOptions{GracePeriodSeconds: int64p(0)}); err != nil {
+	if err := pods.Delete(ctx, "doomed", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	e.cp.Stop()
@@ -243,7 +167,7 @@ func userPod(name string, hostNetwork bool) *v1.Pod {
 	script := `[ -s /data/first ] || cat /proc/sys/kernel/random/uuid > /data/first; echo start >> /data/starts; ` +
 		`[ -s /scratch/mem ] || echo in-memory > /scratch/mem; exec sleep 3600`
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-		NodeName: node, HostNetwork: hostNetwork, TerminationGracePeriodSeconds: int64p(1),
+		NodeName: node, HostNetwork: hostNetwork, TerminationGracePeriodSeconds: ptr.To[int64](1),
 		Containers: []v1.Container{{
 			Name: "main", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever,
 			Command: []string{"sh", "-c", script},

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/test/testenv"
@@ -24,7 +25,7 @@ import (
 // account token mounted (as the API defaults it), containers that run scripts and exit.
 func finishedPod(name string, containers ...v1.Container) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-		NodeName: node, RestartPolicy: v1.RestartPolicyNever, TerminationGracePeriodSeconds: int64p(1),
+		NodeName: node, RestartPolicy: v1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr.To[int64](1),
 		Containers: containers,
 	}}
 }
@@ -166,7 +167,7 @@ func TestActiveDeadlineSeconds(t *testing.T) {
 	ctx := context.Background()
 	pods := e.cp.Admin.CoreV1().Pods("default")
 	pod := sleeperPod("deadline", true)
-	pod.Spec.ActiveDeadlineSeconds = int64p(5)
+	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](5)
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +380,7 @@ func TestDeletionCancelsBlockedSync(t *testing.T) {
 	ctx := context.Background()
 	pods := e.cp.Admin.CoreV1().Pods("default")
 	pod := sleeperPod("stuck", true)
-	pod.Spec.TerminationGracePeriodSeconds = int64p(3600) // the API bounds a sleep hook by it
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3600) // the API bounds a sleep hook by it
 	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 3600}}}
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
@@ -392,7 +393,7 @@ func TestDeletionCancelsBlockedSync(t *testing.T) {
 		}
 		return nil
 	})
-	if err := pods.Delete(ctx, "stuck", metav1.DeleteOptions{GracePeriodSeconds: int64p(2)}); err != nil {
+	if err := pods.Delete(ctx, "stuck", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](2)}); err != nil {
 		t.Fatal(err)
 	}
 	deleted := time.Now()

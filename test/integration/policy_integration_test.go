@@ -14,26 +14,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/test/testenv"
-	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )
-
-// withPolicy builds an example policy from source into a policy dir of its own, with the
-// given policies.yaml entry, and returns the config change that makes it the node's policy.
-func withPolicy(t *testing.T, pkgDir, entry string) func(*config.Config) {
-	module := wasmtest.BuildGo(t, pkgDir)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, filepath.Base(pkgDir)+".wasm"), module, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := "apiVersion: holdfast.dev/v1alpha1\nkind: PolicyConfig\npolicies:\n" + entry
-	if err := os.WriteFile(filepath.Join(dir, "policies.yaml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return func(c *config.Config) {
-		quickBackoff(c)
-		c.PolicyDir = dir
-	}
-}
 
 // registriesRego is the allowed-registries example written in Rego, as a cluster that keeps its
 // admission rules in OPA has it.
@@ -148,20 +129,4 @@ func testAdmissionPolicy(t *testing.T, install func(*config.Config), policy, kin
 	e.cp.Stop()
 	manifest := strings.Replace(fmt.Sprintf(staticPod, "x"), "docker.io/holdfast/busybox:test", "docker.io/elsewhere/busybox:test", 1)
 	e.judgeStaticPod(t, manifest, "static pod denied offline", 60*time.Second, judged)
-}
-
-// judgeStaticPod writes manifest as the static pod "sensor" and waits until check accepts the
-// status the agent gives it, which it reads from the agent's own socket (no apiserver needed).
-func (e *env) judgeStaticPod(t *testing.T, manifest, what string, timeout time.Duration, check func(v1.PodStatus) error) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(e.agent.Config.ManifestDir, "sensor.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, timeout, what, func() error {
-		p, err := e.localPod("sensor-" + node)
-		if err != nil {
-			return err
-		}
-		return check(p.Status)
-	})
 }

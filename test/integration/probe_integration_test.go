@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
@@ -32,8 +33,8 @@ func probePod(name, command string, mod func(*v1.Container)) *v1.Pod {
 		Spec: v1.PodSpec{
 			NodeName: node,
 			// busybox as PID 1 ignores SIGTERM: a liveness kill ends with SIGKILL after 1 s.
-			TerminationGracePeriodSeconds: int64p(1),
-			AutomountServiceAccountToken:  boolp(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			AutomountServiceAccountToken:  ptr.To(false),
 			Containers:                    []v1.Container{c},
 		},
 	}
@@ -146,18 +147,6 @@ func (e *probeEnv) event(pod, reason string, parts ...string) v1.Event {
 		return fmt.Errorf("events %q", seen)
 	})
 	return found
-}
-
-// consistently checks cond every 200ms for d; it fails t at the first violation.
-func consistently(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if err := cond(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func readyCondition(p *v1.Pod, t v1.PodConditionType) v1.ConditionStatus {

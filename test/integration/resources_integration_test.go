@@ -12,37 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd/v2/pkg/namespaces"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
-	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
-
-// podLog returns what a container of a pod printed (attempt 0).
-func (e *env) podLog(t *testing.T, p *v1.Pod, container string) string {
-	t.Helper()
-	b, _ := os.ReadFile(filepath.Join(e.agent.Config.PodLogDir, logs.PodDirName(p.Namespace, p.Name, string(p.UID)), container, "0.log"))
-	return string(b)
-}
-
-// taskPid returns the host PID of a running container's process.
-func (e *env) taskPid(t *testing.T, containerID string) int {
-	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), e.namespace())
-	c, err := e.cd.Client.LoadContainer(ctx, containerID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	task, err := c.Task(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(task.Pid())
-}
 
 // cgroupFile reads a file of a running container's cgroup for a controller ("devices/devices.list").
 func (e *env) cgroupFile(t *testing.T, containerID, file string) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/apparmor"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/test/testenv"
@@ -87,7 +88,7 @@ func TestSecurityContextAndNamespaces(t *testing.T) {
 
 	newPod := func(name string, hostNetwork bool, sc *v1.SecurityContext) *v1.Pod {
 		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-			NodeName: node, HostNetwork: hostNetwork, TerminationGracePeriodSeconds: int64p(1),
+			NodeName: node, HostNetwork: hostNetwork, TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Containers: []v1.Container{{Name: "main", Image: testenv.BusyboxImage, Command: []string{"sleep", "3600"}, SecurityContext: sc}},
 		}}
 	}
@@ -95,7 +96,7 @@ func TestSecurityContextAndNamespaces(t *testing.T) {
 		Capabilities: &v1.Capabilities{Drop: []v1.Capability{"ALL"}, Add: []v1.Capability{"NET_BIND_SERVICE", "CHOWN"}}})
 	noRaw := newPod("caps-no-raw", true, &v1.SecurityContext{RunAsUser: &root, Capabilities: &v1.Capabilities{Drop: []v1.Capability{"NET_RAW"}}})
 	plain := newPod("plain", false, nil)
-	groupOnly := newPod("group-only", true, &v1.SecurityContext{RunAsGroup: int64p(3456)})
+	groupOnly := newPod("group-only", true, &v1.SecurityContext{RunAsGroup: ptr.To[int64](3456)})
 	hostNS := newPod("host-ns", true, nil)
 	hostNS.Spec.HostPID, hostNS.Spec.HostIPC = true, true
 	sysctls := newPod("sysctls", false, nil)
@@ -107,18 +108,18 @@ func TestSecurityContextAndNamespaces(t *testing.T) {
 	unsafe := newPod("sysctl-unsafe", true, nil)
 	unsafe.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "kernel.msgmax", Value: "65536"}}}
 	seccompLocal := newPod("seccomp-local", true, &v1.SecurityContext{SeccompProfile: &v1.SeccompProfile{
-		Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: strp("profiles/deny-mkdir.json")}})
+		Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("profiles/deny-mkdir.json")}})
 	seccompMissing := newPod("seccomp-missing", true, &v1.SecurityContext{SeccompProfile: &v1.SeccompProfile{
-		Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: strp("profiles/absent.json")}})
+		Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("profiles/absent.json")}})
 	appArmor := newPod("apparmor", true, &v1.SecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}})
 	// fsGroup: a non-root user reaches its volumes through the group, as with kubelet.
 	fsGroup := newPod("fsgroup", true, nil)
-	fsGroup.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: int64p(1000), FSGroup: int64p(2000),
-		FSGroupChangePolicy: ptrTo(v1.FSGroupChangeOnRootMismatch)}
+	fsGroup.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), FSGroup: ptr.To[int64](2000),
+		FSGroupChangePolicy: ptr.To(v1.FSGroupChangeOnRootMismatch)}
 	fsGroup.Spec.Volumes = []v1.Volume{
 		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 		{Name: "mem", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}},
-		{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "creds", DefaultMode: ptrTo[int32](0o400)}}},
+		{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "creds", DefaultMode: ptr.To[int32](0o400)}}},
 	}
 	fsGroup.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}, {Name: "mem", MountPath: "/mem"}, {Name: "creds", MountPath: "/creds"}}
 	if _, err := e.cp.Admin.CoreV1().Secrets("default").Create(ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"},
@@ -291,7 +292,3 @@ func TestSecurityContextAndNamespaces(t *testing.T) {
 		return nil
 	})
 }
-
-func strp(s string) *string { return &s }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	agentnode "github.com/holdfast-dev/holdfast/agent/node"
 	"github.com/holdfast-dev/holdfast/test/testenv"
@@ -22,7 +23,7 @@ import (
 
 func envPod(name string, links *bool) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 		EnableServiceLinks: links,
 		Containers: []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever,
 			Command: []string{"sh", "-c", "env; echo END=1; exec sleep 3600"}}},
@@ -49,7 +50,7 @@ func TestServiceLinkEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlinked, err := core.Pods("default").Create(ctx, envPod("unlinked", boolp(false)), metav1.CreateOptions{})
+	unlinked, err := core.Pods("default").Create(ctx, envPod("unlinked", ptr.To(false)), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestHostPort(t *testing.T) {
 	ln.Close()
 	web := func(name string) *v1.Pod {
 		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-			NodeName: node, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+			NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 			Containers: []v1.Container{{Name: "web", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever,
 				Command: []string{"sh", "-c", "mkdir -p /www && echo hello-from-" + name + " > /www/index.html && exec httpd -f -p 80 -h /www"},
 				Ports:   []v1.ContainerPort{{ContainerPort: 80, HostPort: int32(hostPort), Protocol: v1.ProtocolTCP}}}},

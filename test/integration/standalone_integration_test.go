@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -18,19 +17,6 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
-
-const staticPod = `apiVersion: v1
-kind: Pod
-metadata:
-  name: sensor
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: reader
-    image: docker.io/holdfast/busybox:test
-    imagePullPolicy: Never
-    command: ["sh", "-c", "echo reading %s; exec sleep 3600"]
-`
 
 // TestStandaloneStaticPods: with no apiserver at all, the pods of the manifest directory run;
 // a malformed manifest beside them is reported with its path and hurts nothing; editing a
@@ -139,15 +125,6 @@ func (e *env) storedPods(t *testing.T) []string {
 		names = append(names, r.Pod.Name+"/"+string(r.UID))
 	}
 	return names
-}
-
-func containerIDs[T any](m map[string]T) []string {
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 // TestPreloadedImagesBootOfflineGateway: a fresh gateway with no registry and no images in

@@ -2,36 +2,13 @@ package integration
 
 import (
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
-	"github.com/holdfast-dev/holdfast/test/testenv"
 )
-
-// startEnvFor is startEnv with the control plane's options (nil: standalone), a setup that
-// sees the environment before the agent starts, and variables added to the agent's environment.
-func startEnvFor(t *testing.T, cpOpts *testenv.ControlPlaneOptions, setup func(*env, *config.Config), agentEnv []string) *env {
-	testenv.RequireIntegration(t)
-	e := &env{}
-	if cpOpts != nil {
-		e.cp = testenv.StartControlPlane(t, *cpOpts)
-	}
-	dir := t.TempDir()
-	cfg := e.startBackend(t, testenv.RuntimeUnderTest(), dir)
-	if setup != nil {
-		setup(e, &cfg)
-	}
-	e.runtimeFollows(cfg)
-	if err := os.MkdirAll(cfg.ManifestDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	e.agent = testenv.StartAgentEnv(t, dir, cfg, agentEnv)
-	return e
-}
 
 // notifySocket plays systemd's side of sd_notify: a unix datagram socket whose messages arrive
 // on the returned channel until the test ends.

@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/test/testenv"
@@ -51,7 +52,7 @@ func TestNodeAPIThroughKonnectivity(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "tunneled"},
 		Spec: v1.PodSpec{
 			NodeName:                      node,
-			TerminationGracePeriodSeconds: int64p(1),
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Containers: []v1.Container{{
 				Name: "web", Image: "docker.io/holdfast/busybox:test", ImagePullPolicy: v1.PullNever,
 				Command: []string{"sh", "-c", `echo "hello through the tunnel"; mkdir -p /www && echo "served through konnectivity" > /www/index.html && exec httpd -f -p 8080 -h /www`},

@@ -16,20 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
-
-// publishRootCA does what kube-controller-manager's root CA publisher does in a real cluster:
-// the kube-root-ca.crt ConfigMap that every service account volume projects.
-func publishRootCA(t *testing.T, e *env, namespace string) {
-	t.Helper()
-	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: namespace},
-		Data: map[string]string{"ca.crt": string(e.cp.CAData())}}
-	if _, err := e.cp.Admin.CoreV1().ConfigMaps(namespace).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
 
 // readReport parses the key=value lines a test container writes, "" if the file is not there
 // yet.
@@ -74,22 +64,6 @@ func mountOf(t *testing.T, dir string) string {
 		}
 	}
 	return fsType
-}
-
-// mountsUnder lists the mount points at or below dir.
-func mountsUnder(t *testing.T, dir string) []string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
-		}
-	}
-	return out
 }
 
 // procMountType is the file system type in a /proc/mounts line ("tmpfs /secret tmpfs ro,...").
@@ -192,7 +166,7 @@ func TestVolumesEndToEnd(t *testing.T) {
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "vols", Labels: map[string]string{"app": "demo"}},
 		Spec: v1.PodSpec{
-			NodeName: node, TerminationGracePeriodSeconds: int64p(1),
+			NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](1),
 			// automountServiceAccountToken left unset: the API injects kube-api-access-*.
 			Containers: []v1.Container{writer, reader},
 			Volumes: []v1.Volume{
@@ -333,26 +307,6 @@ func TestVolumesEndToEnd(t *testing.T) {
 	}
 }
 
-// podStatusSummary is a one-line view of a pod's container states, for failure messages.
-func podStatusSummary(ctx context.Context, e *env, name string) string {
-	p, err := e.cp.Admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err.Error()
-	}
-	var parts []string
-	for _, cs := range p.Status.ContainerStatuses {
-		switch {
-		case cs.State.Waiting != nil:
-			parts = append(parts, fmt.Sprintf("%s waiting %s: %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message))
-		case cs.State.Running != nil:
-			parts = append(parts, cs.Name+" running")
-		case cs.State.Terminated != nil:
-			parts = append(parts, fmt.Sprintf("%s terminated %d", cs.Name, cs.State.Terminated.ExitCode))
-		}
-	}
-	return string(p.Status.Phase) + " [" + strings.Join(parts, "; ") + "]"
-}
-
 // TestVolumeMissingSecret: a pod whose secret volume names a Secret that does not exist stays
 // ContainerCreating with a FailedMount event naming it, the other pod runs, and once the Secret
 // is created the pod starts.
@@ -362,7 +316,7 @@ func TestVolumeMissingSecret(t *testing.T) {
 	core := e.cp.Admin.CoreV1()
 	mk := func(name string, vols []v1.Volume, mounts []v1.VolumeMount) *v1.Pod {
 		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-			NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+			NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 			Containers: []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever,
 				Command: []string{"sleep", "3600"}, VolumeMounts: mounts}},
 			Volumes: vols,
@@ -406,27 +360,6 @@ func TestVolumeMissingSecret(t *testing.T) {
 	volRunning(t, e, "vol-missing")
 }
 
-// volRunning waits until the API pod name runs all its containers.
-func volRunning(t *testing.T, e *env, name string) {
-	t.Helper()
-	ctx := context.Background()
-	testenv.Eventually(t, 90*time.Second, name+" running", func() error {
-		p, err := e.cp.Admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if p.Status.Phase != v1.PodRunning {
-			return fmt.Errorf("%s", podStatusSummary(ctx, e, name))
-		}
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.State.Running == nil {
-				return fmt.Errorf("%s", podStatusSummary(ctx, e, name))
-			}
-		}
-		return nil
-	})
-}
-
 // TestVolumesOrphanCleanup: a pod deleted for good while the agent is down (kill -9) has its
 // tmpfs and subPath mounts and its volume directories removed after the agent restarts.
 func TestVolumesOrphanCleanup(t *testing.T) {
@@ -438,7 +371,7 @@ func TestVolumesOrphanCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}, Spec: v1.PodSpec{
-		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: int64p(1), AutomountServiceAccountToken: boolp(false),
+		NodeName: node, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
 		Containers: []v1.Container{{Name: "c", Image: testenv.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "3600"},
 			VolumeMounts: []v1.VolumeMount{
 				{Name: "s", MountPath: "/s"},
@@ -466,7 +399,7 @@ func TestVolumesOrphanCleanup(t *testing.T) {
 	}
 
 	e.agent.Kill()
-	if err := core.Pods("default").Delete(ctx, "orphan", metav1.DeleteOptions{GracePeriodSeconds: int64p(0)}); err != nil {
+	if err := core.Pods("default").Delete(ctx, "orphan", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	e.agent.Start()

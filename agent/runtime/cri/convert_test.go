@@ -9,12 +9,11 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 )
-
-func ptr[T any](v T) *T { return &v }
 
 // TestContainerSecurity: the confinement the pod layer resolved (the container's securityContext
 // over the pod's: agent/pods TestContainerSecurityResolution), as the kubelet sends it to the
@@ -23,7 +22,7 @@ func TestContainerSecurity(t *testing.T) {
 	r := &Runtime{cfg: Config{SeccompProfileRoot: "/var/lib/holdfast/seccomp"}}
 	cfg := runtime.ContainerConfig{PodName: "p", PodNamespace: "default", PodUID: "u", Name: "app", Security: runtime.Security{
 		HostIPC:   true,
-		RunAsUser: ptr(int64(1001)), RunAsGroup: ptr(int64(2000)), SupplementalGroups: []int64{3000, 4000},
+		RunAsUser: ptr.To(int64(1001)), RunAsGroup: ptr.To(int64(2000)), SupplementalGroups: []int64{3000, 4000},
 		Capabilities:           &runtime.Capabilities{Add: []string{"NET_ADMIN"}, Drop: []string{"ALL"}},
 		ReadOnlyRootFilesystem: true,
 		NoNewPrivileges:        true,
@@ -49,7 +48,7 @@ func TestContainerSecurity(t *testing.T) {
 		t.Errorf("got  %v\nwant %v", got, want)
 	}
 	// runAsNonRoot with an explicit root user is refused before the runtime is asked.
-	cfg.Security.RunAsUser, cfg.Security.RunAsNonRoot = ptr(int64(0)), true
+	cfg.Security.RunAsUser, cfg.Security.RunAsNonRoot = ptr.To(int64(0)), true
 	var cfgErr *runtime.ConfigError
 	if _, err := r.containerSecurity(context.Background(), cfg); !errors.As(err, &cfgErr) {
 		t.Errorf("runAsNonRoot with runAsUser 0: %v, want a ConfigError", err)
@@ -145,9 +144,9 @@ func TestSandboxPrivileged(t *testing.T) {
 		want bool
 	}{
 		{"none", v1.PodSpec{Containers: []v1.Container{{Name: "app"}}}, false},
-		{"privileged false", v1.PodSpec{Containers: []v1.Container{{Name: "app", SecurityContext: &v1.SecurityContext{Privileged: ptr(false)}}}}, false},
-		{"a container", v1.PodSpec{Containers: []v1.Container{{Name: "a"}, {Name: "b", SecurityContext: &v1.SecurityContext{Privileged: ptr(true)}}}}, true},
-		{"an init container", v1.PodSpec{InitContainers: []v1.Container{{Name: "init", SecurityContext: &v1.SecurityContext{Privileged: ptr(true)}}},
+		{"privileged false", v1.PodSpec{Containers: []v1.Container{{Name: "app", SecurityContext: &v1.SecurityContext{Privileged: ptr.To(false)}}}}, false},
+		{"a container", v1.PodSpec{Containers: []v1.Container{{Name: "a"}, {Name: "b", SecurityContext: &v1.SecurityContext{Privileged: ptr.To(true)}}}}, true},
+		{"an init container", v1.PodSpec{InitContainers: []v1.Container{{Name: "init", SecurityContext: &v1.SecurityContext{Privileged: ptr.To(true)}}},
 			Containers: []v1.Container{{Name: "app"}}}, true},
 	} {
 		if got := sandboxSecurity(&v1.Pod{Spec: tc.spec}).Privileged; got != tc.want {
