@@ -196,15 +196,3 @@ func (m *MemStore) corruptRecord(t testing.TB, kind, key string, raw []byte) {
 	}
 	*slot = clone(raw)
 }
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

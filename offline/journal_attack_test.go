@@ -16,6 +16,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/holdfast-dev/holdfast/test/poll"
 )
 
 const attackBlock = 4096
@@ -399,7 +401,7 @@ func TestAttackSyncAfterAFailedSyncTrusted(t *testing.T) {
 			_, errs[i] = j.appendStatus(StatusUpdate{UID: uid, Name: string(uid), Status: attackStatus(i + 1), Timestamp: t0})
 		}()
 	}
-	waitFor(t, "both writes", 5*time.Second, func() bool {
+	poll.UntilTrue(t, 5*time.Second, time.Millisecond, "both writes", func() bool {
 		j.mu.Lock()
 		defer j.mu.Unlock()
 		return j.written == w0+2

@@ -15,11 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/holdfast-dev/holdfast/test/poll"
 )
 
 // flakySink is the apiserver's sink, down while down is set: every call fails as a refused
@@ -87,29 +88,29 @@ func TestBacklogDeliversWhatTheOutageRecorded(t *testing.T) {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "holdfast", Host: "gw"})
 
 	recorder.Event(podRef("before"), v1.EventTypeNormal, "Started", "Started container main")
-	waitFor(t, "the event before the outage", func() error { return count(client, "before", "Started", 1) })
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, "the event before the outage", func() error { return count(client, "before", "Started", 1) })
 
 	sink.setDown(true)
 	recorder.Event(podRef("before"), v1.EventTypeNormal, "Started", "Started container main") // count 2
 	for range 3 {
 		recorder.Event(podRef("crashy"), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container")
 	}
-	waitFor(t, "the outage's events queued, coalesced", func() error {
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, "the outage's events queued, coalesced", func() error {
 		if n := b.Len(); n != 2 {
 			return fmt.Errorf("%d queued", n)
 		}
 		return nil
 	})
 	sink.setDown(false)
-	waitFor(t, "the repeat of the event from before the outage", func() error { return count(client, "before", "Started", 2) })
-	waitFor(t, "the outage's BackOff, three of them", func() error { return count(client, "crashy", "BackOff", 3) })
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, "the repeat of the event from before the outage", func() error { return count(client, "before", "Started", 2) })
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, "the outage's BackOff, three of them", func() error { return count(client, "crashy", "BackOff", 3) })
 
 	// More distinct events than the backlog holds: the oldest go, counted.
 	sink.setDown(true)
 	for i := range 7 {
 		recorder.Event(podRef(fmt.Sprintf("other-%d", i)), v1.EventTypeNormal, "Pulled", "Image pulled")
 	}
-	waitFor(t, "the backlog full", func() error {
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, "the backlog full", func() error {
 		if n, d := b.Len(), b.Dropped(); n != 5 || d != 2 {
 			b.mu.Lock()
 			defer b.mu.Unlock()
@@ -122,7 +123,7 @@ func TestBacklogDeliversWhatTheOutageRecorded(t *testing.T) {
 		return nil
 	})
 	sink.setDown(false)
-	waitFor(t, "the backlog delivered", func() error {
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, "the backlog delivered", func() error {
 		if n := b.Len(); n != 0 {
 			return fmt.Errorf("%d still queued", n)
 		}
@@ -176,13 +177,4 @@ func count(client *fake.Clientset, pod, reason string, want int32) error {
 		return nil
 	}
 	return fmt.Errorf("%s %s: counts %v, want %d", pod, reason, got, want)
-}
-
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	var last error
-	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
-		func(context.Context) (bool, error) { last = cond(); return last == nil, nil }); err != nil {
-		t.Fatalf("%s: %v", what, last)
-	}
 }

@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	hfruntime "github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/test/poll"
 )
 
 func runtimeContainers() []hfruntime.Container {
@@ -19,18 +20,6 @@ func runtimeContainers() []hfruntime.Container {
 		{ID: "a2", Name: "app", Attempt: 2, State: hfruntime.StateRunning, Pid: 7},
 		{ID: "a1", Name: "app", Attempt: 1, State: hfruntime.StateExited},
 		{ID: "b0", Name: "other", Attempt: 0, State: hfruntime.StateCreated},
-	}
-}
-
-// waitFor polls cond until it holds or a few seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after 5s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -50,18 +39,18 @@ func TestRunDrivesWorkersOnTheClock(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.m.Run(ctx) }()
 
-	waitFor(t, "ready after the first readiness attempt", func() bool { return f.m.Ready(pod.UID, "app") })
+	poll.UntilTrue(t, 5*time.Second, time.Millisecond, "ready after the first readiness attempt", func() bool { return f.m.Ready(pod.UID, "app") })
 	for i := 2; i <= 3; i++ {
-		waitFor(t, "both workers waiting on the clock", func() bool { return f.clk.Waiters() == 2 })
+		poll.UntilTrue(t, 5*time.Second, time.Millisecond, "both workers waiting on the clock", func() bool { return f.clk.Waiters() == 2 })
 		f.clk.Step(2 * time.Second)
-		waitFor(t, "liveness attempt", func() bool { return f.h.count("app", Liveness) == i })
+		poll.UntilTrue(t, 5*time.Second, time.Millisecond, "liveness attempt", func() bool { return f.h.count("app", Liveness) == i })
 	}
-	waitFor(t, "the unhealthy callback", func() bool { return len(f.unhealthyCalls()) == 1 })
+	poll.UntilTrue(t, 5*time.Second, time.Millisecond, "the unhealthy callback", func() bool { return len(f.unhealthyCalls()) == 1 })
 	for range 5 {
-		waitFor(t, "readiness waiting on the clock", func() bool { return f.clk.Waiters() >= 1 })
+		poll.UntilTrue(t, 5*time.Second, time.Millisecond, "readiness waiting on the clock", func() bool { return f.clk.Waiters() >= 1 })
 		f.clk.Step(2 * time.Second)
 	}
-	waitFor(t, "readiness keeps probing", func() bool { return f.h.count("app", Readiness) >= 6 })
+	poll.UntilTrue(t, 5*time.Second, time.Millisecond, "readiness keeps probing", func() bool { return f.h.count("app", Readiness) >= 6 })
 	if n, c := f.h.count("app", Liveness), len(f.unhealthyCalls()); n != 3 || c != 1 {
 		t.Errorf("%d liveness attempts and %d callbacks; want 3 and 1 (on hold after the streak)", n, c)
 	}
@@ -108,7 +97,7 @@ func TestRemovePodAndRunOwnTheirGoroutines(t *testing.T) {
 		}
 	}
 	m.RemovePod("uid-1")
-	waitFor(t, "the removed pod's worker gone", func() bool {
+	poll.UntilTrue(t, 5*time.Second, time.Millisecond, "the removed pod's worker gone", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return m.pods["uid-1"] == nil
@@ -120,7 +109,7 @@ func TestRemovePodAndRunOwnTheirGoroutines(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return: a worker is stuck")
 	}
-	waitFor(t, "no goroutine left", func() bool { return runtime.NumGoroutine() <= before })
+	poll.UntilTrue(t, 5*time.Second, time.Millisecond, "no goroutine left", func() bool { return runtime.NumGoroutine() <= before })
 	// After Run, updates start nothing.
 	m.UpdatePod(testPod(v1.Container{Name: "x", LivenessProbe: execProbe(nil)}), "", map[string]ContainerInfo{"x": {ID: "x1"}})
 	if n := runtime.NumGoroutine(); n > before {

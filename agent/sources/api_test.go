@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/kube/kubetest"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/offline"
+	"github.com/holdfast-dev/holdfast/test/poll"
 )
 
 // A mirror pod deleted gracefully (kubectl delete pod, 30 s of grace) is handed to the status
@@ -114,7 +115,7 @@ func TestReadyOnlyOnceTheHandlerDelivered(t *testing.T) {
 		inf.Shutdown()
 	}()
 	<-sink.entered
-	waitFor(t, "the informer holds the list", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "the informer holds the list", func() error {
 		if !inf.HasSynced() {
 			return fmt.Errorf("not synced")
 		}
@@ -124,7 +125,7 @@ func TestReadyOnlyOnceTheHandlerDelivered(t *testing.T) {
 		t.Fatal("ready while the handler has not delivered the first pod")
 	}
 	release()
-	waitFor(t, "ready once delivered", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "ready once delivered", func() error {
 		if !s.Ready() {
 			return fmt.Errorf("not ready")
 		}
@@ -186,7 +187,7 @@ func TestRecordsOfAnotherKeyWaitForTheApiserver(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- s.Run(ctx, inf) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "the records reconciled with the apiserver's list", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "the records reconciled with the apiserver's list", func() error {
 		if _, err := store.GetPod("u-gone"); !errors.Is(err, offline.ErrNotFound) {
 			return fmt.Errorf("record of the pod the apiserver no longer has: %v", err)
 		}
@@ -261,7 +262,7 @@ func TestDeliveredPodWithoutRecordRemovedByTheList(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- s.Run(ctx, inf) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "the pod the list lacks removed", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "the pod the list lacks removed", func() error {
 		if !slices.Contains(sink.removedUIDs(), "u-gone") {
 			return fmt.Errorf("removed %v", sink.removedUIDs())
 		}

@@ -16,6 +16,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/holdfast-dev/holdfast/test/poll"
 )
 
 // recordingSink remembers what a source delivered.
@@ -54,21 +56,6 @@ func (s *recordingSink) names() map[string]types.UID {
 	return out
 }
 
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // runSource runs src until the test ends, and fails the test if Run did not end cleanly.
 func runSource(t *testing.T, src *FileSource) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -102,7 +89,7 @@ func TestFileSource(t *testing.T) {
 	src := &FileSource{Dir: dir, NodeName: "n1", Sink: sink, Log: slog.New(slog.DiscardHandler), QuietPeriod: 50 * time.Millisecond, Rescan: time.Hour}
 	runSource(t, src)
 
-	waitFor(t, "initial scan", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "initial scan", func() error {
 		if !src.Ready() {
 			return fmt.Errorf("not ready")
 		}
@@ -121,7 +108,7 @@ func TestFileSource(t *testing.T) {
 	}
 	// A valid edit replaces it.
 	write("a.yaml", fmt.Sprintf(podManifest, "a", "v2"))
-	waitFor(t, "edited pod replaces the old one", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "edited pod replaces the old one", func() error {
 		if uid := sink.names()["a-n1"]; uid == "" || uid == first {
 			return fmt.Errorf("uid %q (first %q)", uid, first)
 		}
@@ -131,7 +118,7 @@ func TestFileSource(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "removed file stops its pod", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "removed file stops its pod", func() error {
 		if n := sink.names(); len(n) != 0 {
 			return fmt.Errorf("pods %v", n)
 		}
@@ -179,7 +166,7 @@ func TestUnreadableManifestDirAtBootIsNotReady(t *testing.T) {
 	mu.Lock()
 	failing = false
 	mu.Unlock()
-	waitFor(t, "ready with the pod once the directory reads", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "ready with the pod once the directory reads", func() error {
 		if !src.Ready() {
 			return fmt.Errorf("not ready")
 		}
@@ -220,7 +207,7 @@ func TestDuplicateStaticPodNameRefused(t *testing.T) {
 		}
 		return ""
 	}
-	waitFor(t, "a.yaml's pod alone", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "a.yaml's pod alone", func() error {
 		if c := command(); c != "v1" {
 			return fmt.Errorf("running %q, want a.yaml's v1 alone", c)
 		}
@@ -239,7 +226,7 @@ func TestDuplicateStaticPodNameRefused(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b.yaml's pod once a.yaml is gone", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "b.yaml's pod once a.yaml is gone", func() error {
 		if c := command(); c != "v2" {
 			return fmt.Errorf("running %q", c)
 		}
@@ -249,7 +236,7 @@ func TestDuplicateStaticPodNameRefused(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "0.yaml"), []byte(fmt.Sprintf(podManifest, "web", "v3")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "0.yaml's pod in b.yaml's place", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "0.yaml's pod in b.yaml's place", func() error {
 		if c := command(); c != "v3" {
 			return fmt.Errorf("running %q", c)
 		}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/holdfast-dev/holdfast/test/poll"
 	"github.com/holdfast-dev/holdfast/test/prereq"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
@@ -80,7 +81,7 @@ func TestHostileManifestDir(t *testing.T) {
 		}
 	}()
 
-	waitFor(t, "the initial scan", func() error {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "the initial scan", func() error {
 		if !src.Ready() {
 			return fmt.Errorf("not ready (blocked on the FIFO?)")
 		}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/status"
+	testpoll "github.com/holdfast-dev/holdfast/test/poll"
 )
 
 var holdfastBinary = sync.OnceValues(func() (string, error) {
@@ -311,17 +312,8 @@ func LocalGet(ctx context.Context, socket, path string) ([]byte, error) {
 // the last error. Tests wait for conditions with it, never with a bare sleep.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	// Every 100 ms: most conditions here are read from the apiserver or the agent's socket.
+	testpoll.Until(t, timeout, 100*time.Millisecond, what, cond)
 }
 
 // LoseVolatileState does to the agent's directory what a reboot does to a gateway: every mount
