@@ -19,7 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
+
+	"github.com/holdfast-dev/holdfast/agent/events/record"
 )
 
 // flakySink is the apiserver's sink, down while down is set: every call fails as a refused
