@@ -8,5 +8,6 @@
 // about 2 MiB of the agent's binary (issue 31). The changes: that patch computed by
 // agent/kube/patch (the same bytes: only those top-level fields differ); the adapter to the
 // events.k8s.io recorder interface (client-go internal) left out; tools/record/util's three
-// helpers unexported in util.go.
+// helpers unexported in util.go (its test not kept: it tests the name generator's uuid fallback
+// only).
 package record

@@ -56,7 +56,8 @@ const (
 
 // TwoWay returns the strategic merge patch that turns original into modified, both encoded as
 // JSON by encoding/json; "{}" when nothing differs. A list that merges must hold objects, each
-// with its key, once: an error says which does not.
+// with its key: an error says which does not. A key held twice (which the apiserver stores from
+// another writer's update) pairs as strategicpatch pairs it.
 func TwoWay(original, modified any, schema Schema) ([]byte, error) {
 	o, err := decode(original)
 	if err != nil {
@@ -152,93 +153,91 @@ func diffObjects(o, m map[string]any, path string, schema Schema) (map[string]an
 	return patch, nil
 }
 
-// diffList patches a list that merges by key: the elements added whole, those changed by
-// their own patch (with their key), those gone by a delete directive; and, when any of that
-// or the order changed, the order of modified's elements ($setElementOrder), which the
-// apiserver applies so that the merged list is modified's and not the elements' arrival order.
+// diffList patches a list that merges by key as strategicpatch's diffListsOfMaps does: both
+// lists sorted by key (as strategicpatch sorts them), walked together; an element only modified has is added whole,
+// one only original has is deleted, a pair is patched. Duplicate keys (which the apiserver
+// keeps from a create or update) pair in their order, as in strategicpatch.
 func diffList(o, m []any, path, key string, schema Schema) (list []any, order []any, err error) {
-	orig, origOrder, err := byKey(o, path, key)
-	if err != nil {
+	if err := checkKeys(o, path, key); err != nil {
 		return nil, nil, fmt.Errorf("patch: original: %w", err)
 	}
-	mod, modOrder, err := byKey(m, path, key)
-	if err != nil {
+	if err := checkKeys(m, path, key); err != nil {
 		return nil, nil, fmt.Errorf("patch: modified: %w", err)
 	}
 	if len(o) == 0 {
-		return m, nil, nil // all added, in their order
+		return m, nil, nil // all added, in their order, as strategicpatch sends them
 	}
-	// The elements go in strategicpatch's order, the changes in modified's order, then the
-	// deletions sorted by key: the apiserver checks the first against $setElementOrder, and
-	// places the elements of its own list that the order does not name by where the patch's
-	// are, so another order would give another list.
+	ks := func(e any) string { return fmt.Sprint(e.(map[string]any)[key]) }
+	// strategicpatch's order exactly: sort.Sort with its Less (a <= b, sort.StringsAreSorted),
+	// which is what pairs duplicates (in reverse order, for short lists).
+	ol, ml := slices.Clone(o), slices.Clone(m)
+	sort.Sort(byKeyText{ol, ks})
+	sort.Sort(byKeyText{ml, ks})
 	var changed, deleted []any
-	for _, k := range modOrder {
-		me := mod[k]
-		oe, ok := orig[k]
-		if !ok {
-			changed = append(changed, me)
-			continue
-		}
-		sub, err := diffObjects(oe, me, path, schema)
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(sub) > 0 {
-			sub[key] = me[key]
-			changed = append(changed, sub)
+	i, j := 0, 0
+	for i < len(ol) || j < len(ml) {
+		switch {
+		case i < len(ol) && j < len(ml) && ks(ol[i]) == ks(ml[j]):
+			me := ml[j].(map[string]any)
+			sub, err := diffObjects(ol[i].(map[string]any), me, path, schema)
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(sub) > 0 {
+				sub[key] = me[key]
+				changed = append(changed, sub)
+			}
+			i++
+			j++
+		case i >= len(ol) || (j < len(ml) && ks(ol[i]) > ks(ml[j])):
+			changed = append(changed, ml[j])
+			j++
+		default:
+			deleted = append(deleted, map[string]any{key: ol[i].(map[string]any)[key], directiveMarker: deleteDirective})
+			i++
 		}
 	}
-	var kept []string
-	for _, k := range origOrder {
-		if _, ok := mod[k]; ok {
-			kept = append(kept, k)
-			continue
-		}
-		deleted = append(deleted, map[string]any{key: orig[k][key], directiveMarker: deleteDirective})
+	first := func(e any) int {
+		return slices.IndexFunc(m, func(x any) bool { return ks(x) == ks(e) })
 	}
-	if changed == nil && deleted == nil && slices.Equal(kept, modOrder) {
+	sort.SliceStable(changed, func(a, b int) bool { return first(changed[a]) < first(changed[b]) })
+	same := len(o) == len(m)
+	for n := 0; same && n < len(o); n++ {
+		same = ks(o[n]) == ks(m[n])
+	}
+	if changed == nil && deleted == nil && same {
 		return nil, nil, nil
 	}
-	sortByKey(deleted, key)
 	list = append(changed, deleted...)
 	order = []any{}
-	for _, k := range modOrder {
-		order = append(order, map[string]any{key: mod[k][key]})
+	for _, e := range m {
+		order = append(order, map[string]any{key: e.(map[string]any)[key]})
 	}
 	return list, order, nil
 }
 
-// sortByKey sorts a list's elements by their key's value as strategicpatch does (as text).
-func sortByKey(l []any, key string) {
-	sort.SliceStable(l, func(i, j int) bool {
-		return fmt.Sprint(l[i].(map[string]any)[key]) < fmt.Sprint(l[j].(map[string]any)[key])
-	})
-}
-
-// byKey indexes a merging list's elements by their key's value (as JSON, so that a key of any
-// type compares exactly), in their order.
-func byKey(l []any, path, key string) (map[string]map[string]any, []string, error) {
-	index := make(map[string]map[string]any, len(l))
-	order := make([]string, 0, len(l))
+// checkKeys tells whether every element of a merging list is an object with its key.
+func checkKeys(l []any, path, key string) error {
 	for i, e := range l {
 		obj, ok := e.(map[string]any)
 		if !ok {
-			return nil, nil, fmt.Errorf("%s[%d] is not an object: the list merges by %q", path, i, key)
+			return fmt.Errorf("%s[%d] is not an object: the list merges by %q", path, i, key)
 		}
-		v, ok := obj[key]
-		if !ok {
-			return nil, nil, fmt.Errorf("%s[%d] has no %q, the key the list merges by", path, i, key)
+		if _, ok := obj[key]; !ok {
+			return fmt.Errorf("%s[%d] has no %q, the key the list merges by", path, i, key)
 		}
-		k, err := json.Marshal(v)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s[%d].%s: %w", path, i, key, err)
-		}
-		if _, dup := index[string(k)]; dup {
-			return nil, nil, fmt.Errorf("%s has two elements whose %s is %s", path, key, k)
-		}
-		index[string(k)] = obj
-		order = append(order, string(k))
 	}
-	return index, order, nil
+	return nil
 }
+
+// byKeyText sorts a merging list by its key's text with strategicpatch's Less (a <= b, not a
+// strict order): with sort.Sort, the same algorithm, it puts repeated keys where strategicpatch
+// does, which decides how they pair.
+type byKeyText struct {
+	l  []any
+	ks func(any) string
+}
+
+func (b byKeyText) Len() int           { return len(b.l) }
+func (b byKeyText) Less(i, j int) bool { return b.ks(b.l[i]) <= b.ks(b.l[j]) }
+func (b byKeyText) Swap(i, j int)      { b.l[i], b.l[j] = b.l[j], b.l[i] }

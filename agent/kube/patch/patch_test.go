@@ -295,9 +295,17 @@ func TestNothingChangedIsAnEmptyPatch(t *testing.T) {
 }
 
 func TestMergingListErrors(t *testing.T) {
-	dup := v1.PodStatus{Conditions: []v1.PodCondition{{Type: "Ready"}, {Type: "Ready", Status: "True"}}}
-	if _, err := TwoWay(v1.Pod{Status: v1.PodStatus{Conditions: []v1.PodCondition{{Type: "Ready"}}}}, v1.Pod{Status: dup}, Pod); err == nil || !strings.Contains(err.Error(), "two elements") {
-		t.Fatalf("two conditions of one type: err = %v, want one naming the duplicate", err)
+	// A condition without its type, and a podIPs element that is no object, cannot be
+	// matched with the apiserver's: refused, as strategicpatch refuses them.
+	noKey := map[string]any{"status": map[string]any{"conditions": []any{map[string]any{"status": "True"}}}}
+	withKey := map[string]any{"status": map[string]any{"conditions": []any{map[string]any{"type": "Ready"}}}}
+	if _, err := TwoWay(withKey, noKey, Pod); err == nil || !strings.Contains(err.Error(), `has no "type"`) {
+		t.Errorf("a condition without a type: err = %v, want one naming the key", err)
+	}
+	notObject := map[string]any{"status": map[string]any{"podIPs": []any{"10.0.0.1"}}}
+	ips := map[string]any{"status": map[string]any{"podIPs": []any{map[string]any{"ip": "10.0.0.2"}}}}
+	if _, err := TwoWay(ips, notObject, Pod); err == nil || !strings.Contains(err.Error(), "not an object") {
+		t.Errorf("a podIPs element that is no object: err = %v, want one saying so", err)
 	}
 }
 
