@@ -10,7 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/record"
+
+	"github.com/holdfast-dev/holdfast/agent/events/record"
 )
 
 // DefaultBacklogSize is how many events a Backlog holds while the apiserver is out of reach:

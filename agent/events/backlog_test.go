@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 
+	"github.com/holdfast-dev/holdfast/agent/events/record"
 	"github.com/holdfast-dev/holdfast/test/poll"
 )
 

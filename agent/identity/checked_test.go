@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/record"
+	"github.com/holdfast-dev/holdfast/agent/events/record"
 
 	"github.com/holdfast-dev/holdfast/agent/identity/certificate"
 )

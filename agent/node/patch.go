@@ -6,7 +6,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
+	"github.com/holdfast-dev/holdfast/agent/kube/patch"
 )
 
 // withOwnedStatus returns the node's status with what holdfast owns replaced by st and
@@ -58,29 +59,21 @@ func mergeResources(old, ours v1.ResourceList) v1.ResourceList {
 // nodeutil.PatchNodeStatus does the same but without a context, so a hung apiserver would
 // hold the status loop, and with it the agent's shutdown.)
 func statusPatch(node *v1.Node, st v1.NodeStatus, ownedConditions map[v1.NodeConditionType]bool) ([]byte, error) {
-	oldData, err := json.Marshal(v1.Node{Status: node.Status})
-	if err != nil {
-		return nil, fmt.Errorf("encode node status: %w", err)
-	}
 	updated := withOwnedStatus(node.Status, st, ownedConditions)
 	replaceAddresses := len(node.Status.Addresses) > 0 && !apiequality.Semantic.DeepEqual(node.Status.Addresses, updated.Addresses)
 	diff := updated
 	if replaceAddresses {
 		diff.Addresses = node.Status.Addresses
 	}
-	newData, err := json.Marshal(v1.Node{Status: diff})
-	if err != nil {
-		return nil, fmt.Errorf("encode node status: %w", err)
-	}
-	patch, err := strategicpatch.CreateTwoWayMergePatch(oldData, newData, v1.Node{})
+	p, err := patch.TwoWay(v1.Node{Status: node.Status}, v1.Node{Status: diff}, patch.Node)
 	if err != nil {
 		return nil, fmt.Errorf("node status patch: %w", err)
 	}
 	if !replaceAddresses {
-		return patch, nil
+		return p, nil
 	}
 	var m map[string]any
-	if err := json.Unmarshal(patch, &m); err != nil {
+	if err := json.Unmarshal(p, &m); err != nil {
 		return nil, fmt.Errorf("node status patch: %w", err)
 	}
 	status, _ := m["status"].(map[string]any)

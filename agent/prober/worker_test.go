@@ -12,8 +12,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/holdfast-dev/holdfast/agent/events/record"
 )
 
 // The state machine is driven synchronously here: the workers' goroutines are not started

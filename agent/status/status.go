@@ -22,9 +22,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	"github.com/holdfast-dev/holdfast/agent/kube"
+	"github.com/holdfast-dev/holdfast/agent/kube/patch"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/internal/podutil"
 	"github.com/holdfast-dev/holdfast/offline"
@@ -621,19 +621,11 @@ func statusDiffers(base, st v1.PodStatus) bool {
 
 // statusPatch is the strategic merge patch from base to st ("{}" when it carries nothing).
 func statusPatch(base, st v1.PodStatus) ([]byte, error) {
-	oldJSON, err := json.Marshal(v1.Pod{Status: base})
-	if err != nil {
-		return nil, err
-	}
-	newJSON, err := json.Marshal(v1.Pod{Status: st})
-	if err != nil {
-		return nil, err
-	}
-	patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, v1.Pod{})
+	p, err := patch.TwoWay(v1.Pod{Status: base}, v1.Pod{Status: st}, patch.Pod)
 	if err != nil {
 		return nil, fmt.Errorf("compute status patch: %w", err)
 	}
-	return patch, nil
+	return p, nil
 }
 
 // ownedConditions are the pod conditions the node agent computes and writes.

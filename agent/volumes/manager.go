@@ -15,13 +15,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/agent/events/record"
 	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/internal/expansion"
 	"github.com/holdfast-dev/holdfast/internal/fsutil"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 )
 
 // Directory names of the volume kinds under a pod's volumes directory, as kubelet names them.
