@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/kube/patch"
@@ -482,7 +483,7 @@ func (m *Manager) ensureMirror(ctx context.Context, static *v1.Pod, known types.
 			Labels:      static.Labels,
 			Annotations: map[string]string{},
 			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "Node", Name: m.nodeName, UID: nodeUID, Controller: ptrTrue(),
+				APIVersion: "v1", Kind: "Node", Name: m.nodeName, UID: nodeUID, Controller: ptr.To(true),
 			}},
 		},
 		Spec: *static.Spec.DeepCopy(),
@@ -556,8 +557,6 @@ func (m *Manager) getNodeUID(ctx context.Context) (types.UID, error) {
 // not NotFound, for a pod that is not bound to this node, which includes one that no longer
 // exists at all.
 func absent(err error) bool { return apierrors.IsNotFound(err) || apierrors.IsForbidden(err) }
-
-func ptrTrue() *bool { t := true; return &t }
 
 // patch writes st with a strategic merge patch computed from the last status the apiserver
 // accepted, with the pod UID as a precondition so a re-created pod of the same name is never

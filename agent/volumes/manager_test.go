@@ -81,8 +81,8 @@ func testPod(hostDir string) *v1.Pod {
 			}},
 			Volumes: []v1.Volume{
 				{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
-				{Name: "ram", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory, SizeLimit: ptrQ("8Mi")}}},
-				{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: hostDir, Type: ptrHP(v1.HostPathDirectoryOrCreate)}}},
+				{Name: "ram", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("8Mi"))}}},
+				{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: hostDir, Type: ptr.To(v1.HostPathDirectoryOrCreate)}}},
 				{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
 					LocalObjectReference: v1.LocalObjectReference{Name: "cfg"},
 					Items:                []v1.KeyToPath{{Key: "greeting", Path: "conf/greeting", Mode: ptr.To[int32](0o600)}},
@@ -102,11 +102,6 @@ func testPod(hostDir string) *v1.Pod {
 			},
 		},
 	}
-}
-
-func ptrQ(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
-func ptrHP(t v1.HostPathType) *v1.HostPathType {
-	return &t
 }
 
 func readFile(t *testing.T, p string) string {
@@ -364,7 +359,7 @@ func TestSetupFailures(t *testing.T) {
 		{name: "standalone with a token", standalone: true, pod: pod("f", static, v1.Volume{Name: "t", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
 			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}}}}}}),
 			is: ErrNoAPIServer},
-		{name: "hostPath type", pod: pod("g", nil, v1.Volume{Name: "dev", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/dev/null", Type: ptrHP(v1.HostPathDirectory)}}}),
+		{name: "hostPath type", pod: pod("g", nil, v1.Volume{Name: "dev", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/dev/null", Type: ptr.To(v1.HostPathDirectory)}}}),
 			wantErr: "hostPath type check failed: /dev/null is not a directory, it's a CharDevice"},
 		{name: "standalone static pod with what it may use", standalone: true, pod: pod("h", static,
 			v1.Volume{Name: "tmp", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
