@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/holdfast-dev/holdfast/test/repo"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 	"github.com/holdfast-dev/holdfast/wasm"
-	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
 )
 
 // pod2KB is a realistic pod of about 2 KB of JSON, as the agent sends it.
@@ -178,7 +178,7 @@ const opaBenchEntrypoint = "holdfast/admission/deny"
 // opaBenchPolicy compiles wasm/testdata/opa/registries.rego with opa build -t wasm and returns
 // the module, its data document and the input (the AdmissionReview of pod2KB).
 func opaBenchPolicy(b *testing.B) (module, data, input []byte) {
-	dir := filepath.Join(wasmtest.RepoRoot(b), "wasm", "testdata", "opa")
+	dir := filepath.Join(repo.Root(b), "wasm", "testdata", "opa")
 	read := func(name string) []byte {
 		body, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast-dev/holdfast/wasm/wasmtest"
+	"github.com/holdfast-dev/holdfast/test/repo"
 )
 
 // The engine knows nothing of pods, containerd or the agent, and of the policy
@@ -31,7 +31,7 @@ func TestImportBoundaries(t *testing.T) {
 	}
 	for _, tc := range cases {
 		cmd := exec.Command("go", append([]string{"list", "-deps", "-f", "{{.ImportPath}} {{.Standard}}"}, tc.pkgs...)...)
-		cmd.Dir = wasmtest.RepoRoot(t)
+		cmd.Dir = repo.Root(t)
 		cmd.Env = os.Environ()
 		if tc.goos != "" {
 			cmd.Env = append(cmd.Env, "GOOS="+tc.goos, "GOARCH=wasm")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/test/bench"
+	"github.com/holdfast-dev/holdfast/test/repo"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
@@ -120,10 +121,7 @@ func TestSideBySide(t *testing.T) {
 	default:
 		opts.KubeletPath = *kubelet
 	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repo.Root(t)
 	opts.OutDir = *out
 	if opts.OutDir == "" {
 		opts.OutDir = filepath.Join(root, "_output", "bench", time.Now().UTC().Format("20060102-150405"))
@@ -157,10 +155,7 @@ func TestPolicyFigures(t *testing.T) {
 	if !*policyDocs {
 		return
 	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repo.Root(t)
 	if err := bench.WritePolicyDocs(root, run); err != nil {
 		t.Fatalf("policy figures: %v", err)
 	}

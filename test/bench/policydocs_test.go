@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/test/repo"
 )
 
 // TestPolicyDocsGenerated: the policy figures of docs/policies.md and README.md are what
@@ -14,7 +16,7 @@ import (
 // generated block, no renderer change without a run since), the figures' header names a
 // dated run, and no timing figure or comparison stands outside the generated blocks.
 func TestPolicyDocsGenerated(t *testing.T) {
-	const root = "../.."
+	root := repo.Root(t)
 	run, err := ReadPolicyRun(root)
 	if err != nil {
 		t.Fatalf("%v: make bench-policies writes it", err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/test/repo"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
@@ -51,11 +52,7 @@ type WasmBenchmark struct {
 // benchmark fails t but keeps the output.
 func runWasmBench(t *testing.T, pattern, benchtime string) *WasmResult {
 	t.Helper()
-	root, err := moduleRoot()
-	if err != nil {
-		t.Errorf("wasm: %v", err)
-		return nil
-	}
+	root := repo.Root(t)
 	if _, err := os.Stat(filepath.Join(root, "wasm")); err != nil {
 		t.Logf("wasm: no ./wasm/ package, Wasm figures left out")
 		return nil
@@ -136,14 +133,6 @@ func gitCommit(root string) string {
 		commit += "-dirty"
 	}
 	return commit
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }
 
 // parseBenchOutput reads the result lines of `go test -bench` output.

@@ -3,6 +3,7 @@ package bench
 import (
 	"testing"
 
+	"github.com/holdfast-dev/holdfast/test/repo"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
@@ -11,10 +12,7 @@ import (
 // their result lines parse. No timing is asserted.
 func TestOPABench(t *testing.T) {
 	testenv.RequireIntegration(t)
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repo.Root(t)
 	var res WasmResult
 	runOPABench(t, root, &res)
 	out := res.Output

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/holdfast-dev/holdfast/test/repo"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
@@ -42,7 +43,7 @@ type PayloadOptions struct {
 // bundle's own install.sh, as on a gateway, then adds the site's files.
 func BuildPayload(t testing.TB, opts PayloadOptions) string {
 	t.Helper()
-	root := repoRoot(t)
+	root := repo.Root(t)
 	dir := filepath.Join(t.TempDir(), "payload")
 	for _, d := range []string{"bundle", "images", "tools", "site"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {

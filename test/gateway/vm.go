@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/test/repo"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
@@ -39,7 +40,7 @@ type Image struct {
 // cached) and returns the image. The first build takes minutes (debootstrap).
 func BuildImage(t testing.TB) Image {
 	t.Helper()
-	script := filepath.Join(repoRoot(t), "hack", "vm", "build-image.sh")
+	script := filepath.Join(repo.Root(t), "hack", "vm", "build-image.sh")
 	start := time.Now()
 	cmd := exec.Command(script)
 	cmd.Stderr = os.Stderr
@@ -412,14 +413,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// repoRoot is the module's root: the tests run in test/gateway/.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
 }

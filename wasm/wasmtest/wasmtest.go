@@ -21,26 +21,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// RepoRoot returns the directory of the repository's go.mod.
-func RepoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/holdfast-dev/holdfast\n") {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("wasmtest: no go.mod of github.com/holdfast-dev/holdfast above the working directory")
-		}
-		dir = parent
-	}
-}
+	"github.com/holdfast-dev/holdfast/test/repo"
+)
 
 // CacheDir returns a directory that survives test runs, for built modules
 // and for wazero's compilation cache (so that only the first run compiles).
@@ -64,7 +47,7 @@ var buildMu sync.Mutex // serializes builds within one test binary
 // module's bytes.
 func BuildGo(t testing.TB, pkgDir string) []byte {
 	t.Helper()
-	root := RepoRoot(t)
+	root := repo.Root(t)
 	key, err := sourceKey(root, pkgDir)
 	if err != nil {
 		t.Fatalf("wasmtest: hash %s: %v", pkgDir, err)
@@ -136,7 +119,7 @@ func sourceKey(root, pkgDir string) (string, error) {
 // wat2wasm.
 func BuildWAT(t testing.TB, file string) []byte {
 	t.Helper()
-	return assemble(t, filepath.Join(RepoRoot(t), file))
+	return assemble(t, filepath.Join(repo.Root(t), file))
 }
 
 // AssembleWAT assembles WAT source text with wat2wasm and its flags, e.g.
@@ -173,7 +156,7 @@ func BuildC(t testing.TB, file string) []byte {
 	bin := lookTool(t, "clang", "clang lld")
 	lookTool(t, "wasm-ld", "lld")
 	out := filepath.Join(t.TempDir(), filepath.Base(file)+".wasm")
-	cmd := exec.Command(bin, "--target=wasm32", "-O2", "-nostdlib", "-Wl,--no-entry", "-o", out, filepath.Join(RepoRoot(t), file))
+	cmd := exec.Command(bin, "--target=wasm32", "-O2", "-nostdlib", "-Wl,--no-entry", "-o", out, filepath.Join(repo.Root(t), file))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("wasmtest: clang %s: %v\n%s", file, err, b)
 	}
@@ -206,7 +189,7 @@ func SpecSuiteDir(t testing.TB, version string) string {
 		goBin = "go"
 	}
 	cmd := exec.Command(goBin, "list", "-m", "-f", "{{.Dir}}", "github.com/tetratelabs/wazero")
-	cmd.Dir = RepoRoot(t)
+	cmd.Dir = repo.Root(t)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("wasmtest: go list -m github.com/tetratelabs/wazero: %v; the spec test suite is read from wazero's module", err)
