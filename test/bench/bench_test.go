@@ -129,6 +129,7 @@ func TestSideBySide(t *testing.T) {
 	if *policyDocs && opts.Only == "" {
 		opts.PolicyDocsRoot = root
 	}
+	opts.OrderFile = filepath.Join(root, "_output", "bench", "agent-order")
 	rep := bench.Run(t, opts)
 	fmt.Printf("\nholdfast side by side with the kubelet (%s mode, %s):\n\n%s\nresults in %s\n",
 		rep.Mode, rep.Date.Format("2006-01-02 15:04 MST"), rep.Table(), opts.OutDir)

@@ -58,6 +58,9 @@ type Options struct {
 	PolicyDocsRoot string
 	// OutDir receives results.md, results.json and the agents' logs. Empty: nothing written.
 	OutDir string
+	// OrderFile keeps the order the last run measured the agents in; each run measures them
+	// in the reverse of it (agentOrder). Empty: the agents in their fixed order.
+	OrderFile string
 	// Mode names the preset in the report ("full", "quick", "smoke", "custom").
 	Mode string
 	// Logf reports progress (t.Logf if nil).

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"encoding/json"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +213,31 @@ func TestFlashRows(t *testing.T) {
 		if !strings.HasPrefix(rw.Section, "flash wear") {
 			t.Errorf("row %q of section %q in a flash-only report", rw.Metric, rw.Section)
 		}
+	}
+}
+
+// Each run measures the agents in the reverse of the run before's order, so that none is
+// always first (warming the caches for the others) or last.
+func TestAgentOrderAlternatesBetweenRuns(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bench", "agent-order")
+	agents := []string{Holdfast, HoldfastCRI, Kubelet}
+	var orders []string
+	for range 3 {
+		got, err := agentOrder(agents, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders = append(orders, strings.Join(got, ","))
+	}
+	fwd, rev := "holdfast,holdfast-cri,kubelet", "kubelet,holdfast-cri,holdfast"
+	if want := []string{fwd, rev, fwd}; !slices.Equal(orders, want) {
+		t.Errorf("three runs measured the agents in the orders %q, want %q", orders, want)
+	}
+	if agents[0] != Holdfast {
+		t.Errorf("agentOrder reordered its caller's slice: %v", agents)
+	}
+	// Another set of agents than the last run's (-bench.cri=false): the order given.
+	if got, _ := agentOrder([]string{Holdfast, Kubelet}, file); !slices.Equal(got, []string{Holdfast, Kubelet}) {
+		t.Errorf("a run of other agents: %v", got)
 	}
 }

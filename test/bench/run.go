@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -106,6 +108,11 @@ func Run(t *testing.T, opts Options) *Report {
 	if opts.HoldfastProfile != "" {
 		rep.Notes = append(rep.Notes, "holdfast (every backend measured) ran with uplinkProfile: "+opts.HoldfastProfile)
 	}
+	agents, err := agentOrder(agents, opts.OrderFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Notes = append(rep.Notes, "agents measured in this order (the reverse of the run before's): "+strings.Join(agents, ", "))
 	var nodes []string
 	for _, a := range agents {
 		nodes = append(nodes, NodeName(a))
@@ -418,15 +425,18 @@ func (e *env) deleteAndDrain(names []string) {
 	if err := e.tr.podsGone(names, podTimeout); err != nil {
 		t.Fatal(err)
 	}
+	gone := time.Since(start)
 	if e.opts.FastDrain {
 		waitNoTasks(t, e.cd, e.ns, podTimeout)
 	} else {
 		waitDrained(t, e.cd, e.ns, podTimeout)
 	}
+	drained := time.Since(start)
 	if len(names) == e.opts.Pods {
-		e.res.DrainS = append(e.res.DrainS, time.Since(start).Seconds())
+		e.res.GoneS = append(e.res.GoneS, gone.Seconds())
+		e.res.DrainS = append(e.res.DrainS, drained.Seconds())
 	}
-	e.logf("%d pods deleted, their containers gone from containerd after %.1fs", len(names), time.Since(start).Seconds())
+	e.logf("%d pods deleted: gone from the API after %.1fs, their containers from containerd after %.1fs", len(names), gone.Seconds(), drained.Seconds())
 }
 
 // steady samples the agent and the node's processes over the window.
@@ -791,4 +801,27 @@ func copyFile(from, to string) {
 	if err == nil {
 		_ = os.WriteFile(to, b, 0o644)
 	}
+}
+
+// agentOrder returns the agents in the order this run measures them: the reverse of the order
+// the run before measured them in, which file keeps (none yet: the order given). The agent
+// measured first warms the page cache and the image store for the others, the one measured
+// last meets what the others left on the machine: alternating, no agent is always either.
+func agentOrder(agents []string, file string) ([]string, error) {
+	if file == "" {
+		return agents, nil
+	}
+	order := slices.Clone(agents)
+	if last, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(last)) == strings.Join(order, ",") {
+		slices.Reverse(order)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read the last run's agent order: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return nil, fmt.Errorf("keep the agent order: %w", err)
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(order, ",")+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("keep the agent order: %w", err)
+	}
+	return order, nil
 }
