@@ -119,13 +119,13 @@ func TestEnsureV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	for file, want := range map[string]string{
-		"cgroup.subtree_control":                   "+cpu +memory +pids",
-		"kubepods/cgroup.subtree_control":          "+cpu +memory +pids",
+		"cgroup.subtree_control":                    "+cpu +memory +pids",
+		"kubepods/cgroup.subtree_control":           "+cpu +memory +pids",
 		"kubepods/burstable/cgroup.subtree_control": "+memory +pids", // cpu was there
-		pod[1:] + "/cpu.weight":                    "4",               // SharesToWeight(102)
-		pod[1:] + "/cpu.max":                       "20000 100000",
-		pod[1:] + "/memory.max":                    "134217728",
-		pod[1:] + "/pids.max":                      "max",
+		pod[1:] + "/cpu.weight":                     "4",             // SharesToWeight(102)
+		pod[1:] + "/cpu.max":                        "20000 100000",
+		pod[1:] + "/memory.max":                     "134217728",
+		pod[1:] + "/pids.max":                       "max",
 	} {
 		if got := read(t, filepath.Join(h.Root, file)); got != want {
 			t.Errorf("%s = %q, want %q", file, got, want)
