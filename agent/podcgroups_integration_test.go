@@ -169,10 +169,6 @@ func TestNodeAllocatableOOM(t *testing.T) {
 	if h.Mode == cgroups.Unified {
 		file = "memory.max"
 	}
-	if got := cgroupValue(t, h, kubepods, "memory", file); got != want {
-		t.Fatalf("kubepods %s = %s, want the allocatable %s", file, got, want)
-	}
-
 	steady := sleeperPod("steady", false)
 	hog := sleeperPod("hog", false)
 	hog.Spec.RestartPolicy = v1.RestartPolicyNever
@@ -181,6 +177,9 @@ func TestNodeAllocatableOOM(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitAPIRunning(t, "steady")
+	if got := cgroupValue(t, h, kubepods, "memory", file); got != want {
+		t.Fatalf("kubepods %s = %s, want the allocatable %s", file, got, want)
+	}
 	leases := e.cp.Admin.CoordinationV1().Leases("kube-node-lease")
 	before, err := leases.Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
