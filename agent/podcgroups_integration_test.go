@@ -251,3 +251,80 @@ func hostMemTotal(t *testing.T) int64 {
 	t.Fatal("no MemTotal in /proc/meminfo")
 	return 0
 }
+
+// TestPodCgroupsAdoption: a pod started by an agent without pod cgroups (before the upgrade,
+// cgroupsPerQOS false) keeps running, the same container, when the agent comes back with
+// them: nothing restarts or kills it for being outside kubepods, and its next container (a
+// restart of its own) is made in its pod cgroup.
+func TestPodCgroupsAdoption(t *testing.T) {
+	e := startEnv(t, true, func(c *config.Config) {
+		quickBackoff(c)
+		c.CgroupsPerQOS, c.EnforceNodeAllocatable = boolp(false), []string{"none"}
+	})
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	h := cgroups.Host()
+	old := sleeperPod("old", false)
+	old.Spec.Containers[0] = step("main", "exec sleep 1000000")
+	if _, err := pods.Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.waitAPIRunning(t, "old")["old"]
+	oldID := strings.TrimPrefix(before.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	pid := e.taskPid(t, oldID)
+
+	e.agent.Kill()
+	e.agent.Config.CgroupsPerQOS, e.agent.Config.EnforceNodeAllocatable = boolp(true), nil
+	e.agent.Start()
+	podDir := path.Join(e.agent.Config.CgroupRoot, "kubepods", "besteffort", "pod"+string(before.UID))
+	testenv.Eventually(t, 60*time.Second, "the upgraded agent made the pod's cgroup", func() error {
+		if !h.Exists(podDir) {
+			return fmt.Errorf("%s not made", podDir)
+		}
+		return nil
+	})
+	// Settled: a few syncs later the old container still runs, untouched.
+	time.Sleep(5 * time.Second)
+	p, err := pods.Get(ctx, "old", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := p.Status.ContainerStatuses[0]
+	if cs.ContainerID != before.Status.ContainerStatuses[0].ContainerID || cs.RestartCount != 0 || cs.State.Running == nil {
+		t.Fatalf("the pre-upgrade container was not left running: %+v", cs)
+	}
+	if got := e.taskPid(t, oldID); got != pid {
+		t.Fatalf("its process changed: %d, was %d", got, pid)
+	}
+
+	// Its next container, after its own exit, lands in the pod cgroup.
+	if err := syscallKill(pid); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the restarted container in the pod cgroup", func() error {
+		p, err := pods.Get(ctx, "old", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cs := p.Status.ContainerStatuses[0]
+		if cs.RestartCount < 1 || cs.State.Running == nil {
+			return fmt.Errorf("restartCount %d, state %+v", cs.RestartCount, cs.State)
+		}
+		dir, err := h.ProcessDir(e.taskPid(t, strings.TrimPrefix(cs.ContainerID, "containerd://")), "memory")
+		if err != nil {
+			return err
+		}
+		if filepath.Dir(dir) != h.Dir(podDir, "memory") {
+			return fmt.Errorf("restarted container in %s, want below %s", dir, h.Dir(podDir, "memory"))
+		}
+		return nil
+	})
+}
+
+func syscallKill(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}

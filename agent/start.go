@@ -281,7 +281,7 @@ func (r *run) buildPods() error {
 		MemoryCapacity: capacity.Memory().Value(),
 		NoSwap:         cgroups.Host().SwapController(),
 		Metrics:        a.metrics,
-		Cgroups:        r.podCgroups,
+		Cgroups:        r.podCgroupsOrNil(),
 	}, r.be.runtime, r.be.network, r.statusMgr, r.recorder, a.log.With("component", "pods"))
 	r.svcCache.OnKnown(r.podMgr.ResyncAll)
 	return nil
@@ -323,6 +323,15 @@ func (r *run) buildPodCgroups(capacity v1.ResourceList) error {
 	}
 	r.podCgroups = m
 	return nil
+}
+
+// podCgroupsOrNil is the pod cgroups' manager for the workers: a nil interface, not a nil
+// *podcgroups.Manager, with cgroupsPerQOS off.
+func (r *run) podCgroupsOrNil() pods.PodCgroups {
+	if r.podCgroups == nil {
+		return nil
+	}
+	return r.podCgroups
 }
 
 // buildReclaim builds image and container collection, the node's stats, and the
