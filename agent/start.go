@@ -533,6 +533,10 @@ func (r *run) runPods(ctx context.Context, g *errgroup.Group) {
 	g.Go(func() error { return r.svcCache.Run(ctx) })
 	g.Go(func() error { return r.probeMgr.Run(ctx) })
 	g.Go(func() error { return r.statusMgr.Run(ctx) })
+	if r.podCgroups != nil {
+		// A pod with a worker keeps its cgroup; one with a process in it cannot lose it.
+		g.Go(func() error { return r.podCgroups.Run(ctx, podcgroups.CleanupPeriod, r.podMgr.Known) })
+	}
 }
 
 // serve serves what the node answers: /healthz, the node API (its port, the tunnel, the

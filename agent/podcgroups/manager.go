@@ -1,12 +1,14 @@
 package podcgroups
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -150,6 +152,27 @@ func (m *Manager) removeLocked(uid types.UID) error {
 		errs = append(errs, m.updateQOSLocked())
 	}
 	return errors.Join(errs...)
+}
+
+// CleanupPeriod is how often Run looks for orphaned pod cgroups (the kubelet's housekeeping
+// runs every 2s; a pod cgroup left behind only costs a directory).
+const CleanupPeriod = 30 * time.Second
+
+// Run calls Cleanup every period until ctx ends: a pod cgroup whose removal failed when its
+// pod ended (a process still exiting) goes at a later round.
+func (m *Manager) Run(ctx context.Context, period time.Duration, active func(types.UID) bool) error {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if removed := m.Cleanup(active); len(removed) > 0 {
+				m.cfg.Log.Info("removed orphaned pod cgroups", "pods", removed)
+			}
+		}
+	}
 }
 
 // Cleanup removes the cgroups of pods that are not active (the kubelet's cleanup of orphaned
