@@ -188,7 +188,7 @@ func TestNodeAllocatableOOM(t *testing.T) {
 	if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 90*time.Second, "the hog killed", func() error {
+	testenv.Eventually(t, 90*time.Second, "the hog OOM-killed", func() error {
 		p, err := pods.Get(ctx, "hog", metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) == 0 {
 			return fmt.Errorf("no status (%v)", err)
@@ -197,8 +197,8 @@ func TestNodeAllocatableOOM(t *testing.T) {
 		if term == nil || p.Status.Phase != v1.PodFailed {
 			return fmt.Errorf("phase %s terminated %+v", p.Status.Phase, term)
 		}
-		if term.ExitCode != 137 {
-			return fmt.Errorf("exit code %d (%s), want 137: killed", term.ExitCode, term.Reason)
+		if term.ExitCode != 137 || term.Reason != "OOMKilled" {
+			return fmt.Errorf("exit code %d, reason %s; want 137, OOMKilled", term.ExitCode, term.Reason)
 		}
 		return nil
 	})
