@@ -135,6 +135,7 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 	// Its own kubepods: other agents (tests in parallel, other engineers') share the host's
 	// cgroups, and each caps and cleans up its own hierarchy.
 	cfg.CgroupRoot = "/holdfast-test-" + hex.EncodeToString(key[:6])
+	cd.cgroupRoots = append(cd.cgroupRoots, cfg.CgroupRoot)
 	cfg.Containerd.Address = cd.Address
 	cfg.Containerd.Namespace = "holdfast"
 	if cni != nil {
