@@ -135,7 +135,8 @@ func (a *Agent) reservations() (func(capacity v1.ResourceList) v1.ResourceList, 
 }
 
 // kubepodsLimits is what kubepods is capped at, as the kubelet caps it: with
-// enforceNodeAllocatable naming pods, the capacity less systemReserved and kubeReserved
+// enforceNodeAllocatable naming pods, the capacity (and the node's PIDs) less systemReserved
+// and kubeReserved
 // (node.Allocatable, the computation the Node's reported allocatable also goes through,
 // which leaves out the hard eviction thresholds besides: those stay inside kubepods so that
 // the eviction manager acts before the OOM killer); without, the capacity itself.
@@ -145,6 +146,10 @@ func (a *Agent) kubepodsLimits(capacity v1.ResourceList) (v1.ResourceList, error
 		if q, ok := capacity[name]; ok {
 			limits[name] = q
 		}
+	}
+	// The kubelet's internal capacity adds the node's PIDs: kubepods' pids.max.
+	if pids := eviction.PIDLimit("/proc"); pids > 0 {
+		limits["pid"] = *resource.NewQuantity(pids, resource.DecimalSI)
 	}
 	if !a.cfg.Enforces(config.EnforcePods) {
 		return limits, nil

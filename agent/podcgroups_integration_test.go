@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/config"
+	"github.com/holdfast-dev/holdfast/agent/eviction"
 	"github.com/holdfast-dev/holdfast/internal/testenv"
 )
 
@@ -107,6 +108,10 @@ func TestPodCgroups(t *testing.T) {
 				t.Errorf("%s: pod cgroup %s = %s, want %s", tt.name, f[1], got, want)
 			}
 		}
+	}
+	// kubepods: the node's PIDs (no pid reserved here), as the kubelet's internal capacity.
+	if got, want := cgroupValue(t, h, kubepods, "pids", "pids.max"), strconv.FormatInt(eviction.PIDLimit("/proc"), 10); got != want {
+		t.Errorf("kubepods pids.max = %s, want %s", got, want)
 	}
 	// The QoS levels: burstable the shares of the burstable pods' requests, besteffort 2.
 	for f, want := range wantSettings(h, 102, -1, 0) {
