@@ -19,7 +19,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/events"
 	"github.com/holdfast-dev/holdfast/agent/events/record"
@@ -30,6 +32,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/node"
 	"github.com/holdfast-dev/holdfast/agent/nodeapi"
+	"github.com/holdfast-dev/holdfast/agent/podcgroups"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/policy"
 	"github.com/holdfast-dev/holdfast/agent/statekey"
@@ -129,6 +132,77 @@ func (a *Agent) reservations() (func(capacity v1.ResourceList) v1.ResourceList, 
 		}
 		return out
 	}, nil
+}
+
+// kubepodsLimits is what kubepods is capped at, as the kubelet caps it: with
+// enforceNodeAllocatable naming pods, the capacity (and the node's PIDs) less systemReserved
+// and kubeReserved
+// (node.Allocatable, the computation the Node's reported allocatable also goes through,
+// which leaves out the hard eviction thresholds besides: those stay inside kubepods so that
+// the eviction manager acts before the OOM killer); without, the capacity itself.
+func (a *Agent) kubepodsLimits(capacity v1.ResourceList) (v1.ResourceList, error) {
+	limits := v1.ResourceList{}
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		if q, ok := capacity[name]; ok {
+			limits[name] = q
+		}
+	}
+	// The kubelet's internal capacity adds the node's PIDs: kubepods' pids.max.
+	if pids := eviction.PIDLimit("/proc"); pids > 0 {
+		limits["pid"] = *resource.NewQuantity(pids, resource.DecimalSI)
+	}
+	if !a.cfg.Enforces(config.EnforcePods) {
+		return limits, nil
+	}
+	reserved, err := a.cfg.Reserved()
+	if err != nil {
+		return nil, err
+	}
+	return node.Allocatable(limits, reserved), nil
+}
+
+// enforceReservedCgroups caps kubeReservedCgroup and systemReservedCgroup at their
+// reservations where enforceNodeAllocatable names them (the kubelet's enforceExistingCgroup):
+// the cgroups must exist, made by whoever runs the agent and the system.
+func (a *Agent) enforceReservedCgroups(h cgroups.Hierarchy) error {
+	for _, r := range []struct {
+		key, cgroup string
+		reserved    map[string]string
+	}{
+		{config.EnforceKubeReserved, a.cfg.KubeReservedCgroup, a.cfg.KubeReserved},
+		{config.EnforceSystemReserved, a.cfg.SystemReservedCgroup, a.cfg.SystemReserved},
+	} {
+		if !a.cfg.Enforces(r.key) {
+			continue
+		}
+		if !h.Exists(r.cgroup) {
+			return fmt.Errorf("enforceNodeAllocatable %s: cgroup %s does not exist", r.key, r.cgroup)
+		}
+		list := v1.ResourceList{}
+		for name, v := range r.reserved {
+			q, err := resource.ParseQuantity(v)
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", r.key, name, err)
+			}
+			list[v1.ResourceName(name)] = q
+		}
+		if err := h.Update(r.cgroup, podcgroups.NodeAllocatableResources(list)); err != nil {
+			return fmt.Errorf("enforce %s on %s: %w", r.key, r.cgroup, err)
+		}
+		a.log.Info("reservation enforced", "on", r.key, "cgroup", r.cgroup)
+	}
+	return nil
+}
+
+// podCgroupParent is the pod's cgroup for a backend that asks for it when it makes the pod's
+// sandbox (CRI): podcgroups.PodDir, the computation the pod workers' containers get theirs
+// from. nil with cgroupsPerQOS off.
+func (a *Agent) podCgroupParent() func(*v1.Pod) string {
+	if a.hollow || !*a.cfg.CgroupsPerQOS {
+		return nil
+	}
+	root := a.cfg.CgroupRoot
+	return func(pod *v1.Pod) string { return podcgroups.PodDir(root, pod) }
 }
 
 // evictionManager builds the node-pressure eviction manager: the host's signals against the

@@ -143,6 +143,7 @@ func (a *Agent) criBackend(ctx context.Context, boot *metrics.Boot) (*backend, e
 			SeccompProfileRoot: cfg.SeccompProfileRoot,
 			LogMaxSize:         cfg.ContainerLogMaxSizeBytes(),
 			LogMaxFiles:        cfg.ContainerLogMaxFiles,
+			PodCgroupParent:    a.podCgroupParent(),
 		}, a.log.With("component", "cri"))
 	})
 	if err != nil {

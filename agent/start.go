@@ -24,6 +24,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
+	"github.com/holdfast-dev/holdfast/agent/podcgroups"
 	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/policy"
 	"github.com/holdfast-dev/holdfast/agent/prober"
@@ -83,9 +84,11 @@ type run struct {
 	hostIPs   func() []string
 	statusMgr *status.Manager
 	reserved  func(capacity v1.ResourceList) v1.ResourceList
-	volMgr    *volumes.Manager
-	svcCache  *services.Cache
-	podMgr    *pods.Manager
+	// podCgroups is nil with cgroupsPerQOS off (and on hollow nodes).
+	podCgroups *podcgroups.Manager
+	volMgr     *volumes.Manager
+	svcCache   *services.Cache
+	podMgr     *pods.Manager
 
 	collector   *gc.GC
 	usage       *stats.Provider
@@ -246,6 +249,9 @@ func (r *run) buildPods() error {
 		a.log.Warn("measure node capacity; resourceFieldRef without limits will read 0", "err", err)
 	}
 	allocatable := node.Allocatable(capacity, r.reserved(capacity))
+	if err := r.buildPodCgroups(capacity); err != nil {
+		return err
+	}
 	r.volMgr = volumes.NewManager(filepath.Join(cfg.StateDir, "pods"), r.client, r.recorder, a.log.With("component", "volumes"), volumes.Options{
 		ResyncPeriod:   cfg.Pods.VolumeResyncPeriod.Duration,
 		Allocatable:    func() v1.ResourceList { return allocatable },
@@ -275,9 +281,57 @@ func (r *run) buildPods() error {
 		MemoryCapacity: capacity.Memory().Value(),
 		NoSwap:         cgroups.Host().SwapController(),
 		Metrics:        a.metrics,
+		Cgroups:        r.podCgroupsOrNil(),
 	}, r.be.runtime, r.be.network, r.statusMgr, r.recorder, a.log.With("component", "pods"))
 	r.svcCache.OnKnown(r.podMgr.ResyncAll)
 	return nil
+}
+
+// buildPodCgroups makes the kubelet's cgroup hierarchy (cgroupsPerQOS): kubepods capped at
+// the node allocatable, the QoS levels, and the pod cgroups' manager the workers use; then
+// removes the pod cgroups no container is in (pods gone while the agent was not running).
+// Not for hollow nodes, whose containers are records.
+func (r *run) buildPodCgroups(capacity v1.ResourceList) error {
+	cfg, a := r.cfg, r.a
+	if a.hollow || !*cfg.CgroupsPerQOS {
+		return nil
+	}
+	kubepods, err := a.kubepodsLimits(capacity)
+	if err != nil {
+		return err
+	}
+	h := cgroups.Host()
+	m := podcgroups.NewManager(podcgroups.Config{
+		Hierarchy: h, Root: cfg.CgroupRoot, EnforceCPULimits: *cfg.CPUCFSQuota,
+		PodPidsLimit: cfg.PodPidsLimit, Kubepods: kubepods, Log: a.log.With("component", "cgroups"),
+	})
+	if err := m.Start(); err != nil {
+		return fmt.Errorf("pod cgroups (cgroupsPerQOS): %w", err)
+	}
+	a.log.Info("node allocatable enforced on kubepods", "root", cfg.CgroupRoot, "mode", h.Mode.String(), "memory", kubepods.Memory().String(), "cpu", kubepods.Cpu().String(), "enforceNodeAllocatable", cfg.EnforceNodeAllocatable)
+	if err := a.enforceReservedCgroups(h); err != nil {
+		return err
+	}
+	withContainers := map[types.UID]bool{}
+	if list, err := r.be.runtime.List(context.Background()); err == nil {
+		for _, c := range list {
+			withContainers[types.UID(c.PodUID)] = true
+		}
+		if removed := m.Cleanup(func(uid types.UID) bool { return withContainers[uid] }); len(removed) > 0 {
+			a.log.Info("removed orphaned pod cgroups", "pods", removed)
+		}
+	}
+	r.podCgroups = m
+	return nil
+}
+
+// podCgroupsOrNil is the pod cgroups' manager for the workers: a nil interface, not a nil
+// *podcgroups.Manager, with cgroupsPerQOS off.
+func (r *run) podCgroupsOrNil() pods.PodCgroups {
+	if r.podCgroups == nil {
+		return nil
+	}
+	return r.podCgroups
 }
 
 // buildReclaim builds image and container collection, the node's stats, and the
@@ -479,6 +533,10 @@ func (r *run) runPods(ctx context.Context, g *errgroup.Group) {
 	g.Go(func() error { return r.svcCache.Run(ctx) })
 	g.Go(func() error { return r.probeMgr.Run(ctx) })
 	g.Go(func() error { return r.statusMgr.Run(ctx) })
+	if r.podCgroups != nil {
+		// A pod with a worker keeps its cgroup; one with a process in it cannot lose it.
+		g.Go(func() error { return r.podCgroups.Run(ctx, podcgroups.CleanupPeriod, r.podMgr.Known) })
+	}
 }
 
 // serve serves what the node answers: /healthz, the node API (its port, the tunnel, the

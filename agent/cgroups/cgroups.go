@@ -189,10 +189,14 @@ func (h Hierarchy) Limits(pid int) (Limits, error) {
 }
 
 // SharesToWeight is runc's conversion of cgroup v1 cpu.shares [2, 262144] to cgroup v2
-// cpu.weight [1, 10000]: what a container asking for shares gets on a v2 host.
+// cpu.weight [1, 10000]: what a container asking for shares gets on a v2 host, and what the
+// kubelet writes for a pod or QoS cgroup (pkg/kubelet/cm getCPUWeight).
 func SharesToWeight(shares uint64) uint64 {
 	if shares == 0 {
 		return 0
+	}
+	if shares >= 262144 {
+		return 10000
 	}
 	return 1 + ((shares-2)*9999)/262142
 }

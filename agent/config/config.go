@@ -146,6 +146,33 @@ type Config struct {
 	SystemReserved map[string]string `json:"systemReserved,omitempty"`
 	KubeReserved   map[string]string `json:"kubeReserved,omitempty"`
 
+	// CgroupsPerQOS makes the kubelet's cgroup hierarchy: kubepods, its burstable and
+	// besteffort levels, and a cgroup per pod its containers are made in (agent/podcgroups).
+	// Defaults to true, as the kubelet's; false leaves every container where the runtime puts
+	// it by default.
+	CgroupsPerQOS *bool `json:"cgroupsPerQOS,omitempty"`
+	// CgroupRoot is the cgroup kubepods is made below. Defaults to "/".
+	CgroupRoot string `json:"cgroupRoot,omitempty"`
+	// CgroupDriver is how cgroups are made: "cgroupfs", the default and the only one yet
+	// (the kubelet's "systemd" is refused).
+	CgroupDriver string `json:"cgroupDriver,omitempty"`
+	// EnforceNodeAllocatable lists what is capped: "pods" caps kubepods at the node's capacity
+	// less systemReserved and kubeReserved (the eviction thresholds stay inside it, as with the
+	// kubelet, so that eviction comes before the OOM killer); "kube-reserved" and
+	// "system-reserved" cap KubeReservedCgroup and SystemReservedCgroup at their reservation.
+	// Defaults to ["pods"]; ["none"] or an empty list caps nothing (kubepods then gets the capacity).
+	EnforceNodeAllocatable []string `json:"enforceNodeAllocatable,omitempty"`
+	// KubeReservedCgroup and SystemReservedCgroup are existing cgroups (the agent's and
+	// containerd's, the system's) capped when enforceNodeAllocatable names them.
+	KubeReservedCgroup   string `json:"kubeReservedCgroup,omitempty"`
+	SystemReservedCgroup string `json:"systemReservedCgroup,omitempty"`
+	// PodPidsLimit is the most processes one pod may run (its cgroup's pids.max). Defaults to
+	// -1: none.
+	PodPidsLimit int64 `json:"podPidsLimit,omitempty"`
+	// CPUCFSQuota turns CPU limits into CFS quotas, for pods and containers alike. Defaults
+	// to true.
+	CPUCFSQuota *bool `json:"cpuCFSQuota,omitempty"`
+
 	// Runtime chooses the backend pods run on: "containerd" (the default) drives containerd
 	// through its Go client, in its own namespace, with holdfast's CNI and logger and no pause
 	// container; "cri" drives any CRI runtime at CRIEndpoint (containerd's CRI plugin, CRI-O)
@@ -435,6 +462,17 @@ func (c *Config) applyDefaults() {
 	if c.MaxPods == 0 {
 		c.MaxPods = 110
 	}
+	if c.CgroupsPerQOS == nil {
+		c.CgroupsPerQOS = ptrTo(true)
+	}
+	if c.CPUCFSQuota == nil {
+		c.CPUCFSQuota = ptrTo(true)
+	}
+	setDefault(&c.CgroupRoot, "/")
+	setDefault(&c.CgroupDriver, "cgroupfs")
+	if c.EnforceNodeAllocatable == nil {
+		c.EnforceNodeAllocatable = []string{"pods"}
+	}
 	setDefault(&c.ClusterDomain, "cluster.local")
 	setDefault(&c.Runtime, RuntimeContainerd)
 	setDefault(&c.CRIEndpoint, "unix:///run/containerd/containerd.sock")
@@ -658,6 +696,7 @@ func (c *Config) Validate() error {
 	if _, err := c.Reserved(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateCgroups()...)
 	if net.ParseIP(c.Address) == nil {
 		errs = append(errs, fmt.Errorf("address %q is not an IP address", c.Address))
 	}
@@ -761,6 +800,47 @@ func (c *Config) Reserved() (v1.ResourceList, error) {
 	}
 	return out, errors.Join(errs...)
 }
+
+// Enforced names the node allocatable enforcement keys (enforceNodeAllocatable).
+const (
+	EnforcePods           = "pods"
+	EnforceKubeReserved   = "kube-reserved"
+	EnforceSystemReserved = "system-reserved"
+)
+
+// Enforces says enforceNodeAllocatable names key.
+func (c *Config) Enforces(key string) bool { return slices.Contains(c.EnforceNodeAllocatable, key) }
+
+func (c *Config) validateCgroups() []error {
+	var errs []error
+	if c.CgroupDriver != "cgroupfs" {
+		errs = append(errs, fmt.Errorf("cgroupDriver %q: only \"cgroupfs\" is implemented", c.CgroupDriver))
+	}
+	if !strings.HasPrefix(c.CgroupRoot, "/") {
+		errs = append(errs, fmt.Errorf("cgroupRoot %q is not an absolute cgroup path", c.CgroupRoot))
+	}
+	for _, k := range c.EnforceNodeAllocatable {
+		switch k {
+		case EnforcePods, "none":
+		case EnforceKubeReserved:
+			if c.KubeReservedCgroup == "" {
+				errs = append(errs, errors.New("enforceNodeAllocatable names kube-reserved without kubeReservedCgroup"))
+			}
+		case EnforceSystemReserved:
+			if c.SystemReservedCgroup == "" {
+				errs = append(errs, errors.New("enforceNodeAllocatable names system-reserved without systemReservedCgroup"))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("enforceNodeAllocatable: %q is not pods, kube-reserved, system-reserved or none", k))
+		}
+	}
+	if c.Enforces(EnforcePods) && c.CgroupsPerQOS != nil && !*c.CgroupsPerQOS {
+		errs = append(errs, errors.New("enforceNodeAllocatable names pods with cgroupsPerQOS false: there is no kubepods to cap"))
+	}
+	return errs
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // Standalone reports whether the agent runs without an apiserver.
 func (c *Config) Standalone() bool { return c.Kubeconfig == "" }

@@ -266,3 +266,35 @@ func TestStateKeyCredential(t *testing.T) {
 		}
 	}
 }
+
+// The cgroup settings as the kubelet's: its defaults, and the combinations it refuses.
+func TestCgroupSettings(t *testing.T) {
+	d := Default()
+	if !*d.CgroupsPerQOS || d.CgroupRoot != "/" || d.CgroupDriver != "cgroupfs" || !d.Enforces(EnforcePods) || !*d.CPUCFSQuota {
+		t.Errorf("defaults %v %q %q %v %v; want the kubelet's", *d.CgroupsPerQOS, d.CgroupRoot, d.CgroupDriver, d.EnforceNodeAllocatable, *d.CPUCFSQuota)
+	}
+	for _, tt := range []struct {
+		yaml    string
+		wantErr string
+	}{
+		{"cgroupsPerQOS: false\nenforceNodeAllocatable: [none]\n", ""},
+		{"cgroupsPerQOS: false\n", "no kubepods to cap"},
+		{"cgroupDriver: systemd\n", "only \"cgroupfs\""},
+		{"cgroupRoot: edge\n", "not an absolute cgroup path"},
+		{"enforceNodeAllocatable: [pods, kube-reserved]\n", "without kubeReservedCgroup"},
+		{"enforceNodeAllocatable: [pods, system-reserved]\nsystemReservedCgroup: /system.slice\n", ""},
+		{"enforceNodeAllocatable: [everything]\n", "is not pods"},
+	} {
+		p := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(p, []byte("nodeName: gw-1\n"+tt.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(p)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tt.yaml, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%q: error %v, want one saying %q", tt.yaml, err, tt.wantErr)
+		}
+	}
+}

@@ -78,13 +78,20 @@ func statFS(obs Observations, path string, bytesSignal, inodesSignal Signal) err
 	return nil
 }
 
-// observePIDs is kubelet's pid.available: the node's PID limit (the lower of pid_max and
-// threads-max) less the tasks that exist.
-func observePIDs(proc string) (Observation, bool) {
+// PIDLimit is the node's PID capacity, as the kubelet's pidlimit reads it: the lower of
+// pid_max and threads-max under proc (/proc); 0 when neither can be read.
+func PIDLimit(proc string) int64 {
 	limit := readInt(proc + "/sys/kernel/pid_max")
 	if tm := readInt(proc + "/sys/kernel/threads-max"); tm > 0 && (limit <= 0 || tm < limit) {
 		limit = tm
 	}
+	return limit
+}
+
+// observePIDs is kubelet's pid.available: the node's PID limit (the lower of pid_max and
+// threads-max) less the tasks that exist.
+func observePIDs(proc string) (Observation, bool) {
+	limit := PIDLimit(proc)
 	var si unix.Sysinfo_t
 	if limit <= 0 || unix.Sysinfo(&si) != nil {
 		return Observation{}, false

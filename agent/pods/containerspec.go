@@ -3,31 +3,23 @@ package pods
 import (
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/holdfast-dev/holdfast/agent/podcgroups"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/internal/podutil"
-)
-
-// Kubelet's cgroup arithmetic: shares from cpu requests, CFS quota from cpu limits.
-const (
-	minShares     = 2
-	sharesPerCPU  = 1024
-	milliCPUToCPU = 1000
-	quotaPeriod   = 100000 // 100ms in microseconds
-	minQuota      = 1000
 )
 
 // containerResources turns requests and limits into cgroup settings and the process's OOM
 // score from the pod's QoS class, as kubelet does. Every backend applies the same numbers.
 func containerResources(pod *v1.Pod, c *v1.Container, memoryCapacity int64, noSwap bool) runtime.Resources {
 	req, lim := c.Resources.Requests, c.Resources.Limits
-	res := runtime.Resources{CPUShares: minShares, NoSwap: noSwap, OOMScoreAdj: oomScoreAdj(pod, c, memoryCapacity)}
+	res := runtime.Resources{CPUShares: podcgroups.MinShares, NoSwap: noSwap, OOMScoreAdj: oomScoreAdj(pod, c, memoryCapacity)}
 	if q, ok := req[v1.ResourceCPU]; ok {
-		res.CPUShares = max(uint64(q.MilliValue())*sharesPerCPU/milliCPUToCPU, minShares)
+		res.CPUShares = podcgroups.MilliCPUToShares(q.MilliValue())
 	} else if q, ok := lim[v1.ResourceCPU]; ok {
-		res.CPUShares = max(uint64(q.MilliValue())*sharesPerCPU/milliCPUToCPU, minShares) // request defaults to limit
+		res.CPUShares = podcgroups.MilliCPUToShares(q.MilliValue()) // request defaults to limit
 	}
-	if q, ok := lim[v1.ResourceCPU]; ok {
-		res.CPUQuota, res.CPUPeriod = max(q.MilliValue()*quotaPeriod/milliCPUToCPU, minQuota), quotaPeriod
+	if q, ok := lim[v1.ResourceCPU]; ok && q.MilliValue() > 0 {
+		res.CPUQuota, res.CPUPeriod = podcgroups.MilliCPUToQuota(q.MilliValue(), podcgroups.QuotaPeriod), podcgroups.QuotaPeriod
 	}
 	if q, ok := lim[v1.ResourceMemory]; ok && q.Value() > 0 {
 		res.MemoryLimit = q.Value()

@@ -74,6 +74,10 @@ type Config struct {
 	NoSwap bool
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
+	// Cgroups makes each pod's cgroup before its first container and removes it after its
+	// last (agent/podcgroups); nil: no pod cgroups (cgroupsPerQOS off), each container where
+	// the runtime puts it by default.
+	Cgroups PodCgroups
 	// Volumes prepares and tears down pod volumes, and is the EnvSource of env. Required.
 	Volumes *volumes.Manager
 	// NodeName names the Node that node-level events (MissingClusterDNS) are recorded on.
@@ -94,6 +98,16 @@ func (c Config) systemdResolvConf() string {
 	return cmp.Or(c.SystemdResolvConf, network.SystemdResolvConf)
 }
 func (c Config) hostsFile() string { return cmp.Or(c.HostsFile, "/etc/hosts") }
+
+// PodCgroups is the pod cgroups' part the workers use (*podcgroups.Manager).
+type PodCgroups interface {
+	// PodDir is the pod's cgroup: its containers' parent.
+	PodDir(pod *v1.Pod) string
+	// EnsurePod makes the pod's cgroup with its limits if it is missing.
+	EnsurePod(pod *v1.Pod) (string, error)
+	// RemovePod removes it once its containers are gone; one still in use stays, with an error.
+	RemovePod(uid types.UID) error
+}
 
 // Manager dispatches desired pods to their workers and watches the runtime for changes.
 type Manager struct {

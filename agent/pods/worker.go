@@ -751,6 +751,14 @@ func (w *worker) prepare(ctx context.Context, log *slog.Logger, pod *v1.Pod) (po
 	next = resyncPeriod
 	hostIPs = w.m.hostIPs()
 	began := w.m.now()
+	if w.m.cfg.Cgroups != nil {
+		// The pod's cgroup before anything of it runs: the CRI sandbox's pause container is
+		// its first process.
+		if _, err := w.m.cfg.Cgroups.EnsurePod(pod); err != nil {
+			log.Warn("make pod cgroup", "err", err)
+			return nil, hostIPs, nil, false, 5 * time.Second
+		}
+	}
 	if wait := w.networkFailed.heldFor(began); wait > 0 {
 		// Backing off a network that failed: poked meanwhile (a status echo, a probe), the
 		// worker does not try it again before its time.
@@ -1155,6 +1163,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Resources:    containerResources(pod, c, w.m.cfg.MemoryCapacity, w.m.cfg.NoSwap),
 		Security:     containerSecurity(pod, c),
 		Pod:          pod,
+		CgroupParent: w.cgroupParent(pod),
 
 		TerminationMessagePath: c.TerminationMessagePath,
 	}
@@ -1275,6 +1284,13 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	if err := w.releaseResources(ctx, pod); err != nil {
 		return err
 	}
+	if w.m.cfg.Cgroups != nil {
+		// After the runtime removed its containers (and the CRI sandbox with the network):
+		// the pod's cgroup is empty. One still in use is left to podcgroups' Cleanup.
+		if err := w.m.cfg.Cgroups.RemovePod(pod.UID); err != nil {
+			log.Warn("remove pod cgroup", "err", err)
+		}
+	}
 	if err := os.RemoveAll(w.m.podDir(pod.UID)); err != nil {
 		return fmt.Errorf("remove pod dir: %w", err)
 	}
@@ -1321,6 +1337,14 @@ func (w *worker) stopRunning(ctx context.Context, pod *v1.Pod, observed []runtim
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// cgroupParent is the pod's cgroup its containers are made in; "" without pod cgroups.
+func (w *worker) cgroupParent(pod *v1.Pod) string {
+	if w.m.cfg.Cgroups == nil {
+		return ""
+	}
+	return w.m.cfg.Cgroups.PodDir(pod)
 }
 
 // releaseResources tears down what only running containers need: the pod's network (CNI DEL,

@@ -101,6 +101,11 @@ type ContainerConfig struct {
 	PIDNamespaceOfPid uint32
 	// Resources are the container's cgroup settings and OOM score.
 	Resources Resources
+	// CgroupParent is the pod's cgroup the container is made in ("/kubepods/burstable/pod<uid>",
+	// a path in the cgroupfs hierarchy, agent/podcgroups); each backend translates it once:
+	// containerd's OCI cgroupsPath below it, the CRI sandbox's cgroup_parent. Empty: the
+	// runtime's default place (cgroupsPerQOS off, or a pod made before the hierarchy was).
+	CgroupParent string
 	// Security is the container's confinement, from its pod's and its own securityContext.
 	Security Security
 	// Pod is the pod the container belongs to, for a backend that makes the pod's sandbox when

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -62,6 +63,31 @@ func TestScenario1PodsAsUsersWriteThem(t *testing.T) {
 		}
 		if got := strings.TrimSpace(g.vm.MustSSH("cat " + dir + "/cpu.max")); got != "20000 100000" {
 			t.Errorf("%s/cpu.max = %q, want \"20000 100000\" (200m)", dir, got)
+		}
+	})
+
+	// The kubelet's hierarchy on the gateway's cgroup v2 (issue 29): the Guaranteed pod's
+	// container below its pod's cgroup in kubepods itself, the pod's limits its container's
+	// (ResourceConfigForPod), kubepods capped at the node allocatable (not run on the machine
+	// that wrote it: no /dev/kvm there).
+	t.Run("pod and QoS cgroups", func(t *testing.T) {
+		dir := g.cgroupDir("limited/main")
+		p, err := g.apiPod("limited")
+		if err != nil {
+			t.Fatal(err)
+		}
+		podDir := "/sys/fs/cgroup/kubepods/pod" + string(p.UID)
+		if path.Dir(dir) != podDir {
+			t.Errorf("limited/main's cgroup is %s, want one below %s", dir, podDir)
+		}
+		if got := strings.TrimSpace(g.vm.MustSSH("cat " + podDir + "/memory.max")); got != strconv.Itoa(64<<20) {
+			t.Errorf("%s/memory.max = %s, want %d (64Mi)", podDir, got, 64<<20)
+		}
+		if got := strings.TrimSpace(g.vm.MustSSH("cat " + podDir + "/cpu.max")); got != "20000 100000" {
+			t.Errorf("%s/cpu.max = %q, want \"20000 100000\" (200m)", podDir, got)
+		}
+		if got := strings.TrimSpace(g.vm.MustSSH("cat /sys/fs/cgroup/kubepods/memory.max")); got == "max" {
+			t.Errorf("kubepods/memory.max = max, want the node allocatable")
 		}
 	})
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,6 +133,10 @@ func NewAgentConfig(t testing.TB, dir string, cd *Containerd, cni *CNINetwork) c
 		// pods refused under a DiskPressure it did not cause. Tests of eviction set their own.
 		EvictionHard: map[string]string{"nodefs.available": "1%", "imagefs.available": "1%"},
 	}
+	// Its own kubepods: other agents (tests in parallel, other engineers') share the host's
+	// cgroups, and each caps and cleans up its own hierarchy.
+	cfg.CgroupRoot = "/holdfast-test-" + hex.EncodeToString(key[:6])
+	cd.cgroupRoots = append(cd.cgroupRoots, cfg.CgroupRoot)
 	cfg.Containerd.Address = cd.Address
 	cfg.Containerd.Namespace = "holdfast"
 	if cni != nil {

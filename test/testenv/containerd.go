@@ -22,6 +22,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 )
 
 // ContainerdOptions configures StartContainerd.
@@ -62,6 +64,9 @@ type Containerd struct {
 	dir       string // holds Root, State and Address; short, since socket paths are limited to 108 bytes
 	ownerLock *os.File
 	proc      *Process
+	// cgroupRoots are the agents' cgroup roots (NewAgentConfig): their kubepods trees go once
+	// the containers in them are gone, so that tests leave no cgroups on the host.
+	cgroupRoots []string
 }
 
 // containerdConfig is containerd 1.6's configuration, version 2.
@@ -150,6 +155,9 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Cleanup(func() {
 		if err := c.cleanup(); err != nil {
 			t.Errorf("containerd cleanup: %v", err)
+		}
+		if err := c.removeCgroups(); err != nil {
+			t.Logf("cgroups left on the host: %v", err)
 		}
 	})
 
@@ -367,6 +375,23 @@ func (c *Containerd) reboot() error {
 }
 
 // cleanup leaves nothing behind: no task, container, mount, shim or file.
+// removeCgroups removes the agents' cgroup trees, giving the kernel a few seconds to let go
+// of the processes just killed (rmdir only: what still holds a process stays).
+func (c *Containerd) removeCgroups() error {
+	var err error
+	for range 50 {
+		var errs []error
+		for _, root := range c.cgroupRoots {
+			errs = append(errs, cgroups.Host().Remove(root))
+		}
+		if err = errors.Join(errs...); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
 func (c *Containerd) cleanup() error {
 	var errs []error
 	if c.proc != nil && c.Client != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path"
 	"slices"
 	"strconv"
 	"syscall"
@@ -281,6 +282,9 @@ func ContainerSpecOpts(cfg runtime.ContainerConfig, node NodeSecurity) []oci.Spe
 		opts = append(opts, oci.WithTTY) // and TERM=xterm, as containerd's CRI plugin does
 	}
 	opts = append(opts, resourceSpecOpts(cfg.Resources)...)
+	if cfg.CgroupParent != "" {
+		opts = append(opts, oci.WithCgroup(path.Join(cfg.CgroupParent, runtime.ContainerID(cfg.PodUID, cfg.Name, cfg.Attempt))))
+	}
 	pod := cfg.PodName + "_" + cfg.PodNamespace + "(" + cfg.PodUID + ")"
 	opts = append(opts, securitySpecOpts(cfg.Security, pod, cfg.Name, node)...)
 	if cfg.PIDNamespaceOfPid != 0 {

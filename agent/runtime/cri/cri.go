@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
@@ -66,6 +67,11 @@ type Config struct {
 	// SeccompProfileRoot holds the profiles of seccompProfile type Localhost (kubelet's
 	// <root-dir>/seccomp): the runtime is given the full path.
 	SeccompProfileRoot string
+	// PodCgroupParent is the cgroup of a pod's sandbox, hence of its containers (the CRI gives
+	// a container the cgroup parent of its sandbox): the same computation as
+	// runtime.ContainerConfig.CgroupParent (agent/podcgroups Manager.PodDir), asked when the
+	// sandbox is made. nil or "": the runtime's default.
+	PodCgroupParent func(*v1.Pod) string
 }
 
 // Runtime runs holdfast's pods on a CRI runtime: a sandbox per pod, made by the runtime with

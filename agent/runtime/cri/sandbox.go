@@ -363,6 +363,9 @@ func (r *Runtime) sandboxConfig(pod *v1.Pod, attempt uint32) (*criapi.PodSandbox
 		Annotations:  annotations,
 		Linux:        &criapi.LinuxPodSandboxConfig{SecurityContext: sandboxSecurity(pod), Sysctls: sysctls(pod)},
 	}
+	if r.cfg.PodCgroupParent != nil {
+		c.Linux.CgroupParent = r.cfg.PodCgroupParent(pod)
+	}
 	if pod.Spec.HostNetwork {
 		c.Hostname = "" // the host's
 	} else {

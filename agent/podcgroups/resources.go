@@ -1,0 +1,171 @@
+package podcgroups
+
+import (
+	"path"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
+	"github.com/holdfast-dev/holdfast/internal/podutil"
+)
+
+// The kubelet's cgroup arithmetic (pkg/kubelet/cm helpers_linux.go), shared by the pod and
+// QoS cgroups here and by each container's own (agent/pods containerResources).
+const (
+	MinShares     = 2
+	MaxShares     = 262144
+	SharesPerCPU  = 1024
+	MilliCPUToCPU = 1000
+	// QuotaPeriod is the CFS period, 100ms in microseconds; MinQuota the kernel's least quota.
+	QuotaPeriod = 100000
+	MinQuota    = 1000
+)
+
+// MilliCPUToShares is the kubelet's cpu.shares of a CPU request in millicores: 2 for none,
+// clamped to the kernel's [2, 262144].
+func MilliCPUToShares(milliCPU int64) uint64 {
+	if milliCPU == 0 {
+		return MinShares
+	}
+	shares := (milliCPU * SharesPerCPU) / MilliCPUToCPU
+	return uint64(min(max(shares, MinShares), MaxShares))
+}
+
+// MilliCPUToQuota is the kubelet's CFS quota of a CPU limit in millicores over period
+// microseconds: 0 for none, at least 1ms.
+func MilliCPUToQuota(milliCPU, period int64) int64 {
+	if milliCPU == 0 {
+		return 0
+	}
+	return max((milliCPU*period)/MilliCPUToCPU, MinQuota)
+}
+
+// Kubepods is the name of the cgroup all pods are under, below the cgroup root.
+const Kubepods = "kubepods"
+
+// QOSDir is the path of a QoS class's cgroup below root (the configured cgroupRoot):
+// Guaranteed pods sit in kubepods itself, the other two classes in a level of their own.
+func QOSDir(root string, qos v1.PodQOSClass) string {
+	top := path.Join("/", root, Kubepods)
+	if qos == v1.PodQOSGuaranteed {
+		return top
+	}
+	return path.Join(top, strings.ToLower(string(qos)))
+}
+
+// PodDir is the path of a pod's cgroup below root: its QoS class's directory, then
+// pod<uid> (the kubelet's GetPodCgroupNameSuffix).
+func PodDir(root string, pod *v1.Pod) string {
+	return path.Join(QOSDir(root, podutil.ComputePodQOS(pod)), podDirName(pod.UID))
+}
+
+func podDirName(uid types.UID) string { return "pod" + string(uid) }
+
+// podResourcesOptions: pod-level resources count where the pod sets them, as the kubelet does
+// with PodLevelResources on (admission refuses them today, issue 29 item 3).
+var podResourcesOptions = resourcehelper.PodResourcesOptions{}
+
+// ResourceConfigForPod is the kubelet's ResourceConfigForPod (pkg/kubelet/cm
+// helpers_linux.go) without huge pages and memory QoS: the pod cgroup's CPU shares from the
+// pod's requests; its CFS quota from its limits where every container has a CPU limit (-1
+// when enforceCPULimits, the kubelet's cpuCFSQuota, is off); its memory limit where every
+// container has one; a BestEffort pod only 2 shares. pidsLimit (podPidsLimit) is set when
+// positive.
+func ResourceConfigForPod(pod *v1.Pod, enforceCPULimits bool, cpuPeriod uint64, pidsLimit int64) cgroups.Resources {
+	reqs := resourcehelper.PodRequests(pod, podResourcesOptions)
+	limits := resourcehelper.PodLimits(pod, podResourcesOptions)
+	cpuLimitsDeclared, memoryLimitsDeclared := true, true
+	for _, containers := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range containers {
+			if containers[i].Resources.Limits.Cpu().IsZero() {
+				cpuLimitsDeclared = false
+			}
+			if containers[i].Resources.Limits.Memory().IsZero() {
+				memoryLimitsDeclared = false
+			}
+		}
+	}
+	if resourcehelper.IsPodLevelResourcesSet(pod) {
+		if !pod.Spec.Resources.Limits.Cpu().IsZero() {
+			cpuLimitsDeclared = true
+		}
+		if !pod.Spec.Resources.Limits.Memory().IsZero() {
+			memoryLimitsDeclared = true
+		}
+	}
+	var cpuRequests, cpuLimits, memoryLimits int64
+	if q, ok := reqs[v1.ResourceCPU]; ok {
+		cpuRequests = q.MilliValue()
+	}
+	if q, ok := limits[v1.ResourceCPU]; ok {
+		cpuLimits = q.MilliValue()
+	}
+	if q, ok := limits[v1.ResourceMemory]; ok {
+		memoryLimits = q.Value()
+	}
+	shares := MilliCPUToShares(cpuRequests)
+	quota := MilliCPUToQuota(cpuLimits, int64(cpuPeriod))
+	if !enforceCPULimits {
+		quota = -1
+	}
+	var out cgroups.Resources
+	switch podutil.ComputePodQOS(pod) {
+	case v1.PodQOSGuaranteed:
+		out = cgroups.Resources{CPUShares: &shares, CPUQuota: &quota, CPUPeriod: &cpuPeriod, Memory: &memoryLimits}
+	case v1.PodQOSBurstable:
+		out.CPUShares = &shares
+		if cpuLimitsDeclared {
+			out.CPUQuota, out.CPUPeriod = &quota, &cpuPeriod
+		}
+		if memoryLimitsDeclared {
+			out.Memory = &memoryLimits
+		}
+	default:
+		minShares := uint64(MinShares)
+		out.CPUShares = &minShares
+	}
+	if pidsLimit > 0 {
+		out.PidsLimit = &pidsLimit
+	}
+	return out
+}
+
+// QOSResources are the QoS levels' settings for the pods on the node, as the kubelet's QoS
+// manager sets them (qos_container_manager_linux.go setCPUCgroupConfig): besteffort always
+// 2 shares, burstable the shares of the burstable pods' CPU requests added up.
+func QOSResources(pods []*v1.Pod) (burstable, besteffort cgroups.Resources) {
+	var milliCPU int64
+	for _, pod := range pods {
+		if podutil.ComputePodQOS(pod) != v1.PodQOSBurstable {
+			continue
+		}
+		if q, ok := resourcehelper.PodRequests(pod, podResourcesOptions)[v1.ResourceCPU]; ok {
+			milliCPU += q.MilliValue()
+		}
+	}
+	b, be := MilliCPUToShares(milliCPU), uint64(MinShares)
+	return cgroups.Resources{CPUShares: &b}, cgroups.Resources{CPUShares: &be}
+}
+
+// NodeAllocatableResources are kubepods' settings for the node allocatable it is given
+// (pkg/kubelet/cm node_container_manager_linux.go getCgroupConfig): memory, the shares of
+// its CPUs, and its pids ("pid") where it names them.
+func NodeAllocatableResources(allocatable v1.ResourceList) cgroups.Resources {
+	var out cgroups.Resources
+	if q, ok := allocatable[v1.ResourceMemory]; ok {
+		v := q.Value()
+		out.Memory = &v
+	}
+	if q, ok := allocatable[v1.ResourceCPU]; ok {
+		v := MilliCPUToShares(q.MilliValue())
+		out.CPUShares = &v
+	}
+	if q, ok := allocatable["pid"]; ok {
+		v := q.Value()
+		out.PidsLimit = &v
+	}
+	return out
+}

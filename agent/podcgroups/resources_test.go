@@ -1,0 +1,250 @@
+package podcgroups
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
+	"github.com/holdfast-dev/holdfast/internal/podutil"
+)
+
+func resourceList(cpu, memory string) v1.ResourceList {
+	res := v1.ResourceList{}
+	if cpu != "" {
+		res[v1.ResourceCPU] = resource.MustParse(cpu)
+	}
+	if memory != "" {
+		res[v1.ResourceMemory] = resource.MustParse(memory)
+	}
+	return res
+}
+
+func requirements(requests, limits v1.ResourceList) v1.ResourceRequirements {
+	return v1.ResourceRequirements{Requests: requests, Limits: limits}
+}
+
+func podWith(init []v1.ResourceRequirements, containers ...v1.ResourceRequirements) *v1.Pod {
+	pod := &v1.Pod{}
+	for i, r := range init {
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, v1.Container{Name: fmt.Sprintf("init%d", i), Resources: r})
+	}
+	for i, r := range containers {
+		pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: fmt.Sprintf("c%d", i), Resources: r})
+	}
+	return pod
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestResourceConfigForPod is the kubelet's own table (pkg/kubelet/cm helpers_linux_test.go
+// TestResourceConfigForPod, v1.37.2), its rows without pod-level resources (refused by
+// admission, issue 29 item 3), with the values it expects written out.
+func TestResourceConfigForPod(t *testing.T) {
+	const defaultPeriod, tunedPeriod = uint64(100000), uint64(5000)
+	burstableShares := MilliCPUToShares(100)
+	burstableMemory := int64(200 << 20)
+	guaranteedMemory := int64(100 << 20)
+	tests := []struct {
+		name             string
+		pod              *v1.Pod
+		enforceCPULimits bool
+		period           uint64
+		want             cgroups.Resources
+	}{
+		{"besteffort", podWith(nil, requirements(resourceList("", ""), resourceList("", ""))), true, defaultPeriod,
+			cgroups.Resources{CPUShares: ptr(uint64(2))}},
+		{"burstable-no-limits", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("", ""))), true, defaultPeriod,
+			cgroups.Resources{CPUShares: ptr(burstableShares)}},
+		{"burstable-with-limits", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi"))), true, defaultPeriod,
+			cgroups.Resources{CPUShares: ptr(burstableShares), CPUQuota: ptr(MilliCPUToQuota(200, 100000)), CPUPeriod: ptr(defaultPeriod), Memory: ptr(burstableMemory)}},
+		{"burstable-with-limits-no-cpu-enforcement", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi"))), false, defaultPeriod,
+			cgroups.Resources{CPUShares: ptr(burstableShares), CPUQuota: ptr(int64(-1)), CPUPeriod: ptr(defaultPeriod), Memory: ptr(burstableMemory)}},
+		{"burstable-partial-limits", podWith(nil,
+			requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi")),
+			requirements(resourceList("100m", "100Mi"), resourceList("", ""))), true, defaultPeriod,
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200))}},
+		{"burstable-with-limits-with-tuned-quota", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi"))), true, tunedPeriod,
+			cgroups.Resources{CPUShares: ptr(burstableShares), CPUQuota: ptr(int64(1000)), CPUPeriod: ptr(tunedPeriod), Memory: ptr(burstableMemory)}},
+		{"burstable-with-limits-no-cpu-enforcement-with-tuned-quota", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi"))), false, tunedPeriod,
+			cgroups.Resources{CPUShares: ptr(burstableShares), CPUQuota: ptr(int64(-1)), CPUPeriod: ptr(tunedPeriod), Memory: ptr(burstableMemory)}},
+		{"burstable-partial-limits-with-tuned-quota", podWith(nil,
+			requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi")),
+			requirements(resourceList("100m", "100Mi"), resourceList("", ""))), true, tunedPeriod,
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200))}},
+		{"guaranteed", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))), true, defaultPeriod,
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(10000)), CPUPeriod: ptr(defaultPeriod), Memory: ptr(guaranteedMemory)}},
+		{"guaranteed-no-cpu-enforcement", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))), false, defaultPeriod,
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(-1)), CPUPeriod: ptr(defaultPeriod), Memory: ptr(guaranteedMemory)}},
+		{"guaranteed-with-tuned-quota", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))), true, tunedPeriod,
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(1000)), CPUPeriod: ptr(tunedPeriod), Memory: ptr(guaranteedMemory)}},
+		{"guaranteed-no-cpu-enforcement-with-tuned-quota", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))), false, tunedPeriod,
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(-1)), CPUPeriod: ptr(tunedPeriod), Memory: ptr(guaranteedMemory)}},
+		{"burstable-partial-limits-with-init-containers", podWith(
+			[]v1.ResourceRequirements{
+				requirements(resourceList("100m", "100m"), resourceList("100m", "100Mi")),
+				requirements(resourceList("100m", "100m"), resourceList("", "")),
+			},
+			requirements(resourceList("100m", "100m"), resourceList("100m", "100Mi")),
+			requirements(resourceList("100m", "100m"), resourceList("", ""))), true, tunedPeriod,
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ResourceConfigForPod(tt.pod, tt.enforceCPULimits, tt.period, 0)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ResourceConfigForPod =\n%s, want\n%s", show(got), show(tt.want))
+			}
+		})
+	}
+}
+
+// TestMilliCPUToShares is the kubelet's arithmetic at its edges: none is 2 shares (not the
+// kernel's 1024), a tiny request is clamped up to 2, a huge one down to the kernel's maximum.
+func TestMilliCPUToShares(t *testing.T) {
+	for _, tt := range []struct {
+		milli int64
+		want  uint64
+	}{{0, 2}, {1, 2}, {2, 2}, {3, 3}, {100, 102}, {1000, 1024}, {256000, 262144}, {1 << 40, 262144}} {
+		if got := MilliCPUToShares(tt.milli); got != tt.want {
+			t.Errorf("MilliCPUToShares(%d) = %d, want %d", tt.milli, got, tt.want)
+		}
+	}
+	// The kubelet's TestMilliCPUToQuota rows.
+	for _, tt := range []struct{ milli, period, want int64 }{
+		{0, 100000, 0}, {5, 100000, 1000}, {9, 100000, 1000}, {10, 100000, 1000}, {200, 100000, 20000}, {500, 100000, 50000}, {1000, 100000, 100000}, {1500, 100000, 150000},
+	} {
+		if got := MilliCPUToQuota(tt.milli, tt.period); got != tt.want {
+			t.Errorf("MilliCPUToQuota(%d, %d) = %d, want %d", tt.milli, tt.period, got, tt.want)
+		}
+	}
+}
+
+// TestResourceConfigForPodInvariants attacks ResourceConfigForPod with generated pods: what
+// the kubelet promises of a pod cgroup holds for every one (a memory limit exactly when every
+// container has one, and then the sum of the limits, quota only when every container has a
+// CPU limit, shares from the summed requests, the pids limit as configured).
+func TestResourceConfigForPodInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 1))
+	quantity := func(unit string) string {
+		switch rng.IntN(4) {
+		case 0:
+			return ""
+		case 1:
+			return "0"
+		default:
+			return fmt.Sprintf("%d%s", 1+rng.IntN(3000), unit)
+		}
+	}
+	for i := range 2000 {
+		var containers []v1.ResourceRequirements
+		var sumCPULimit, sumMemLimit, sumCPUReq int64
+		allCPULimits, allMemLimits := true, true
+		for range 1 + rng.IntN(3) {
+			req, lim := resourceList(quantity("m"), quantity("Mi")), resourceList(quantity("m"), quantity("Mi"))
+			for name, l := range lim { // valid pods: a request never above its limit
+				if r, ok := req[name]; ok && r.Cmp(l) > 0 {
+					req[name] = l
+				}
+			}
+			containers = append(containers, requirements(req, lim))
+			if lim.Cpu().IsZero() {
+				allCPULimits = false
+			}
+			if lim.Memory().IsZero() {
+				allMemLimits = false
+			}
+			sumCPULimit += lim.Cpu().MilliValue()
+			sumMemLimit += lim.Memory().Value()
+			sumCPUReq += req.Cpu().MilliValue() // no API defaulting here: no request is none
+		}
+		pod := podWith(nil, containers...)
+		pids := int64(rng.IntN(3) - 1)
+		got := ResourceConfigForPod(pod, true, QuotaPeriod, pids)
+		desc := fmt.Sprintf("pod %d %+v: %s", i, containers, show(got))
+		if podutil.ComputePodQOS(pod) == v1.PodQOSBestEffort {
+			if got.CPUQuota != nil || got.Memory != nil || *got.CPUShares != MinShares {
+				t.Fatalf("BestEffort: only 2 shares; %s", desc)
+			}
+			continue
+		}
+		if (got.Memory != nil) != allMemLimits || (got.Memory != nil && *got.Memory != sumMemLimit) {
+			t.Fatalf("memory limit wants every container limited (%v) and their sum %d; %s", allMemLimits, sumMemLimit, desc)
+		}
+		if (got.CPUQuota != nil) != allCPULimits || (got.CPUQuota != nil && *got.CPUQuota != MilliCPUToQuota(sumCPULimit, QuotaPeriod)) {
+			t.Fatalf("CPU quota wants every container limited (%v), of the sum %dm; %s", allCPULimits, sumCPULimit, desc)
+		}
+		if *got.CPUShares != MilliCPUToShares(sumCPUReq) {
+			t.Fatalf("shares want the summed requests %dm; %s", sumCPUReq, desc)
+		}
+		if (got.PidsLimit != nil) != (pids > 0) {
+			t.Fatalf("pids limit %d: %s", pids, desc)
+		}
+	}
+}
+
+func show(r cgroups.Resources) string {
+	s := ""
+	for name, p := range map[string]any{"shares": r.CPUShares, "quota": r.CPUQuota, "period": r.CPUPeriod, "memory": r.Memory, "pids": r.PidsLimit} {
+		v := reflect.ValueOf(p)
+		if !v.IsNil() {
+			s += fmt.Sprintf("%s=%v ", name, v.Elem().Interface())
+		}
+	}
+	return s
+}
+
+// TestQOSResources: the kubelet's QoS levels (TestQOSCPUConfigUpdate): besteffort 2 shares
+// whatever runs, burstable the shares of the sum of the burstable pods' requests (Guaranteed
+// and BestEffort pods not counted), 2 when there are none.
+func TestQOSResources(t *testing.T) {
+	guaranteed := podWith(nil, requirements(resourceList("1", "1Gi"), resourceList("1", "1Gi")))
+	burstable1 := podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("", "")))
+	burstable2 := podWith(nil, requirements(resourceList("250m", ""), resourceList("500m", "")))
+	besteffort := podWith(nil, requirements(nil, nil))
+	b, be := QOSResources(nil)
+	if *b.CPUShares != 2 || *be.CPUShares != 2 {
+		t.Errorf("no pods: burstable %d, besteffort %d shares; want 2 and 2", *b.CPUShares, *be.CPUShares)
+	}
+	b, be = QOSResources([]*v1.Pod{guaranteed, burstable1, burstable2, besteffort})
+	if want := MilliCPUToShares(350); *b.CPUShares != want || *be.CPUShares != 2 {
+		t.Errorf("burstable %d, besteffort %d shares; want %d and 2", *b.CPUShares, *be.CPUShares, want)
+	}
+	if b.Memory != nil || be.Memory != nil || b.CPUQuota != nil {
+		t.Errorf("QoS levels get shares only: %s / %s", show(b), show(be))
+	}
+}
+
+// TestPodDir: the kubelet's names, below the cgroup root.
+func TestPodDir(t *testing.T) {
+	for _, tt := range []struct {
+		root string
+		pod  *v1.Pod
+		want string
+	}{
+		{"/", podWith(nil, requirements(resourceList("1", "1Gi"), resourceList("1", "1Gi"))), "/kubepods/podu1"},
+		{"", podWith(nil, requirements(resourceList("1", ""), nil)), "/kubepods/burstable/podu1"},
+		{"/edge", podWith(nil, requirements(nil, nil)), "/edge/kubepods/besteffort/podu1"},
+	} {
+		tt.pod.UID = "u1"
+		if got := PodDir(tt.root, tt.pod); got != tt.want {
+			t.Errorf("PodDir(%q) = %q, want %q", tt.root, got, tt.want)
+		}
+	}
+}
+
+// TestNodeAllocatableResources: kubepods is capped at the allocatable it is given, its CPU as
+// shares (the kubelet sets no quota on it).
+func TestNodeAllocatableResources(t *testing.T) {
+	got := NodeAllocatableResources(v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("1500m"), v1.ResourceMemory: resource.MustParse("300Mi"), "pid": resource.MustParse("1000"),
+	})
+	want := cgroups.Resources{CPUShares: ptr(uint64(1536)), Memory: ptr(int64(300 << 20)), PidsLimit: ptr(int64(1000))}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("NodeAllocatableResources = %s, want %s", show(got), show(want))
+	}
+}
