@@ -55,6 +55,9 @@ func (n *hollowNode) start(t *testing.T, admitter pods.Admitter) {
 		HostResolvConf: filepath.Join(dir, "resolv.conf"), HostsFile: filepath.Join(dir, "hosts"),
 	}, n.rt, hollow.NewNetwork("gw"), n.status, nil, log)
 	n.mgr.SetAdmission(admitter, n.store)
+	if ra, ok := admitter.(pods.ResizeAdmitter); ok {
+		n.mgr.SetResizeAdmission(ra)
+	}
 	n.mgr.SetSourcesReady(n.ready.Load)
 	n.mgr.SetStaticSourceReady(n.staticReady.Load)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,223 @@
+package pods_test
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/hollow"
+	"github.com/holdfast-dev/holdfast/offline"
+)
+
+// nodeOf is a node of cpu millicores and memory bytes allocatable, admitting every pod that
+// fits and judging resizes as the agent does (admission.CheckResize).
+type nodeOf struct{ cpu, mem int64 }
+
+func (n nodeOf) allocatable() v1.ResourceList {
+	return v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(n.cpu, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(n.mem, resource.BinarySI)}
+}
+
+func (n nodeOf) Admit(_ context.Context, pod *v1.Pod, admitted []*v1.Pod) admission.Result {
+	return admission.Check(pod, admission.Node{Allocatable: n.allocatable()}, admitted)
+}
+
+func (n nodeOf) AdmitResize(pod *v1.Pod, others []*v1.Pod) admission.ResizeVerdict {
+	return admission.CheckResize(pod, n.allocatable(), others)
+}
+
+// resizablePod is a pod whose one container asks for cpu millicores (request = limit) and
+// memory bytes (request = limit), with the resize policies given.
+func resizablePod(uid string, cpu, mem int64, policies ...v1.ContainerResizePolicy) *v1.Pod {
+	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p-" + uid, UID: types.UID(uid), Generation: 1},
+		Spec: v1.PodSpec{NodeName: "gw", Containers: []v1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"},
+			Resources: v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}, ResizePolicy: policies}}},
+	}
+}
+
+// resized is pod as the resize subresource leaves it: new resources, the next generation.
+func resized(pod *v1.Pod, cpu, mem int64) *v1.Pod {
+	p := pod.DeepCopy()
+	p.Generation++
+	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
+	p.Spec.Containers[0].Resources = v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
+	return p
+}
+
+// container is the pod's latest attempt of its container, with what its cgroup holds (zero
+// when it does not run).
+func (n *hollowNode) container(t *testing.T, pod *v1.Pod) (runtime.Container, runtime.Resources) {
+	t.Helper()
+	cs, err := n.rt.ListPod(context.Background(), string(pod.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var latest runtime.Container
+	for _, c := range cs {
+		if c.Attempt >= latest.Attempt {
+			latest = c
+		}
+	}
+	res, _ := n.rt.ContainerResources(context.Background(), latest.ID)
+	return latest, res
+}
+
+func condition(st v1.PodStatus, t v1.PodConditionType) *v1.PodCondition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == t {
+			return &st.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// settled: the container runs with the resources of cpu and mem, reported as such, and no
+// resize condition is left.
+func settled(cpu, mem int64) func(v1.PodStatus) bool {
+	return func(st v1.PodStatus) bool {
+		if len(st.ContainerStatuses) != 1 || st.ContainerStatuses[0].State.Running == nil || st.ContainerStatuses[0].Resources == nil {
+			return false
+		}
+		r := st.ContainerStatuses[0].Resources
+		return r.Limits.Cpu().MilliValue() == cpu && r.Limits.Memory().Value() == mem &&
+			st.ContainerStatuses[0].AllocatedResources.Cpu().MilliValue() == cpu &&
+			condition(st, v1.PodResizePending) == nil && condition(st, v1.PodResizeInProgress) == nil
+	}
+}
+
+// A CPU resize with the default policy (NotRequired) changes the running container's cgroup in
+// place: same container, same attempt, its quota and shares the new ones, read back into the
+// status. Before, holdfast applied nothing and said so in an event.
+func TestResizeCPUInPlace(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	pod := resizablePod("cpu", 100, 64<<20)
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "running with 100m", settled(100, 64<<20))
+	before, _ := n.container(t, pod)
+
+	n.mgr.Update(resized(pod, 300, 64<<20))
+	st := n.waitStatus(t, pod, "resized to 300m", settled(300, 64<<20))
+	after, res := n.container(t, pod)
+	if after.ID != before.ID || after.Attempt != 0 || st.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("resized in place: container %s attempt %d (restarts %d), want %s attempt 0", after.ID, after.Attempt, st.ContainerStatuses[0].RestartCount, before.ID)
+	}
+	if res.CPUQuota != 30000 || res.CPUShares != 307 || res.MemoryLimit != 64<<20 {
+		t.Errorf("the cgroup holds %+v, want quota 30000, shares 307, memory 64Mi", res)
+	}
+}
+
+// A memory resize whose policy is RestartContainer restarts the container (the next attempt,
+// its restart count 1) with the new limit.
+func TestResizeMemoryRestartsContainer(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	pod := resizablePod("mem", 100, 64<<20, v1.ContainerResizePolicy{ResourceName: v1.ResourceMemory, RestartPolicy: v1.RestartContainer})
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "running with 64Mi", settled(100, 64<<20))
+
+	n.mgr.Update(resized(pod, 100, 128<<20))
+	st := n.waitStatus(t, pod, "restarted with 128Mi", settled(100, 128<<20))
+	after, res := n.container(t, pod)
+	if after.Attempt != 1 || st.ContainerStatuses[0].RestartCount != 1 || res.MemoryLimit != 128<<20 {
+		t.Errorf("after the resize: attempt %d, restarts %d, memory %d; want attempt 1 with 128Mi", after.Attempt, st.ContainerStatuses[0].RestartCount, res.MemoryLimit)
+	}
+}
+
+// A resize beyond the node's allocatable is Infeasible and changes nothing; one that fits the
+// node but not beside another pod is Deferred until that pod goes, then applied.
+func TestResizeInfeasibleAndDeferred(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 1000, mem: 1 << 30})
+	a, b := resizablePod("a", 500, 64<<20), resizablePod("b", 400, 64<<20)
+	n.mgr.Update(a)
+	n.mgr.Update(b)
+	n.waitStatus(t, a, "a running", settled(500, 64<<20))
+	n.waitStatus(t, b, "b running", settled(400, 64<<20))
+	before, _ := n.container(t, b)
+
+	n.mgr.Update(resized(b, 1500, 64<<20))
+	st := n.waitStatus(t, b, "Infeasible", func(st v1.PodStatus) bool {
+		c := condition(st, v1.PodResizePending)
+		return c != nil && c.Reason == v1.PodReasonInfeasible && c.ObservedGeneration == 2
+	})
+	if r := st.ContainerStatuses[0].Resources; r.Limits.Cpu().MilliValue() != 400 || st.ContainerStatuses[0].AllocatedResources.Cpu().MilliValue() != 400 {
+		t.Errorf("an infeasible resize changed the status' resources: %+v, allocated %+v", r, st.ContainerStatuses[0].AllocatedResources)
+	}
+	if c, res := n.container(t, b); c.ID != before.ID || res.CPUQuota != 40000 {
+		t.Errorf("an infeasible resize changed the container: %s with %+v", c.ID, res)
+	}
+
+	n.mgr.Update(resized(resized(b, 1500, 64<<20), 600, 64<<20))
+	n.waitStatus(t, b, "Deferred", func(st v1.PodStatus) bool {
+		c := condition(st, v1.PodResizePending)
+		return c != nil && c.Reason == v1.PodReasonDeferred && c.ObservedGeneration == 3
+	})
+	if _, res := n.container(t, b); res.CPUQuota != 40000 {
+		t.Errorf("a deferred resize was applied: %+v", res)
+	}
+	// Admission counts what is allocated, not what a pending resize asks: 500m + 400m + 100m
+	// fit the node (with b's desired 600m they would not).
+	c := resizablePod("c", 100, 64<<20)
+	n.mgr.Update(c)
+	n.waitStatus(t, c, "c admitted beside b's deferred resize", settled(100, 64<<20))
+	n.mgr.Remove(c.UID, "test: make room")
+	n.mgr.Remove(a.UID, "test: resources freed")
+	n.waitStatus(t, b, "the deferred resize applied once a's resources are free", settled(600, 64<<20))
+	if c, res := n.container(t, b); c.ID != before.ID || res.CPUQuota != 60000 {
+		t.Errorf("after the deferred resize: %s with %+v", c.ID, res)
+	}
+}
+
+// The allocation survives an agent restart: a resize deferred before it is still deferred
+// after, the container running with what was allocated, not with the spec the restarted
+// agent reads first; and a container lost meanwhile (a reboot) starts again with the
+// allocation.
+func TestAllocationSurvivesAgentRestart(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	node := nodeOf{cpu: 1000, mem: 1 << 30}
+	n.start(t, node)
+	a, b := resizablePod("a", 500, 64<<20), resizablePod("b", 400, 64<<20)
+	n.mgr.Update(a)
+	n.mgr.Update(b)
+	n.waitStatus(t, b, "b running", settled(400, 64<<20))
+	n.waitStatus(t, a, "a running", settled(500, 64<<20))
+	want := resized(b, 600, 64<<20)
+	n.mgr.Update(want)
+	n.waitStatus(t, b, "Deferred", func(st v1.PodStatus) bool { return condition(st, v1.PodResizePending) != nil })
+
+	n.stop()
+	lost, _ := n.container(t, b)
+	if err := n.rt.StopContainer(context.Background(), lost.ID, 0); err != nil { // lost while the agent was down
+		t.Fatal(err)
+	}
+	n.start(t, node)
+	n.mgr.Update(a)
+	n.mgr.Update(want) // the spec with the deferred resize, read first
+	st := n.waitStatus(t, want, "b running again, deferred", func(st v1.PodStatus) bool {
+		c := condition(st, v1.PodResizePending)
+		return c != nil && c.Reason == v1.PodReasonDeferred && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil &&
+			st.ContainerStatuses[0].RestartCount == 1
+	})
+	if c, res := n.container(t, want); res.CPUQuota != 40000 || st.ContainerStatuses[0].AllocatedResources.Cpu().MilliValue() != 400 {
+		t.Errorf("after the restart the container %s runs with %+v (allocated %v), want its allocation, 400m", c.ID, res, st.ContainerStatuses[0].AllocatedResources)
+	}
+}
