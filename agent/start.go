@@ -328,6 +328,7 @@ func (r *run) buildAdmission(ctx context.Context) {
 		r.adm.policies = policies
 	}
 	r.podMgr.SetAdmission(r.adm, r.store)
+	r.podMgr.SetResizeAdmission(r.adm)
 	r.boot.Done("load_policies")
 }
 
