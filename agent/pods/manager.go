@@ -219,6 +219,22 @@ func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
 	return out
 }
 
+// undecided reports whether a pod other than except has no admission decision yet (and is not
+// going): its resources are unknown until it has one.
+func (m *Manager) undecided(except types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for uid, w := range m.workers {
+		w.mu.Lock()
+		pending := uid != except && w.decision == nil && w.removal == nil && !w.terminalLocked()
+		w.mu.Unlock()
+		if pending {
+			return true
+		}
+	}
+	return false
+}
+
 // ActivePods are the admitted pods that run: not finished, not being deleted and not being
 // evicted. The eviction manager chooses among them. undecided counts the pods whose
 // admission is not decided yet (just restored after an agent restart, or just arrived): they

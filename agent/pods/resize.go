@@ -204,6 +204,13 @@ func (w *worker) handleResize(log *slog.Logger, pod *v1.Pod) time.Duration {
 		return 0
 	}
 	w.m.admitMu.Lock()
+	if w.m.undecided(pod.UID) {
+		// A pod restored after an agent restart whose admission (and so its allocation) is
+		// not loaded yet holds resources all the same: judged without it, a deferred resize
+		// would take them. Judged once every pod is (its worker's first sync, soon).
+		w.m.admitMu.Unlock()
+		return time.Second
+	}
 	verdict := admission.ResizeVerdict{Fit: true}
 	if ra := w.m.resizeAdmitter; ra != nil {
 		verdict = ra.AdmitResize(pod, w.m.admittedPods(pod.UID))
