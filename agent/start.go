@@ -275,6 +275,7 @@ func (r *run) buildPods() error {
 		MemoryCapacity: capacity.Memory().Value(),
 		NoSwap:         cgroups.Host().SwapController(),
 		Metrics:        a.metrics,
+		Usage:          r.be.usage,
 	}, r.be.runtime, r.be.network, r.statusMgr, r.recorder, a.log.With("component", "pods"))
 	r.svcCache.OnKnown(r.podMgr.ResyncAll)
 	return nil

@@ -82,6 +82,9 @@ type Config struct {
 	Services ServiceSource
 	// Metrics records pod syncs, pod startup and relists; nil: none.
 	Metrics *metrics.Metrics
+	// Usage measures running containers: a memory limit lowered in place is refused below
+	// what the container uses (the kubelet's check). nil: not checked.
+	Usage ContainerUsage
 	// PodCgroups is the pod-level cgroup a resize also changes; nil: the node makes none (see
 	// PodCgroups in resize.go).
 	PodCgroups PodCgroups

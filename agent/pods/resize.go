@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -51,6 +53,11 @@ const resizeProgressCheck = 5 * time.Second
 // their allocated ones.
 type ResizeAdmitter interface {
 	AdmitResize(pod *v1.Pod, others []*v1.Pod) admission.ResizeVerdict
+}
+
+// ContainerUsage measures a running container, as the backend does for eviction.
+type ContainerUsage interface {
+	Usage(ctx context.Context, c runtime.Container) (cgroups.Usage, error)
 }
 
 // PodCgroups is the pod-level cgroup a resize also changes, where the node makes one (the
@@ -396,7 +403,13 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 			}
 		}
 	}
-	if podFirst {
+	if err := w.checkMemoryDecreases(ctx, actions, already); err != nil {
+		// As the kubelet: nothing of the resize is applied while it would set a limit below
+		// what a container uses (on cgroup v2 the kernel would OOM-kill it); tried again at
+		// the next syncs, the resize in progress with the Error.
+		failed = append(failed, err.Error())
+		actions = slices.DeleteFunc(actions, func(a resizeAction) bool { return !a.restart })
+	} else if podFirst {
 		updatePod()
 	}
 	for _, a := range actions {
@@ -413,22 +426,49 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 			if ctx.Err() != nil {
 				return kills
 			}
-			failed = append(failed, fmt.Sprintf("container %q: %v", a.spec.Name, err))
+			failed = append(failed, fmt.Sprintf("failed to update resources of container %q: %v", a.spec.Name, err))
 			continue
 		}
 		log.Info("container resized in place", "container", a.spec.Name, "cpuShares", a.want.CPUShares, "cpuQuota", a.want.CPUQuota, "memoryLimit", a.want.MemoryLimit)
 	}
-	if !podFirst {
+	if !podFirst && len(failed) == 0 {
 		updatePod()
 	}
 	if len(failed) > 0 {
-		msg := fmt.Sprintf("failed to update container resources: %s", failed)
+		msg := strings.Join(failed, "; ")
 		if c := w.resize.inProgress; c.Reason != v1.PodReasonError || c.Message != msg {
 			c.Reason, c.Message = v1.PodReasonError, msg
 			w.m.event(pod, v1.EventTypeWarning, ReasonResizeError, "%s", resizeMessage(allocated, c.ObservedGeneration, msg, "Pod resize error"))
 		}
 	}
 	return kills
+}
+
+// checkMemoryDecreases refuses, as the kubelet's validatePodResizeAction, memory limits
+// lowered in place below what the containers use now. Without a usage source (Config.Usage)
+// nothing is checked.
+func (w *worker) checkMemoryDecreases(ctx context.Context, actions []resizeAction, already []killAction) error {
+	if w.m.cfg.Usage == nil {
+		return nil
+	}
+	var errs []string
+	for _, a := range actions {
+		lowered := a.want.MemoryLimit > 0 && (a.applied.MemoryLimit == 0 || a.want.MemoryLimit < a.applied.MemoryLimit)
+		if a.restart || !lowered || containsKill(already, a.container.ID) {
+			continue
+		}
+		u, err := w.m.cfg.Usage.Usage(ctx, a.container)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Sprintf("missing container %q memory usage: %v", a.spec.Name, err))
+		case u.MemoryUsage >= a.want.MemoryLimit:
+			errs = append(errs, fmt.Sprintf("attempting to set container %q memory limit (%d) below current usage (%d)", a.spec.Name, a.want.MemoryLimit, u.MemoryUsage))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("cannot decrease memory limits: %s", strings.Join(errs, ", "))
+	}
+	return nil
 }
 
 // netGrowth is the sum of the CPU quota and memory limit changes the actions make (their

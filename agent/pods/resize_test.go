@@ -2,6 +2,9 @@ package pods_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -10,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/runtime/hollow"
 	"github.com/holdfast-dev/holdfast/offline"
@@ -219,5 +223,44 @@ func TestAllocationSurvivesAgentRestart(t *testing.T) {
 	})
 	if c, res := n.container(t, want); res.CPUQuota != 40000 || st.ContainerStatuses[0].AllocatedResources.Cpu().MilliValue() != 400 {
 		t.Errorf("after the restart the container %s runs with %+v (allocated %v), want its allocation, 400m", c.ID, res, st.ContainerStatuses[0].AllocatedResources)
+	}
+}
+
+// memoryInUse is a container usage source whose every container uses bytes of memory.
+type memoryInUse struct{ bytes atomic.Int64 }
+
+func (m *memoryInUse) Usage(context.Context, runtime.Container) (cgroups.Usage, error) {
+	return cgroups.Usage{MemoryUsage: m.bytes.Load()}, nil
+}
+
+// A memory limit lowered in place (NotRequired) below what the container uses is not applied,
+// as the kubelet refuses it (on cgroup v2 the kernel would OOM-kill the container): the resize
+// stays in progress with the Error and the kubelet's message, the cgroup unchanged, and is
+// applied once the usage is below the new limit.
+func TestResizeMemoryBelowUsageWaits(t *testing.T) {
+	usage := &memoryInUse{}
+	usage.bytes.Store(100 << 20)
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil), usage: usage}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	pod := resizablePod("shrink", 100, 128<<20)
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "running with 128Mi", settled(100, 128<<20))
+
+	n.mgr.Update(resized(pod, 100, 64<<20))
+	st := n.waitStatus(t, pod, "the resize in progress with an error", func(st v1.PodStatus) bool {
+		c := condition(st, v1.PodResizeInProgress)
+		return c != nil && c.Reason == v1.PodReasonError &&
+			strings.Contains(c.Message, fmt.Sprintf(`attempting to set container "app" memory limit (%d) below current usage (%d)`, 64<<20, 100<<20))
+	})
+	if _, res := n.container(t, pod); res.MemoryLimit != 128<<20 || st.ContainerStatuses[0].Resources.Limits.Memory().Value() != 128<<20 {
+		t.Errorf("a limit below the usage was applied: cgroup %d, status %v", res.MemoryLimit, st.ContainerStatuses[0].Resources.Limits.Memory())
+	}
+	usage.bytes.Store(32 << 20)
+	n.mgr.Resync(pod.UID)
+	n.waitStatus(t, pod, "applied once the usage is below it", settled(100, 64<<20))
+	if c, res := n.container(t, pod); c.Attempt != 0 || res.MemoryLimit != 64<<20 {
+		t.Errorf("after the usage fell: attempt %d, memory %d", c.Attempt, res.MemoryLimit)
 	}
 }
