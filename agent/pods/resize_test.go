@@ -3,9 +3,11 @@ package pods_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -262,5 +264,92 @@ func TestResizeMemoryBelowUsageWaits(t *testing.T) {
 	n.waitStatus(t, pod, "applied once the usage is below it", settled(100, 64<<20))
 	if c, res := n.container(t, pod); c.Attempt != 0 || res.MemoryLimit != 64<<20 {
 		t.Errorf("after the usage fell: attempt %d, memory %d", c.Attempt, res.MemoryLimit)
+	}
+}
+
+// Generated sequences of CPU resizes of three pods on a node of 1000m, each checked once the
+// node settles against what must hold whatever the order the workers ran in: the allocations
+// never exceed the node; a pod whose desired resources are allocated has no pending resize and
+// its cgroup holds them; one whose are not is Infeasible exactly when they exceed the node on
+// their own, and otherwise Deferred only while they do not fit beside the others'
+// allocations (a deferred resize that fits is allocated); no container ever restarts
+// (NotRequired). A failing seed replays with -run and the seed in the log.
+func TestResizeSequencesKeepTheNodesInvariants(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 7))
+	t.Logf("seed %d", seed)
+	const allocatable = 1000
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: allocatable, mem: 1 << 30})
+	desired := []int64{300, 300, 300}
+	podsOf := make([]*v1.Pod, len(desired))
+	for i := range podsOf {
+		podsOf[i] = resizablePod(fmt.Sprintf("seq-%d", i), desired[i], 32<<20)
+		n.mgr.Update(podsOf[i])
+	}
+	for i := range podsOf {
+		n.waitStatus(t, podsOf[i], "running", settled(desired[i], 32<<20))
+	}
+	check := func() error {
+		var allocated [3]int64
+		var sts [3]v1.PodStatus
+		for i, p := range podsOf {
+			st, ok := n.status.Get(p.UID)
+			if !ok || len(st.ContainerStatuses) != 1 || st.ContainerStatuses[0].State.Running == nil {
+				return fmt.Errorf("%s not running", p.Name)
+			}
+			if st.ObservedGeneration != p.Generation {
+				return fmt.Errorf("%s: status of generation %d, pod at %d", p.Name, st.ObservedGeneration, p.Generation)
+			}
+			if st.ContainerStatuses[0].RestartCount != 0 {
+				return fmt.Errorf("%s restarted", p.Name)
+			}
+			sts[i], allocated[i] = st, st.ContainerStatuses[0].AllocatedResources.Cpu().MilliValue()
+		}
+		if sum := allocated[0] + allocated[1] + allocated[2]; sum > allocatable {
+			return fmt.Errorf("allocations %v exceed the node: %d", allocated, sum)
+		}
+		for i, p := range podsOf {
+			pending, inProgress := condition(sts[i], v1.PodResizePending), condition(sts[i], v1.PodResizeInProgress)
+			others := allocated[0] + allocated[1] + allocated[2] - allocated[i]
+			_, res := n.container(t, p)
+			switch {
+			case allocated[i] == desired[i]:
+				if pending != nil || inProgress != nil || res.CPUQuota != desired[i]*100 {
+					return fmt.Errorf("%s allocated %dm: pending %v, in progress %v, quota %d", p.Name, desired[i], pending, inProgress, res.CPUQuota)
+				}
+			case desired[i] > allocatable:
+				if pending == nil || pending.Reason != v1.PodReasonInfeasible {
+					return fmt.Errorf("%s wants %dm: pending %+v, want Infeasible", p.Name, desired[i], pending)
+				}
+			case others+desired[i] > allocatable:
+				if pending == nil || pending.Reason != v1.PodReasonDeferred {
+					return fmt.Errorf("%s wants %dm beside %dm: pending %+v, want Deferred", p.Name, desired[i], others, pending)
+				}
+			default:
+				return fmt.Errorf("%s wants %dm, fits beside %dm, still at %dm (pending %+v)", p.Name, desired[i], others, allocated[i], pending)
+			}
+			if allocated[i] != desired[i] && res.CPUQuota != allocated[i]*100 {
+				return fmt.Errorf("%s: quota %d, allocated %dm", p.Name, res.CPUQuota, allocated[i])
+			}
+		}
+		return nil
+	}
+	for step := range 25 {
+		i := rng.IntN(len(podsOf))
+		desired[i] = 50 * (1 + rng.Int64N(24)) // 50m to 1200m
+		podsOf[i] = resized(podsOf[i], desired[i], 32<<20)
+		n.mgr.Update(podsOf[i])
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if err = check(); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("seed %d, step %d (%s to %dm, desired %v): %v", seed, step, podsOf[i].Name, desired[i], desired, err)
+			}
+		}
 	}
 }
