@@ -66,6 +66,20 @@ func (a *admitter) Admit(ctx context.Context, pod *v1.Pod, admitted []*v1.Pod) a
 	return admission.Admit
 }
 
+// AdmitResize judges a resize against the node's allocatable, as Admit measures it, and the
+// other pods' allocated resources (pods.ResizeAdmitter). Neither the pressure check nor the
+// policies judge it: the pod runs already, and a resize is not a new pod.
+func (a *admitter) AdmitResize(pod *v1.Pod, others []*v1.Pod) admission.ResizeVerdict {
+	allocatable, err := node.Capacity(a.storageDir, a.maxPods)
+	if err != nil {
+		return admission.ResizeVerdict{Reason: v1.PodReasonDeferred, Message: "measure node resources: " + err.Error()}
+	}
+	if a.reserved != nil {
+		allocatable = node.Allocatable(allocatable, a.reserved(allocatable))
+	}
+	return admission.CheckResize(pod, allocatable, others)
+}
+
 // allowedSysctls is the node's sysctl allowlist, as kubelet builds it: the safe sysctls this
 // kernel namespaces, then the configuration's allowedUnsafeSysctls.
 func allowedSysctls(cfg config.Config) []string {

@@ -282,6 +282,7 @@ func (r *run) buildPods() error {
 		NoSwap:         cgroups.Host().SwapController(),
 		Metrics:        a.metrics,
 		Cgroups:        r.podCgroupsOrNil(),
+		Usage:          r.be.usage,
 	}, r.be.runtime, r.be.network, r.statusMgr, r.recorder, a.log.With("component", "pods"))
 	r.svcCache.OnKnown(r.podMgr.ResyncAll)
 	return nil
@@ -382,6 +383,7 @@ func (r *run) buildAdmission(ctx context.Context) {
 		r.adm.policies = policies
 	}
 	r.podMgr.SetAdmission(r.adm, r.store)
+	r.podMgr.SetResizeAdmission(r.adm)
 	r.boot.Done("load_policies")
 }
 

@@ -755,6 +755,59 @@ func (s *BoltStore) DeleteSecret(namespace, name string) error {
 	return s.deleteObject(classSecret, namespace, name)
 }
 
+// --- allocations ---
+
+// SetAllocation implements Store.
+func (s *BoltStore) SetAllocation(uid types.UID, a Allocation) error {
+	op := fmt.Sprintf("set allocation of pod %s", uid)
+	raw, err := encodeAllocation(a)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return s.putPodChild(op, uid, bucketAllocation, keyAllocation, raw)
+}
+
+// GetAllocation implements Store.
+func (s *BoltStore) GetAllocation(uid types.UID) (Allocation, error) {
+	op := fmt.Sprintf("get allocation of pod %s", uid)
+	var a Allocation
+	var found bool
+	errs, err := s.readOrQuarantine(func(tx *bolt.Tx, q *quarantiner) error {
+		a, found = Allocation{}, false
+		b := bucketAt(tx, bucketPods, []byte(uid), bucketAllocation)
+		if b == nil {
+			return nil
+		}
+		raw := b.Get([]byte(keyAllocation))
+		if raw == nil {
+			return nil
+		}
+		var derr error
+		a, derr = decodeAllocation(raw)
+		switch {
+		case derr == nil:
+			found = true
+		case tx.Writable():
+			if err := q.putAndNote(tx, allocationPlace(uid), allocationPlace(uid), raw, derr); err != nil {
+				return err
+			}
+			return b.Delete([]byte(keyAllocation))
+		default:
+			q.note(allocationPlace(uid), derr)
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return Allocation{}, fmt.Errorf("%s: %w", op, err)
+	case len(errs) > 0:
+		return Allocation{}, fmt.Errorf("%s: %w: %v", op, ErrCorruptRecord, joinErrs(errs))
+	case !found:
+		return Allocation{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return a, nil
+}
+
 // --- tokens ---
 
 // PutToken implements Store.

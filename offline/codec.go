@@ -299,6 +299,28 @@ func tokenPlace(uid types.UID, name string) string {
 	return "pods/" + string(uid) + "/tokens/" + name
 }
 
+func allocationPlace(uid types.UID) string {
+	return "pods/" + string(uid) + "/allocation/" + keyAllocation
+}
+
+func encodeAllocation(a Allocation) ([]byte, error) {
+	if a.Containers == nil {
+		return nil, fmt.Errorf("%w: allocation without containers", ErrInvalid)
+	}
+	return encodeValue(a)
+}
+
+func decodeAllocation(raw []byte) (Allocation, error) {
+	var a Allocation
+	if err := decodeValue(raw, &a); err != nil {
+		return Allocation{}, err
+	}
+	if a.Containers == nil {
+		return Allocation{}, fmt.Errorf("%w: allocation without containers", errUndecodable)
+	}
+	return a, nil
+}
+
 func encodeToken(k *Key, uid types.UID, name string, t Token) ([]byte, error) {
 	if name == "" || t.Token == "" {
 		return nil, fmt.Errorf("%w: token without a name or a value", ErrInvalid)

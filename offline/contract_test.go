@@ -263,6 +263,7 @@ var contractCases = []struct {
 	run  func(t *testing.T, s Store)
 }{
 	{"PodRoundTrip", testPodRoundTrip},
+	{"Allocations", testAllocations},
 	{"WritesByBucket", testWritesByBucket},
 	{"PutPodRejectsInvalid", testPutPodRejectsInvalid},
 	{"PutPodKeepsAdmissionAndTokens", testPutPodKeeps},

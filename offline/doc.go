@@ -96,6 +96,11 @@
 //	    |-- tokens/
 //	        |-- <name>           -> Token {token, issuedAt, expiresAt} (sealed); the name
 //	                                is the caller's, one per projection
+//	    |-- allocation/             (added in v4 without a version bump: older agents
+//	                                never read it, and it goes with its pod)
+//	        |-- containers       -> Allocation {containers: {<container name>:
+//	                                v1.ResourceRequirements}}: the resources the node
+//	                                allocated to the pod's containers (in-place resize)
 //	sync/                           legacy, see below
 //	|-- pods_resource_version    -> string: RV of the last complete pod list/watch event
 //	configmaps/

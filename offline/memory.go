@@ -36,9 +36,10 @@ type MemStore struct {
 }
 
 type memPod struct {
-	pod       []byte
-	admission []byte
-	tokens    map[string][]byte
+	pod        []byte
+	admission  []byte
+	allocation []byte
+	tokens     map[string][]byte
 }
 
 var _ Store = (*MemStore)(nil)
@@ -226,6 +227,9 @@ func (m *MemStore) readPodLocked(uid types.UID, errs map[string]error) (PodRecor
 		m.quarantineLocked(key+"/pod", p.pod, err)
 		if p.admission != nil {
 			m.quarantineLocked(key+"/admission", p.admission, err)
+		}
+		if p.allocation != nil {
+			m.quarantineLocked(allocationPlace(uid), p.allocation, err)
 		}
 		for _, name := range slices.Sorted(maps.Keys(p.tokens)) {
 			m.quarantineLocked(key+"/tokens/"+name, p.tokens[name], err)
@@ -502,6 +506,50 @@ func (m *MemStore) GetSecret(namespace, name string) (*v1.Secret, error) {
 // DeleteSecret implements Store.
 func (m *MemStore) DeleteSecret(namespace, name string) error {
 	return m.deleteObject(classSecret, m.secrets, namespace, name)
+}
+
+// SetAllocation implements Store.
+func (m *MemStore) SetAllocation(uid types.UID, a Allocation) error {
+	op := fmt.Sprintf("set allocation of pod %s", uid)
+	raw, err := encodeAllocation(a)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := m.lock(true); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	p := m.pods[uid]
+	if p == nil {
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	m.setBytes(bucketPods, &p.allocation, raw)
+	return nil
+}
+
+// GetAllocation implements Store.
+func (m *MemStore) GetAllocation(uid types.UID) (Allocation, error) {
+	op := fmt.Sprintf("get allocation of pod %s", uid)
+	if err := m.lock(false); err != nil {
+		return Allocation{}, fmt.Errorf("%s: %w", op, err)
+	}
+	defer m.mu.Unlock()
+	p := m.pods[uid]
+	if p == nil || p.allocation == nil {
+		return Allocation{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	var a Allocation
+	found, err := m.getSlotLocked(op, allocationPlace(uid), &p.allocation, func(raw []byte) (err error) {
+		a, err = decodeAllocation(raw)
+		return err
+	})
+	if err != nil {
+		return Allocation{}, err
+	}
+	if !found {
+		return Allocation{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return a, nil
 }
 
 // PutToken implements Store.

@@ -35,6 +35,8 @@ var (
 	keyAdmission      = []byte("admission")
 	bucketContainers  = []byte("containers")
 	bucketTokens      = []byte("tokens")
+	bucketAllocation  = []byte("allocation")
+	keyAllocation     = "containers"
 	bucketSync        = []byte("sync")
 	bucketConfigMaps  = []byte("configmaps")
 	bucketSecrets     = []byte("secrets")

@@ -84,6 +84,16 @@ type Store interface {
 	// DeleteSecret removes a recorded Secret; absent is a no-op.
 	DeleteSecret(namespace, name string) error
 
+	// SetAllocation records the resources allocated to a recorded pod's
+	// containers (in-place resize: what the node granted, which its
+	// containers run with, whatever its spec says now). It replaces the
+	// previous allocation. ErrNotFound if the pod is not recorded.
+	SetAllocation(uid types.UID, a Allocation) error
+	// GetAllocation returns the pod's recorded allocation, ErrNotFound if it
+	// has none, or an error wrapping ErrCorruptRecord (the record is then
+	// quarantined).
+	GetAllocation(uid types.UID) (Allocation, error)
+
 	// PutToken records the last service account token fetched for a
 	// recorded pod, under a name the caller chooses per projection,
 	// encrypted as Secrets are (ErrNoKey without a key). ErrNotFound if the
@@ -203,6 +213,13 @@ type Admission struct {
 
 // Decided reports whether admission has run for the pod.
 func (a Admission) Decided() bool { return !a.At.IsZero() }
+
+// Allocation is the resources the node allocated to a pod's containers, by
+// container name: its spec's at admission, then each resize it accepted. Its
+// JSON shape is part of the on-disk schema (see doc.go).
+type Allocation struct {
+	Containers map[string]v1.ResourceRequirements `json:"containers"`
+}
 
 // Token is a service account token kept so that a pod rebooted offline
 // mounts it again. Its JSON shape is part of the on-disk schema (see doc.go),

@@ -201,6 +201,53 @@ func SharesToWeight(shares uint64) uint64 {
 	return 1 + ((shares-2)*9999)/262142
 }
 
+// WeightToShares is the least cgroup v1 cpu.shares whose weight (SharesToWeight) is weight:
+// what a container's shares read back as on a v2 host, where the cgroup holds only the weight.
+func WeightToShares(weight uint64) uint64 {
+	if weight == 0 {
+		return 0
+	}
+	return 2 + ((weight-1)*262142+9998)/9999
+}
+
+// Shares is the cgroup's CPU weight as cpu.shares: cgroup v1's own value, or on v2 the least
+// shares its cpu.weight stands for (WeightToShares).
+func (l Limits) Shares() uint64 {
+	if l.CPUWeight != 0 {
+		return WeightToShares(l.CPUWeight)
+	}
+	return l.CPUShares
+}
+
+// Settings are the CPU and memory settings a container's cgroup holds, in the units a
+// container is described with (agent/runtime's Resources): 0 where there is no limit.
+type Settings struct {
+	CPUShares           uint64
+	CPUQuota, CPUPeriod int64
+	MemoryLimit         int64
+}
+
+// Settings reads what the cgroups of process pid hold: a running container's applied
+// resources, read back rather than remembered.
+func (h Hierarchy) Settings(pid int) (Settings, error) {
+	l, err := h.Limits(pid)
+	if err != nil {
+		return Settings{}, err
+	}
+	s := Settings{CPUShares: l.Shares()}
+	if l.CPUQuota != Unlimited {
+		s.CPUQuota, s.CPUPeriod = l.CPUQuota, l.CPUPeriod
+	}
+	if l.MemoryMax != Unlimited && l.MemoryMax < unlimitedV1 {
+		s.MemoryLimit = l.MemoryMax
+	}
+	return s, nil
+}
+
+// unlimitedV1 is below the least memory.limit_in_bytes cgroup v1 reports for no limit (the
+// page counter's maximum rounded down to a page: 9223372036854771712 with 4 KiB pages).
+const unlimitedV1 = int64(1) << 62
+
 func readFields(path string, n int) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

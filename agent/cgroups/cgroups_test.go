@@ -142,3 +142,16 @@ func TestSwapController(t *testing.T) {
 		t.Error("v1: want none")
 	}
 }
+
+// A container's shares read back from a v2 cgroup stand for the same weight runc wrote for
+// them: for every shares value, weight(WeightToShares(weight(s))) == weight(s), and no smaller
+// shares value has that weight.
+func TestWeightToSharesRoundTrips(t *testing.T) {
+	for s := uint64(2); s <= 262144; s++ {
+		w := SharesToWeight(s)
+		back := WeightToShares(w)
+		if SharesToWeight(back) != w || back > s || (back > 2 && SharesToWeight(back-1) == w) {
+			t.Fatalf("shares %d: weight %d, read back as %d (weight %d)", s, w, back, SharesToWeight(back))
+		}
+	}
+}

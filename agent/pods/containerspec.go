@@ -2,6 +2,7 @@ package pods
 
 import (
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/holdfast-dev/holdfast/agent/podcgroups"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -43,3 +44,8 @@ func oomScoreAdj(pod *v1.Pod, c *v1.Container, memoryCapacity int64) int {
 	adj := 1000 - (1000*req)/memoryCapacity
 	return int(min(max(adj, 2), 999))
 }
+
+func resourceMilli(m int64) *resource.Quantity {
+	return resource.NewMilliQuantity(m, resource.DecimalSI)
+}
+func resourceBytes(b int64) *resource.Quantity { return resource.NewQuantity(b, resource.BinarySI) }

@@ -31,6 +31,8 @@ type hollowNode struct {
 	stop   func()
 	// ready and staticReady are what the manager is told of its sources.
 	ready, staticReady atomic.Bool
+	// usage measures containers for the manager (nil: none).
+	usage pods.ContainerUsage
 }
 
 func startHollowNode(t *testing.T) *hollowNode {
@@ -53,8 +55,12 @@ func (n *hollowNode) start(t *testing.T, admitter pods.Admitter) {
 		StateDir: filepath.Join(dir, "state"), PodLogDir: filepath.Join(dir, "logs"), RelistPeriod: 50 * time.Millisecond, NodeName: "gw",
 		Volumes:        volumes.NewManager(filepath.Join(dir, "state", "pods"), nil, nil, log, volumes.Options{PlainDirs: true}),
 		HostResolvConf: filepath.Join(dir, "resolv.conf"), HostsFile: filepath.Join(dir, "hosts"),
+		Usage: n.usage,
 	}, n.rt, hollow.NewNetwork("gw"), n.status, nil, log)
 	n.mgr.SetAdmission(admitter, n.store)
+	if ra, ok := admitter.(pods.ResizeAdmitter); ok {
+		n.mgr.SetResizeAdmission(ra)
+	}
 	n.mgr.SetSourcesReady(n.ready.Load)
 	n.mgr.SetStaticSourceReady(n.staticReady.Load)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -8,12 +8,10 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
@@ -88,6 +86,9 @@ type Config struct {
 	Services ServiceSource
 	// Metrics records pod syncs, pod startup and relists; nil: none.
 	Metrics *metrics.Metrics
+	// Usage measures running containers: a memory limit lowered in place is refused below
+	// what the container uses (the kubelet's check). nil: not checked.
+	Usage ContainerUsage
 	// HostResolvConf, SystemdResolvConf and HostsFile are the host's files; they default to
 	// /etc/resolv.conf, /run/systemd/resolve/resolv.conf and /etc/hosts (tests change them).
 	HostResolvConf, SystemdResolvConf, HostsFile string
@@ -107,6 +108,10 @@ type PodCgroups interface {
 	EnsurePod(pod *v1.Pod) (string, error)
 	// RemovePod removes it once its containers are gone; one still in use stays, with an error.
 	RemovePod(uid types.UID) error
+	// UpdatePod sets the pod's cgroup limits (and its QoS level's) from pod as allocated: a
+	// resize. The workers call it before the containers' updates when the pod grows, after
+	// them when it shrinks, as the kubelet orders them, so that it always holds them.
+	UpdatePod(pod *v1.Pod) error
 }
 
 // Manager dispatches desired pods to their workers and watches the runtime for changes.
@@ -117,13 +122,15 @@ type Manager struct {
 	status   StatusSink
 	recorder record.EventRecorder
 	log      *slog.Logger
-	admitter Admitter   // nil: admit everything
-	store    Records    // nil: decisions are not remembered across restarts
-	admitMu  sync.Mutex // serializes admission: each decision sees the ones before it
-	backoff  *backoff
-	relistCh chan struct{}   // buffered(1): relistDue moved earlier
-	prober   *prober.Manager // nil: no probes; a running container is started and ready
-	hooks    prober.Handler  // runs lifecycle hooks; nil: hooks fail with a clear error
+	admitter Admitter // nil: admit everything
+	// resizeAdmitter judges resizes; nil: every resize fits.
+	resizeAdmitter ResizeAdmitter
+	store          Records    // nil: decisions are not remembered across restarts
+	admitMu        sync.Mutex // serializes admission: each decision sees the ones before it
+	backoff        *backoff
+	relistCh       chan struct{}   // buffered(1): relistDue moved earlier
+	prober         *prober.Manager // nil: no probes; a running container is started and ready
+	hooks          prober.Handler  // runs lifecycle hooks; nil: hooks fail with a clear error
 
 	pullBackoff *backoff // failed pulls, keyed by pod UID + "/" + image
 
@@ -191,13 +198,16 @@ func (m *Manager) event(pod *v1.Pod, eventType, reason, format string, args ...a
 	}
 }
 
-// Records is what the manager uses of the state store (offline.Store): each pod's record and
-// its admission decision, which stands for the pod's life, across restarts.
+// Records is what the manager uses of the state store (offline.Store): each pod's record, its
+// admission decision, which stands for the pod's life, across restarts, and the resources
+// allocated to its containers (resize.go).
 type Records interface {
 	GetPod(uid types.UID) (offline.PodRecord, error)
 	PutPod(source offline.Source, pod *v1.Pod) error
 	SetAdmission(uid types.UID, a offline.Admission) error
 	DeletePod(uid types.UID) error
+	SetAllocation(uid types.UID, a offline.Allocation) error
+	GetAllocation(uid types.UID) (offline.Allocation, error)
 }
 
 // SetAdmission installs the admission chain and the store that remembers its decisions, so
@@ -206,7 +216,11 @@ func (m *Manager) SetAdmission(a Admitter, store Records) {
 	m.admitter, m.store = a, store
 }
 
-// admittedPods returns the pods admitted and not finished, except the one being judged: as
+// SetResizeAdmission installs what judges resizes against the node's allocatable, before Run.
+func (m *Manager) SetResizeAdmission(r ResizeAdmitter) { m.resizeAdmitter = r }
+
+// admittedPods returns the pods admitted and not finished, except the one being judged, each
+// with the resources allocated to it (not its spec's, which a pending resize changed): as
 // kubelet's admission, it leaves out pods that Succeeded or Failed.
 func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
 	m.mu.Lock()
@@ -215,11 +229,28 @@ func (m *Manager) admittedPods(except types.UID) []*v1.Pod {
 	for uid, w := range m.workers {
 		w.mu.Lock()
 		if uid != except && w.decision != nil && w.decision.Admitted && w.removal == nil && !w.terminalLocked() {
-			out = append(out, w.pod)
+			p, _ := applyAllocation(w.pod, w.allocated)
+			out = append(out, p)
 		}
 		w.mu.Unlock()
 	}
 	return out
+}
+
+// undecided reports whether a pod other than except has no admission decision yet (and is not
+// going): its resources are unknown until it has one.
+func (m *Manager) undecided(except types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for uid, w := range m.workers {
+		w.mu.Lock()
+		pending := uid != except && w.decision == nil && w.removal == nil && !w.terminalLocked()
+		w.mu.Unlock()
+		if pending {
+			return true
+		}
+	}
+	return false
 }
 
 // ActivePods are the admitted pods that run: not finished, not being deleted and not being
@@ -335,35 +366,11 @@ func (m *Manager) Update(pod *v1.Pod) {
 		m.workers[pod.UID] = w
 		m.startWorkerLocked(w)
 	} else {
-		if resized := resizedContainers(w.latestPod(), pod); len(resized) > 0 {
-			// Never silently: the new resources are in the pod's spec, and the API says
-			// nothing of them not being applied.
-			m.event(pod, v1.EventTypeWarning, ReasonResizeNotApplied,
-				"Resize of container(s) %s not applied: holdfast does not resize containers in place yet; the new resources take effect when the container next starts", strings.Join(resized, ", "))
-		}
 		if !w.setPod(pod) {
 			return
 		}
 	}
 	w.poke()
-}
-
-// ReasonResizeNotApplied is the event of a resize (new resources of a running pod's
-// containers) that holdfast does not apply in place.
-const ReasonResizeNotApplied = "ResizeNotApplied"
-
-// resizedContainers names the containers whose resources differ between a pod's old and new
-// spec.
-func resizedContainers(old, cur *v1.Pod) []string {
-	var names []string
-	for _, c := range allContainers(cur) {
-		for _, o := range allContainers(old) {
-			if o.Name == c.Name && !apiequality.Semantic.DeepEqual(o.Resources, c.Resources) {
-				names = append(names, c.Name)
-			}
-		}
-	}
-	return names
 }
 
 // worker returns the pod's worker, nil when the pod is unknown.
@@ -493,6 +500,11 @@ func (m *Manager) startWorkerLocked(w *worker) {
 		}
 		delete(m.workers, uid)
 		m.terminated[uid] = m.now()
+		for _, other := range m.workers {
+			if other.hasDeferredResize.Load() {
+				other.poke() // what the pod held is free for a deferred resize
+			}
+		}
 		w.mu.Lock()
 		again := w.readded
 		ended := w.pod

@@ -74,6 +74,12 @@ type statusInput struct {
 	deadlineExceeded bool
 	// evicted: the pod was evicted for node pressure and is Failed.
 	evicted *evictionOrder
+	// applied is what the running containers' cgroups hold, read back, by container ID; want
+	// what each container is to run with (its allocation); nil: not read, the allocation is
+	// reported. resize are the pod's resize conditions.
+	applied map[string]runtime.Resources
+	want    func(*v1.Container) runtime.Resources
+	resize  []v1.PodCondition
 }
 
 // computeStatus derives the pod's status from observed state alone. Condition transition
@@ -183,6 +189,8 @@ func computeStatus(in statusInput) v1.PodStatus {
 	for i := range st.Conditions {
 		st.Conditions[i].ObservedGeneration = pod.Generation
 	}
+	// The resize conditions carry the generation of the resize they are about.
+	st.Conditions = append(st.Conditions, in.resize...)
 	// Conditions other writers own (DisruptionTarget, readiness gates...) are kept as they are.
 	for _, oc := range old.Conditions {
 		if !status.OwnedCondition(oc.Type) && !(in.evicted != nil && oc.Type == v1.DisruptionTarget) {
@@ -291,10 +299,13 @@ func containerStatus(c *v1.Container, attempts []runtime.Container, in statusInp
 	cs.RestartCount = int32(latest.Attempt)
 	cs.ContainerID = "containerd://" + latest.ID
 	cs.ImageID = latest.ImageRef
-	// As the kubelet with in-place resize (GA): the resources the container was created with
-	// and those allocated to it. holdfast never resizes a running container, so both are the
-	// spec's; a container that never ran reports neither.
+	// As the kubelet with in-place resize (GA): c is the container as allocated. A running
+	// container reports what its cgroup holds, read back; any other its allocation; a
+	// container that never ran reports neither.
 	cs.Resources = c.Resources.DeepCopy()
+	if got, ok := in.applied[latest.ID]; ok && latest.State == runtime.StateRunning && in.want != nil {
+		cs.Resources = statusResources(c.Resources, in.want(c), got)
+	}
 	cs.AllocatedResources = c.Resources.Requests.DeepCopy()
 	terminatedState := func(c runtime.Container) *v1.ContainerStateTerminated {
 		return terminatedStateOf(c, in.messages[c.ID], messageBudget(in.pod))

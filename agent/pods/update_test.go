@@ -2,15 +2,12 @@ package pods
 
 import (
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/holdfast-dev/holdfast/agent/events/record"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 )
 
@@ -126,33 +123,5 @@ func TestRunsStaticPodWhileItTerminates(t *testing.T) {
 	delete(m.workers, "s1") // terminated
 	if m.RunsStaticPod("default", "sensor-gw") {
 		t.Error("a static pod whose worker is gone still counted")
-	}
-}
-
-// A resize (new resources for a running pod's containers, through the resize subresource)
-// neither restarts the container (the hash is of name and image) nor passes in silence:
-// holdfast does not resize in place yet, and says so in an event on the pod.
-func TestResizeNotAppliedIsSaid(t *testing.T) {
-	rec := record.NewFakeRecorder(10)
-	m := NewManager(Config{}, nil, nil, nil, rec, slog.New(slog.DiscardHandler))
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"},
-		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "busybox"}}}}
-	m.workers[pod.UID] = newWorker(m, pod) // not started
-	resized := pod.DeepCopy()
-	resized.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
-	m.Update(resized)
-	select {
-	case e := <-rec.Events:
-		if !strings.Contains(e, ReasonResizeNotApplied) || !strings.Contains(e, "app") {
-			t.Errorf("event %q", e)
-		}
-	default:
-		t.Error("no event for a resize that is not applied")
-	}
-	relabelled := resized.DeepCopy()
-	relabelled.Labels = map[string]string{"x": "y"}
-	m.Update(relabelled)
-	if len(rec.Events) != 0 {
-		t.Errorf("an update without a resize: %q", <-rec.Events)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -105,6 +106,18 @@ type worker struct {
 	startFailed map[string]*startBackOff
 	// networkFailed holds the consecutive failures of the pod's network setup.
 	networkFailed retryBackOff
+
+	// allocated is the resources the node allocated to the pod's containers (resize.go), nil
+	// until it is admitted. Under mu: other pods' admission and resizes read it.
+	allocated allocation
+	// resize is the pod's resize conditions; resizeRestarts the containers stopped for a
+	// resize (resizePolicy RestartContainer) not yet running again with their allocation.
+	// Owned by the worker's goroutine.
+	resize         resizeState
+	resizeRestarts map[string]bool
+	// hasDeferredResize: the pod's resize waits for resources (Deferred); read by other
+	// workers to poke this one when resources are freed.
+	hasDeferredResize atomic.Bool
 }
 
 // startRetryDelay is how long a start waiting for the cluster's services waits before the
@@ -113,7 +126,7 @@ const startRetryDelay = retryInitial
 
 func newWorker(m *Manager, pod *v1.Pod) *worker {
 	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}, messages: map[string]string{},
-		startFailed: map[string]*startBackOff{}, seen: m.now()}
+		startFailed: map[string]*startBackOff{}, seen: m.now(), resizeRestarts: map[string]bool{}}
 }
 
 // startBackOff is a container's failed starts, for the spec (containerHash) they failed with.
@@ -514,12 +527,24 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		return w.syncFinished(ctx, log, pod, observed)
 	}
 
+	// The spec's resources are desired; the containers run with the allocated ones.
+	desired := pod
+	w.loadAllocation(log, desired)
+	if retry := w.handleResize(log, desired); retry > 0 {
+		next = min(next, retry)
+		w.hasDeferredResize.Store(true)
+	} else {
+		w.hasDeferredResize.Store(false)
+	}
+	pod = w.allocatedPod(desired)
+
 	podIPs, hostIPs, vols, ok, prepNext := w.prepare(ctx, log, pod)
 	next = min(next, prepNext)
 	p := computePlan(pod, observed, w.m.backoff, w.startedFunc(pod))
 	p.kill = append(p.kill, w.probeKills(pod, observed, p.kill)...)
 	p.kill = append(p.kill, w.restartKills(observed, p.kill)...)
 	if ok {
+		p.kill = append(p.kill, w.actuateResize(ctx, log, desired, pod, observed, p.kill)...)
 		next = min(next, w.apply(ctx, log, pod, observed, p, podIPs, hostIPs, vols))
 	}
 	for name, d := range p.backOff {
@@ -540,16 +565,22 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 	}
 	w.lastPodIPs = podIPs
 	ready, started := w.updateProber(pod, observed, podIPs, hostIPs)
+	applied := w.readApplied(ctx, observed)
+	w.noteResizeProgress(desired, pod, observed, applied)
+	if w.resize.inProgress != nil {
+		next = min(next, resizeProgressCheck)
+	}
 	st := computeStatus(statusInput{
 		pod: pod, observed: observed, waiting: w.waiting, backOff: p.backOff,
 		podIPs: podIPs, hostIPs: hostIPs, startTime: w.startTime, now: w.m.now(),
 		ready: ready, started: started, messages: w.messages,
+		applied: applied, want: w.wantResources(pod), resize: w.resize.conditions(),
 	})
 	if w.startPending && allContainersRunning(pod, st) {
 		w.reportStart(log, w.m.now().Sub(w.seen))
 		w.startPending = false
 	}
-	w.m.status.SetPodStatus(pod, st)
+	w.m.status.SetPodStatus(desired, st)
 	return next
 }
 
@@ -598,6 +629,9 @@ func (w *worker) admitOnce(ctx context.Context, log *slog.Logger, pod *v1.Pod, o
 		}
 		w.mu.Unlock()
 	})
+	if r.Admitted {
+		w.loadAllocation(log, pod) // before any other pod's admission or resize counts it
+	}
 	if !r.Admitted {
 		log.Info("pod rejected by admission", "reason", r.Reason, "message", r.Message)
 		w.m.event(pod, v1.EventTypeWarning, r.Reason, "%s", r.Message)
@@ -701,6 +735,7 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 			return time.Second
 		}
 		w.moveTo(phaseFinished)
+		w.m.retryDeferredResizes(pod.UID) // what it held is free for a deferred resize
 		log.Info("pod finished; its network and volumes are released", "reason", why)
 		var err error
 		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
@@ -718,7 +753,7 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 		}
 	}
 	st := computeStatus(statusInput{
-		pod: pod, observed: observed, waiting: w.waiting, podIPs: podIPs, hostIPs: w.m.hostIPs(),
+		pod: w.allocatedPod(pod), observed: observed, waiting: w.waiting, podIPs: podIPs, hostIPs: w.m.hostIPs(),
 		startTime: w.startTime, terminated: true, now: w.m.now(), messages: w.messages,
 		deadlineExceeded: w.deadlineExceeded, evicted: w.evicted,
 	})
@@ -1270,7 +1305,7 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	orphan := w.isOrphan()
 	if !orphan {
 		st := computeStatus(statusInput{
-			pod: pod, observed: final, waiting: w.waiting, hostIPs: w.m.hostIPs(),
+			pod: w.allocatedPod(pod), observed: final, waiting: w.waiting, hostIPs: w.m.hostIPs(),
 			startTime: w.startTime, terminated: true, now: w.m.now(),
 		})
 		w.m.status.SetPodStatus(pod, st)

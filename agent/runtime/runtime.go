@@ -45,6 +45,16 @@ type Runtime interface {
 	// PodOf returns the UID of the pod a container belongs to; an error wrapping ErrNotFound
 	// when the runtime does not know the container (removed since its event).
 	PodOf(ctx context.Context, containerID string) (string, error)
+	// UpdateContainerResources applies res's CPU shares, CFS quota and memory limit to a
+	// running container's cgroup in place, its process going on (the kubelet's name for the
+	// CRI call; containerd's task Update). The OOM score is not changed: a resize does not
+	// change the pod's QoS class. An error wrapping ErrNotFound when the container does not
+	// run.
+	UpdateContainerResources(ctx context.Context, id string, res Resources) error
+	// ContainerResources reads back what a running container's cgroup holds now (CPU
+	// shares, CFS quota and period, memory limit): what is applied, not what was asked. An
+	// error wrapping ErrNotFound when the container does not run.
+	ContainerResources(ctx context.Context, id string) (Resources, error)
 }
 
 // Network sets up and tears down pods' own networks (not the host network's pods);

@@ -630,6 +630,7 @@ func statusPatch(base, st v1.PodStatus) ([]byte, error) {
 // ownedConditions are the pod conditions the node agent computes and writes.
 var ownedConditions = map[v1.PodConditionType]bool{
 	v1.PodScheduled: true, v1.PodInitialized: true, v1.ContainersReady: true, v1.PodReady: true,
+	v1.PodResizePending: true, v1.PodResizeInProgress: true,
 }
 
 // OwnedCondition reports whether the node agent computes and writes the pod condition t; the

@@ -2,6 +2,7 @@ package cri_test
 
 import (
 	"context"
+	v1 "k8s.io/api/core/v1"
 	"log/slog"
 	"testing"
 	"time"
@@ -25,6 +26,14 @@ func TestRuntimeContract(t *testing.T) {
 	cd := testenv.StartContainerd(t, testenv.ContainerdOptions{EnableCRI: true, CNI: cni})
 	cd.ImportTestImages(context.Background(), "k8s.io")
 	logDir := t.TempDir()
+	// The CRI plugin learns of imported images from containerd's events, a moment after the
+	// import: a sandbox made before it knows the pause image pulls it (and fails offline).
+	probe, err := cri.Connect(context.Background(), cri.Config{Endpoint: cd.Address, PodLogDir: logDir}, slog.New(slog.DiscardHandler))
+	probe = runtimetest.Connected(t, probe, err)
+	testenv.Eventually(t, 30*time.Second, "the CRI plugin knowing the imported pause image", func() error {
+		_, err := probe.EnsureImage(context.Background(), testenv.PauseImage, v1.PullNever, nil)
+		return err
+	})
 	runtimetest.Run(t, "cri", runtimetest.Backend{
 		Connect: func(t *testing.T) (runtimetest.Runtime, runtime.Network) {
 			rt, err := cri.Connect(context.Background(), cri.Config{Endpoint: cd.Address, PodLogDir: logDir,

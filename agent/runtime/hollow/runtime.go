@@ -53,6 +53,8 @@ type container struct {
 	// ignoresTerm: a shell command that traps SIGTERM to nothing (trap '' TERM): a stop with
 	// a grace period waits it out, then kills, as on a real node.
 	ignoresTerm bool
+	// resources are what its cgroup would hold: those it was created with, then each update's.
+	resources runtime.Resources
 }
 
 // NewRuntime returns an empty hollow runtime.
@@ -131,7 +133,7 @@ func (r *Runtime) CreateContainer(_ context.Context, cfg runtime.ContainerConfig
 		ID: id, PodUID: cfg.PodUID, PodName: cfg.PodName, PodNamespace: cfg.PodNamespace,
 		Name: cfg.Name, Attempt: cfg.Attempt, Image: cfg.Image, ImageRef: imageDigest(name),
 		SpecHash: cfg.SpecHash, LogPath: cfg.LogPath, State: runtime.StateCreated, CreatedAt: r.now(),
-	}}
+	}, resources: cfg.Resources}
 	argv := append(slices.Clone(cfg.Command), cfg.Args...)
 	if code, ok := exitStatusOf(argv); ok {
 		c.exitCode = &code
@@ -273,6 +275,43 @@ func (r *Runtime) RecordOOM(_ context.Context, id string) error {
 	}
 	c.Reason = runtime.ReasonOOMKilled
 	return nil
+}
+
+// UpdateContainerResources implements runtime.Runtime: the running container's record takes
+// res's CPU and memory settings (its OOM score stays).
+func (r *Runtime) UpdateContainerResources(_ context.Context, id string, res runtime.Resources) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.runningLocked(id)
+	if err != nil {
+		return err
+	}
+	c.resources.CPUShares, c.resources.CPUQuota, c.resources.CPUPeriod, c.resources.MemoryLimit = res.CPUShares, res.CPUQuota, res.CPUPeriod, res.MemoryLimit
+	return nil
+}
+
+// ContainerResources implements runtime.Runtime: what the record says its cgroup holds.
+func (r *Runtime) ContainerResources(_ context.Context, id string) (runtime.Resources, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.runningLocked(id)
+	if err != nil {
+		return runtime.Resources{}, err
+	}
+	return c.resources, nil
+}
+
+// runningLocked is the running container id; an error wrapping runtime.ErrNotFound when it
+// does not run.
+func (r *Runtime) runningLocked(id string) (*container, error) {
+	if r.failing != nil {
+		return nil, r.failing
+	}
+	c, ok := r.containers[id]
+	if !ok || c.State != runtime.StateRunning {
+		return nil, fmt.Errorf("container %s does not run: %w", id, runtime.ErrNotFound)
+	}
+	return c, nil
 }
 
 // RemoveContainer forgets a container.

@@ -197,6 +197,9 @@ func Run(t *testing.T, name string, be Backend) {
 		t.Errorf("exited by itself: %+v", c)
 	}
 
+	// A resize in place: the running container's cgroup changed, its process going on.
+	checkResize(t, ctx, rt, find(t, rt, pod, id), done)
+
 	if err := rt.StopContainer(ctx, id, 2*time.Second); err != nil {
 		t.Fatalf("stop: %v", err)
 	}

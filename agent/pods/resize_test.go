@@ -1,0 +1,355 @@
+package pods_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
+	"github.com/holdfast-dev/holdfast/agent/runtime"
+	"github.com/holdfast-dev/holdfast/agent/runtime/hollow"
+	"github.com/holdfast-dev/holdfast/offline"
+)
+
+// nodeOf is a node of cpu millicores and memory bytes allocatable, admitting every pod that
+// fits and judging resizes as the agent does (admission.CheckResize).
+type nodeOf struct{ cpu, mem int64 }
+
+func (n nodeOf) allocatable() v1.ResourceList {
+	return v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(n.cpu, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(n.mem, resource.BinarySI)}
+}
+
+func (n nodeOf) Admit(_ context.Context, pod *v1.Pod, admitted []*v1.Pod) admission.Result {
+	return admission.Check(pod, admission.Node{Allocatable: n.allocatable()}, admitted)
+}
+
+func (n nodeOf) AdmitResize(pod *v1.Pod, others []*v1.Pod) admission.ResizeVerdict {
+	return admission.CheckResize(pod, n.allocatable(), others)
+}
+
+// resizablePod is a pod whose one container asks for cpu millicores (request = limit) and
+// memory bytes (request = limit), with the resize policies given.
+func resizablePod(uid string, cpu, mem int64, policies ...v1.ContainerResizePolicy) *v1.Pod {
+	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p-" + uid, UID: types.UID(uid), Generation: 1},
+		Spec: v1.PodSpec{NodeName: "gw", Containers: []v1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"},
+			Resources: v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}, ResizePolicy: policies}}},
+	}
+}
+
+// resized is pod as the resize subresource leaves it: new resources, the next generation.
+func resized(pod *v1.Pod, cpu, mem int64) *v1.Pod {
+	p := pod.DeepCopy()
+	p.Generation++
+	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
+	p.Spec.Containers[0].Resources = v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
+	return p
+}
+
+// container is the pod's latest attempt of its container, with what its cgroup holds (zero
+// when it does not run).
+func (n *hollowNode) container(t *testing.T, pod *v1.Pod) (runtime.Container, runtime.Resources) {
+	t.Helper()
+	cs, err := n.rt.ListPod(context.Background(), string(pod.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var latest runtime.Container
+	for _, c := range cs {
+		if c.Attempt >= latest.Attempt {
+			latest = c
+		}
+	}
+	res, _ := n.rt.ContainerResources(context.Background(), latest.ID)
+	return latest, res
+}
+
+func condition(st v1.PodStatus, t v1.PodConditionType) *v1.PodCondition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == t {
+			return &st.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// settled: the container runs with the resources of cpu and mem, reported as such, and no
+// resize condition is left.
+func settled(cpu, mem int64) func(v1.PodStatus) bool {
+	return func(st v1.PodStatus) bool {
+		if len(st.ContainerStatuses) != 1 || st.ContainerStatuses[0].State.Running == nil || st.ContainerStatuses[0].Resources == nil {
+			return false
+		}
+		r := st.ContainerStatuses[0].Resources
+		return r.Limits.Cpu().MilliValue() == cpu && r.Limits.Memory().Value() == mem &&
+			st.ContainerStatuses[0].AllocatedResources.Cpu().MilliValue() == cpu &&
+			condition(st, v1.PodResizePending) == nil && condition(st, v1.PodResizeInProgress) == nil
+	}
+}
+
+// A CPU resize with the default policy (NotRequired) changes the running container's cgroup in
+// place: same container, same attempt, its quota and shares the new ones, read back into the
+// status. Before, holdfast applied nothing and said so in an event.
+func TestResizeCPUInPlace(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	pod := resizablePod("cpu", 100, 64<<20)
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "running with 100m", settled(100, 64<<20))
+	before, _ := n.container(t, pod)
+
+	n.mgr.Update(resized(pod, 300, 64<<20))
+	st := n.waitStatus(t, pod, "resized to 300m", settled(300, 64<<20))
+	after, res := n.container(t, pod)
+	if after.ID != before.ID || after.Attempt != 0 || st.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("resized in place: container %s attempt %d (restarts %d), want %s attempt 0", after.ID, after.Attempt, st.ContainerStatuses[0].RestartCount, before.ID)
+	}
+	if res.CPUQuota != 30000 || res.CPUShares != 307 || res.MemoryLimit != 64<<20 {
+		t.Errorf("the cgroup holds %+v, want quota 30000, shares 307, memory 64Mi", res)
+	}
+}
+
+// A memory resize whose policy is RestartContainer restarts the container (the next attempt,
+// its restart count 1) with the new limit.
+func TestResizeMemoryRestartsContainer(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	pod := resizablePod("mem", 100, 64<<20, v1.ContainerResizePolicy{ResourceName: v1.ResourceMemory, RestartPolicy: v1.RestartContainer})
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "running with 64Mi", settled(100, 64<<20))
+
+	n.mgr.Update(resized(pod, 100, 128<<20))
+	st := n.waitStatus(t, pod, "restarted with 128Mi", settled(100, 128<<20))
+	after, res := n.container(t, pod)
+	if after.Attempt != 1 || st.ContainerStatuses[0].RestartCount != 1 || res.MemoryLimit != 128<<20 {
+		t.Errorf("after the resize: attempt %d, restarts %d, memory %d; want attempt 1 with 128Mi", after.Attempt, st.ContainerStatuses[0].RestartCount, res.MemoryLimit)
+	}
+}
+
+// A resize beyond the node's allocatable is Infeasible and changes nothing; one that fits the
+// node but not beside another pod is Deferred until that pod goes, then applied.
+func TestResizeInfeasibleAndDeferred(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 1000, mem: 1 << 30})
+	a, b := resizablePod("a", 500, 64<<20), resizablePod("b", 400, 64<<20)
+	n.mgr.Update(a)
+	n.mgr.Update(b)
+	n.waitStatus(t, a, "a running", settled(500, 64<<20))
+	n.waitStatus(t, b, "b running", settled(400, 64<<20))
+	before, _ := n.container(t, b)
+
+	n.mgr.Update(resized(b, 1500, 64<<20))
+	st := n.waitStatus(t, b, "Infeasible", func(st v1.PodStatus) bool {
+		c := condition(st, v1.PodResizePending)
+		return c != nil && c.Reason == v1.PodReasonInfeasible && c.ObservedGeneration == 2
+	})
+	if r := st.ContainerStatuses[0].Resources; r.Limits.Cpu().MilliValue() != 400 || st.ContainerStatuses[0].AllocatedResources.Cpu().MilliValue() != 400 {
+		t.Errorf("an infeasible resize changed the status' resources: %+v, allocated %+v", r, st.ContainerStatuses[0].AllocatedResources)
+	}
+	if c, res := n.container(t, b); c.ID != before.ID || res.CPUQuota != 40000 {
+		t.Errorf("an infeasible resize changed the container: %s with %+v", c.ID, res)
+	}
+
+	n.mgr.Update(resized(resized(b, 1500, 64<<20), 600, 64<<20))
+	n.waitStatus(t, b, "Deferred", func(st v1.PodStatus) bool {
+		c := condition(st, v1.PodResizePending)
+		return c != nil && c.Reason == v1.PodReasonDeferred && c.ObservedGeneration == 3
+	})
+	if _, res := n.container(t, b); res.CPUQuota != 40000 {
+		t.Errorf("a deferred resize was applied: %+v", res)
+	}
+	// Admission counts what is allocated, not what a pending resize asks: 500m + 400m + 100m
+	// fit the node (with b's desired 600m they would not).
+	c := resizablePod("c", 100, 64<<20)
+	n.mgr.Update(c)
+	n.waitStatus(t, c, "c admitted beside b's deferred resize", settled(100, 64<<20))
+	n.mgr.Remove(c.UID, "test: make room")
+	n.mgr.Remove(a.UID, "test: resources freed")
+	n.waitStatus(t, b, "the deferred resize applied once a's resources are free", settled(600, 64<<20))
+	if c, res := n.container(t, b); c.ID != before.ID || res.CPUQuota != 60000 {
+		t.Errorf("after the deferred resize: %s with %+v", c.ID, res)
+	}
+}
+
+// The allocation survives an agent restart: a resize deferred before it is still deferred
+// after, the container running with what was allocated, not with the spec the restarted
+// agent reads first; and a container lost meanwhile (a reboot) starts again with the
+// allocation.
+func TestAllocationSurvivesAgentRestart(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	node := nodeOf{cpu: 1000, mem: 1 << 30}
+	n.start(t, node)
+	a, b := resizablePod("a", 500, 64<<20), resizablePod("b", 400, 64<<20)
+	n.mgr.Update(a)
+	n.mgr.Update(b)
+	n.waitStatus(t, b, "b running", settled(400, 64<<20))
+	n.waitStatus(t, a, "a running", settled(500, 64<<20))
+	want := resized(b, 600, 64<<20)
+	n.mgr.Update(want)
+	n.waitStatus(t, b, "Deferred", func(st v1.PodStatus) bool { return condition(st, v1.PodResizePending) != nil })
+
+	n.stop()
+	lost, _ := n.container(t, b)
+	if err := n.rt.StopContainer(context.Background(), lost.ID, 0); err != nil { // lost while the agent was down
+		t.Fatal(err)
+	}
+	n.start(t, node)
+	n.mgr.Update(a)
+	n.mgr.Update(want) // the spec with the deferred resize, read first
+	st := n.waitStatus(t, want, "b running again, deferred", func(st v1.PodStatus) bool {
+		c := condition(st, v1.PodResizePending)
+		return c != nil && c.Reason == v1.PodReasonDeferred && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil &&
+			st.ContainerStatuses[0].RestartCount == 1
+	})
+	if c, res := n.container(t, want); res.CPUQuota != 40000 || st.ContainerStatuses[0].AllocatedResources.Cpu().MilliValue() != 400 {
+		t.Errorf("after the restart the container %s runs with %+v (allocated %v), want its allocation, 400m", c.ID, res, st.ContainerStatuses[0].AllocatedResources)
+	}
+}
+
+// memoryInUse is a container usage source whose every container uses bytes of memory.
+type memoryInUse struct{ bytes atomic.Int64 }
+
+func (m *memoryInUse) Usage(context.Context, runtime.Container) (cgroups.Usage, error) {
+	return cgroups.Usage{MemoryUsage: m.bytes.Load()}, nil
+}
+
+// A memory limit lowered in place (NotRequired) below what the container uses is not applied,
+// as the kubelet refuses it (on cgroup v2 the kernel would OOM-kill the container): the resize
+// stays in progress with the Error and the kubelet's message, the cgroup unchanged, and is
+// applied once the usage is below the new limit.
+func TestResizeMemoryBelowUsageWaits(t *testing.T) {
+	usage := &memoryInUse{}
+	usage.bytes.Store(100 << 20)
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil), usage: usage}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	pod := resizablePod("shrink", 100, 128<<20)
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "running with 128Mi", settled(100, 128<<20))
+
+	n.mgr.Update(resized(pod, 100, 64<<20))
+	st := n.waitStatus(t, pod, "the resize in progress with an error", func(st v1.PodStatus) bool {
+		c := condition(st, v1.PodResizeInProgress)
+		return c != nil && c.Reason == v1.PodReasonError &&
+			strings.Contains(c.Message, fmt.Sprintf(`attempting to set container "app" memory limit (%d) below current usage (%d)`, 64<<20, 100<<20))
+	})
+	if _, res := n.container(t, pod); res.MemoryLimit != 128<<20 || st.ContainerStatuses[0].Resources.Limits.Memory().Value() != 128<<20 {
+		t.Errorf("a limit below the usage was applied: cgroup %d, status %v", res.MemoryLimit, st.ContainerStatuses[0].Resources.Limits.Memory())
+	}
+	usage.bytes.Store(32 << 20)
+	n.mgr.Resync(pod.UID)
+	n.waitStatus(t, pod, "applied once the usage is below it", settled(100, 64<<20))
+	if c, res := n.container(t, pod); c.Attempt != 0 || res.MemoryLimit != 64<<20 {
+		t.Errorf("after the usage fell: attempt %d, memory %d", c.Attempt, res.MemoryLimit)
+	}
+}
+
+// Generated sequences of CPU resizes of three pods on a node of 1000m, each checked once the
+// node settles against what must hold whatever the order the workers ran in: the allocations
+// never exceed the node; a pod whose desired resources are allocated has no pending resize and
+// its cgroup holds them; one whose are not is Infeasible exactly when they exceed the node on
+// their own, and otherwise Deferred only while they do not fit beside the others'
+// allocations (a deferred resize that fits is allocated); no container ever restarts
+// (NotRequired). A failing seed replays with -run and the seed in the log.
+func TestResizeSequencesKeepTheNodesInvariants(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 7))
+	t.Logf("seed %d", seed)
+	const allocatable = 1000
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: allocatable, mem: 1 << 30})
+	desired := []int64{300, 300, 300}
+	podsOf := make([]*v1.Pod, len(desired))
+	for i := range podsOf {
+		podsOf[i] = resizablePod(fmt.Sprintf("seq-%d", i), desired[i], 32<<20)
+		n.mgr.Update(podsOf[i])
+	}
+	for i := range podsOf {
+		n.waitStatus(t, podsOf[i], "running", settled(desired[i], 32<<20))
+	}
+	check := func() error {
+		var allocated [3]int64
+		var sts [3]v1.PodStatus
+		for i, p := range podsOf {
+			st, ok := n.status.Get(p.UID)
+			if !ok || len(st.ContainerStatuses) != 1 || st.ContainerStatuses[0].State.Running == nil {
+				return fmt.Errorf("%s not running", p.Name)
+			}
+			if st.ObservedGeneration != p.Generation {
+				return fmt.Errorf("%s: status of generation %d, pod at %d", p.Name, st.ObservedGeneration, p.Generation)
+			}
+			if st.ContainerStatuses[0].RestartCount != 0 {
+				return fmt.Errorf("%s restarted", p.Name)
+			}
+			sts[i], allocated[i] = st, st.ContainerStatuses[0].AllocatedResources.Cpu().MilliValue()
+		}
+		if sum := allocated[0] + allocated[1] + allocated[2]; sum > allocatable {
+			return fmt.Errorf("allocations %v exceed the node: %d", allocated, sum)
+		}
+		for i, p := range podsOf {
+			pending, inProgress := condition(sts[i], v1.PodResizePending), condition(sts[i], v1.PodResizeInProgress)
+			others := allocated[0] + allocated[1] + allocated[2] - allocated[i]
+			_, res := n.container(t, p)
+			switch {
+			case allocated[i] == desired[i]:
+				if pending != nil || inProgress != nil || res.CPUQuota != desired[i]*100 {
+					return fmt.Errorf("%s allocated %dm: pending %v, in progress %v, quota %d", p.Name, desired[i], pending, inProgress, res.CPUQuota)
+				}
+			case desired[i] > allocatable:
+				if pending == nil || pending.Reason != v1.PodReasonInfeasible {
+					return fmt.Errorf("%s wants %dm: pending %+v, want Infeasible", p.Name, desired[i], pending)
+				}
+			case others+desired[i] > allocatable:
+				if pending == nil || pending.Reason != v1.PodReasonDeferred {
+					return fmt.Errorf("%s wants %dm beside %dm: pending %+v, want Deferred", p.Name, desired[i], others, pending)
+				}
+			default:
+				return fmt.Errorf("%s wants %dm, fits beside %dm, still at %dm (pending %+v)", p.Name, desired[i], others, allocated[i], pending)
+			}
+			if allocated[i] != desired[i] && res.CPUQuota != allocated[i]*100 {
+				return fmt.Errorf("%s: quota %d, allocated %dm", p.Name, res.CPUQuota, allocated[i])
+			}
+		}
+		return nil
+	}
+	for step := range 25 {
+		i := rng.IntN(len(podsOf))
+		desired[i] = 50 * (1 + rng.Int64N(24)) // 50m to 1200m
+		podsOf[i] = resized(podsOf[i], desired[i], 32<<20)
+		n.mgr.Update(podsOf[i])
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if err = check(); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("seed %d, step %d (%s to %dm, desired %v): %v", seed, step, podsOf[i].Name, desired[i], desired, err)
+			}
+		}
+	}
+}
