@@ -33,6 +33,9 @@ type hollowNode struct {
 	ready, staticReady atomic.Bool
 	// usage measures containers for the manager (nil: none).
 	usage pods.ContainerUsage
+	// records is the store as the manager sees it (nil: store itself): a test wraps it to
+	// hold a call at the moment it is about.
+	records pods.Records
 }
 
 func startHollowNode(t *testing.T) *hollowNode {
@@ -57,7 +60,11 @@ func (n *hollowNode) start(t *testing.T, admitter pods.Admitter) {
 		HostResolvConf: filepath.Join(dir, "resolv.conf"), HostsFile: filepath.Join(dir, "hosts"),
 		Usage: n.usage,
 	}, n.rt, hollow.NewNetwork("gw"), n.status, nil, log)
-	n.mgr.SetAdmission(admitter, n.store)
+	var records pods.Records = n.store
+	if n.records != nil {
+		records = n.records
+	}
+	n.mgr.SetAdmission(admitter, records)
 	if ra, ok := admitter.(pods.ResizeAdmitter); ok {
 		n.mgr.SetResizeAdmission(ra)
 	}

@@ -138,9 +138,9 @@ func resizeCondition(t v1.PodConditionType, reason, message string, generation i
 		ObservedGeneration: generation, LastProbeTime: ts, LastTransitionTime: ts}
 }
 
-// loadAllocation sets the worker's allocation once the pod is admitted: the one the store
-// kept (the pod was admitted or resized before an agent restart or a reboot), else its
-// spec's, recorded. Returns the allocation.
+// loadAllocation sets the worker's allocation once the pod is admitted, if admitOnce did not
+// (a pod never judged: it finished in its source): the one the store kept, else its spec's,
+// recorded. Returns the allocation.
 func (w *worker) loadAllocation(log *slog.Logger, pod *v1.Pod) allocation {
 	w.mu.Lock()
 	a := w.allocated
@@ -148,23 +148,29 @@ func (w *worker) loadAllocation(log *slog.Logger, pod *v1.Pod) allocation {
 	if a != nil {
 		return a
 	}
-	if w.m.store != nil {
-		kept, err := w.m.store.GetAllocation(pod.UID)
-		switch {
-		case err == nil:
-			a = allocation(kept.Containers)
-		case !errors.Is(err, offline.ErrNotFound):
-			log.Warn("read the pod's allocated resources; allocating its spec's", "err", err)
-		}
-	}
-	if a == nil {
-		a = allocationOf(pod)
+	a, kept := w.keptAllocation(log, pod)
+	if !kept {
 		w.recordAllocation(log, pod.UID, a)
 	}
 	w.mu.Lock()
 	w.allocated = a
 	w.mu.Unlock()
 	return a
+}
+
+// keptAllocation is the pod's allocation as the store kept it (kept: the pod was admitted or
+// resized before an agent restart or a reboot), else its spec's, not recorded yet.
+func (w *worker) keptAllocation(log *slog.Logger, pod *v1.Pod) (a allocation, kept bool) {
+	if w.m.store != nil {
+		got, err := w.m.store.GetAllocation(pod.UID)
+		switch {
+		case err == nil && got.Containers != nil:
+			return allocation(got.Containers), true
+		case err != nil && !errors.Is(err, offline.ErrNotFound):
+			log.Warn("read the pod's allocated resources; allocating its spec's", "err", err)
+		}
+	}
+	return allocationOf(pod), false
 }
 
 // recordAllocation keeps a in the store, before anything runs with it.

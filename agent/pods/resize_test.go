@@ -215,9 +215,18 @@ func TestAllocationSurvivesAgentRestart(t *testing.T) {
 	if err := n.rt.StopContainer(context.Background(), lost.ID, 0); err != nil { // lost while the agent was down
 		t.Fatal(err)
 	}
+	// Started again as the agent starts: its sources have delivered nothing yet. Said ready
+	// across the restart, the manager's first relist took b, delivered after it, for a pod
+	// deleted while the agent was down: it tore b down with its record, admission and
+	// allocation, and judged the b delivered next as a new pod, beside a (the flake of
+	// d90b189, "requested: 600, used: 500").
+	n.ready.Store(false)
 	n.start(t, node)
 	n.mgr.Update(a)
+	// That order made certain: the first relist, then b.
+	eventually(t, 10*time.Second, "the first relist", func() bool { return n.mgr.RelistHealthy() == nil })
 	n.mgr.Update(want) // the spec with the deferred resize, read first
+	n.ready.Store(true)
 	st := n.waitStatus(t, want, "b running again, deferred", func(st v1.PodStatus) bool {
 		c := condition(st, v1.PodResizePending)
 		return c != nil && c.Reason == v1.PodReasonDeferred && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil &&

@@ -619,9 +619,23 @@ func (w *worker) admitOnce(ctx context.Context, log *slog.Logger, pod *v1.Pod, o
 	if decision != nil {
 		return *decision
 	}
+	var fromSpec allocation // allocated now from the spec: to be recorded after the pod's record
 	r := w.m.admit(ctx, pod, observed, func(r admission.Result) {
+		// The allocation is published with the decision, in admission's order: from the
+		// moment the pod counts for another pod's admission or resize, it counts with what
+		// it was allocated. Published first, a pod restored with a pending resize was
+		// counted with its spec until its allocation was read, and one judged meanwhile was
+		// rejected for resources the node had.
+		var a allocation
+		if r.Admitted {
+			var kept bool
+			if a, kept = w.keptAllocation(log, pod); !kept {
+				fromSpec = a
+			}
+		}
 		w.mu.Lock()
 		w.decision = &r
+		w.allocated = a
 		if r.Admitted {
 			w.moveToLocked(phaseRunning)
 		} else {
@@ -629,8 +643,10 @@ func (w *worker) admitOnce(ctx context.Context, log *slog.Logger, pod *v1.Pod, o
 		}
 		w.mu.Unlock()
 	})
-	if r.Admitted {
-		w.loadAllocation(log, pod) // before any other pod's admission or resize counts it
+	if fromSpec != nil {
+		// After admit recorded the pod, which the allocation's record belongs to; before
+		// anything runs with it.
+		w.recordAllocation(log, pod.UID, fromSpec)
 	}
 	if !r.Admitted {
 		log.Info("pod rejected by admission", "reason", r.Reason, "message", r.Message)
