@@ -396,9 +396,9 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 //
 // A previous version no worker has yet (its containers found running after an agent restart:
 // the manifest edited while the agent was down, or an edit cut short by a kill) counts too,
-// if its record says it came from a manifest (an API pod of the same name is no previous
-// version: it does not hold the static pod up): the relist hands it to an orphan worker once
-// the file source has read its directory (Manager.recordedAsStatic), and is asked to look
+// if its container or its record says it came from a manifest (an API pod of the same name is
+// no previous version: it does not hold the static pod up): the relist hands it to an orphan
+// worker once the file source has read its directory (Manager.isStatic), and is asked to look
 // now. One the relist adopts while this looks counts by its orphan worker's pod, which says
 // whether it is a static pod's.
 func (w *worker) previousStaticVersion(ctx context.Context, pod *v1.Pod, observed []runtime.Container) types.UID {
@@ -436,7 +436,7 @@ func (w *worker) previousStaticVersion(ctx context.Context, pod *v1.Pod, observe
 			}
 			continue
 		}
-		if w.m.recordedAsStatic(uid) {
+		if c.Static || w.m.recordedAsStatic(uid) {
 			w.m.requestRelist(0)
 			return uid
 		}
@@ -1201,6 +1201,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Name:         c.Name,
 		Attempt:      attempt,
 		SpecHash:     containerHash(c),
+		Static:       manifest.IsStatic(pod),
 		Image:        c.Image,
 		Command:      expansion.ExpandAll(c.Command, vars),
 		Args:         expansion.ExpandAll(c.Args, vars),
