@@ -68,6 +68,8 @@ import (
 //     stopped beside them;
 //   - no container of a pod its source still holds is stopped or replaced but by a reboot
 //     (not by a restart, a kill, a relist, an outage or a lost record), checked at every look;
+//     a static pod's manifest removed and put back is no such pod: its container may be torn
+//     down in between, and the pod runs again after;
 //   - never two running containers for one pod, nor two versions of the static pod at once,
 //     checked at every look;
 //   - every start restores every API pod whose record the node had written (acknowledged)
@@ -137,6 +139,12 @@ type lifecycleModel struct {
 	// kept is each pod's running container as last seen, for "nothing of a pod its source
 	// holds is stopped"; cleared by a reboot, whose containers are new attempts.
 	kept map[types.UID]string
+	// dropped is the container kept for the static pod when its manifest was removed: from
+	// then on the agent may tear it down (its source no longer holds it), and a manifest put
+	// back with the same content (the same UID) runs the pod again once that teardown is
+	// over, as the kubelet restarts a pod its source delivers again while it terminates. That
+	// container's stop is no "stopped though its source holds the pod".
+	dropped map[types.UID]string
 	// restored is the API pods whose records this agent's start restored.
 	restored map[types.UID]bool
 	// acked is the API pods whose records the store held when the agent last settled, but the
@@ -144,8 +152,13 @@ type lifecycleModel struct {
 	// a kill may or may not have recorded or removed.
 	acked, unsure map[types.UID]bool
 	// lost is the pods whose record was lost (deleted, or corrupt and quarantined) and not seen
-	// written again since: the store may lack them.
+	// written again since: the store may lack them. A static pod's stays lost after its
+	// manifest's removal: put back with the same content (the same UID) before the file source
+	// saw it go (within its quiet period), the pod was never stopped nor admitted again, and
+	// its record never written again.
 	lost map[types.UID]bool
+	// staticUIDs is every UID the static pod's manifest has had.
+	staticUIDs map[types.UID]bool
 	// down: the apiserver is out of reach (since stalled steps); backoffs counts the
 	// back-offs the running informer went through (each doubles the next).
 	down     bool
@@ -167,8 +180,8 @@ type lifecycleModel struct {
 func runLifecycleModel(t *testing.T, seed uint64, length int) {
 	m := &lifecycleModel{t: t, rng: rand.New(rand.NewPCG(seed, 0x6c6966656379636c)), dir: t.TempDir(),
 		api: newFakeAPI(), client: fake.NewClientset(), rt: hollow.NewRuntime(), net: hollow.NewNetwork("gw"),
-		kept: map[types.UID]string{}, restored: map[types.UID]bool{}, acked: map[types.UID]bool{},
-		unsure: map[types.UID]bool{}, lost: map[types.UID]bool{}}
+		kept: map[types.UID]string{}, dropped: map[types.UID]string{}, restored: map[types.UID]bool{}, acked: map[types.UID]bool{},
+		unsure: map[types.UID]bool{}, lost: map[types.UID]bool{}, staticUIDs: map[types.UID]bool{}}
 	var err error
 	if m.key, err = offline.NewKey([]byte("0123456789abcdef0123456789abcdef")); err != nil {
 		t.Fatal(err)
@@ -343,6 +356,9 @@ func (m *lifecycleModel) staticChange() []types.UID {
 		return []types.UID{old, m.staticUID}
 	}
 	m.logf("static manifest removed")
+	if id := m.kept[old]; id != "" {
+		m.dropped[old] = id
+	}
 	if err := os.Remove(filepath.Join(m.dir, "manifests", "sensor.yaml")); err != nil {
 		m.t.Fatal(err)
 	}
@@ -514,6 +530,7 @@ spec:
 		m.t.Fatal(err)
 	}
 	m.staticUID = pod.UID
+	m.staticUIDs[pod.UID] = true
 	tmp := filepath.Join(dir, ".sensor.yaml.tmp")
 	if err := os.WriteFile(tmp, []byte(manifestText), 0o644); err != nil {
 		m.t.Fatal(err)
@@ -679,6 +696,7 @@ func (m *lifecycleModel) reboot() {
 		}
 	}
 	clear(m.kept)
+	clear(m.dropped)
 }
 
 // running is the running containers of each pod by UID, and how many run for the static
@@ -745,7 +763,7 @@ func (m *lifecycleModel) settle() {
 		}
 		must := m.known()
 		for uid, id := range m.kept {
-			if !must[uid] && !m.holds(uid) {
+			if (!must[uid] && !m.holds(uid)) || m.dropped[uid] == id {
 				continue
 			}
 			if ids := run[uid]; len(ids) == 0 || ids[0] != id {
@@ -767,6 +785,11 @@ func (m *lifecycleModel) settle() {
 					delete(m.kept, uid)
 				}
 			}
+			for uid, id := range m.dropped {
+				if m.kept[uid] != id { // stopped, or running again in a new container
+					delete(m.dropped, uid)
+				}
+			}
 			clear(m.acked)
 			for uid := range stored {
 				if uid != m.staticUID {
@@ -775,7 +798,7 @@ func (m *lifecycleModel) settle() {
 				delete(m.lost, uid)
 			}
 			for uid := range m.lost {
-				if !must[uid] {
+				if !must[uid] && !m.staticUIDs[uid] {
 					delete(m.lost, uid)
 				}
 			}

@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -161,8 +162,8 @@ func (m *Manager) relist(ctx context.Context, prev map[string]string) (fingerpri
 		case ok && (prev == nil || prev[uid] != fp):
 			w.poke()
 		case !ok && ready:
-			m.adoptOrphanLocked(byPod[uid][0], m.recordedAsStatic(types.UID(uid)))
-		case !ok && staticReady && m.recordedAsStatic(types.UID(uid)):
+			m.adoptOrphanLocked(byPod[uid][0], m.isStatic(types.UID(uid), byPod[uid]))
+		case !ok && staticReady && m.isStatic(types.UID(uid), byPod[uid]):
 			m.adoptOrphanLocked(byPod[uid][0], true)
 		}
 	}
@@ -187,14 +188,22 @@ func (m *Manager) staticSourceReady() bool {
 	return ready()
 }
 
+// isStatic reports whether the pod of containers cs came from a manifest: a container says so
+// (runtime.Container.Static), or the store's record of the pod does (containers made before
+// they said it). The containers of such a pod that no worker has are a static orphan: once the
+// file source has read its directory, it alone decides those (a manifest removed while the
+// agent was down, or a previous version of one edited meanwhile or during a kill), torn down
+// without waiting for the apiserver's list, which an offline gateway may not see for weeks;
+// until then the new version would wait for it, or both would run. The containers' own word
+// survives the record's loss (a corrupt database quarantined, a record lost): with the record
+// alone, a previous version whose record was lost ran beside the new one until the apiserver
+// was back. A pod neither says is static waits for every source, as any: an API pod of the
+// same namespace and name as a static pod is never taken for one.
+func (m *Manager) isStatic(uid types.UID, cs []runtime.Container) bool {
+	return slices.ContainsFunc(cs, func(c runtime.Container) bool { return c.Static }) || m.recordedAsStatic(uid)
+}
+
 // recordedAsStatic reports whether the store's record of the pod says it came from a manifest.
-// The containers of such a pod that no worker has are a static orphan: once the file source
-// has read its directory, it alone decides those (a manifest removed while the agent was down,
-// or a previous version of one edited meanwhile or during a kill), torn down without waiting
-// for the apiserver's list, which an offline gateway may not see for weeks; until then the new
-// version would wait for it, or both would run. A pod without a record (lost, or quarantined)
-// waits for every source, as any: an API pod of the same namespace and name as a static pod is
-// never taken for one.
 func (m *Manager) recordedAsStatic(uid types.UID) bool {
 	if m.store == nil {
 		return false
@@ -204,7 +213,7 @@ func (m *Manager) recordedAsStatic(uid types.UID) bool {
 }
 
 // adoptOrphanLocked starts a worker that tears down a pod no source claims: it was deleted
-// while the agent was not running. static: the pod was a static pod's (recordedAsStatic);
+// while the agent was not running. static: the pod was a static pod's (isStatic);
 // its worker's pod says so, so that the next version of that static pod waits for it to stop
 // and is poked when it has.
 func (m *Manager) adoptOrphanLocked(c runtime.Container, static bool) {

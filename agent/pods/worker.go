@@ -396,10 +396,11 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 //
 // A previous version no worker has yet (its containers found running after an agent restart:
 // the manifest edited while the agent was down, or an edit cut short by a kill) counts too,
-// if its record says it came from a manifest (an API pod of the same name is no previous
-// version: it does not hold the static pod up): the relist hands it to an orphan worker once
-// the file source has read its directory (Manager.recordedAsStatic), and is asked to look
-// now.
+// if its container or its record says it came from a manifest (an API pod of the same name is
+// no previous version: it does not hold the static pod up): the relist hands it to an orphan
+// worker once the file source has read its directory (Manager.isStatic), and is asked to look
+// now. One the relist adopts while this looks counts by its orphan worker's pod, which says
+// whether it is a static pod's.
 func (w *worker) previousStaticVersion(ctx context.Context, pod *v1.Pod, observed []runtime.Container) types.UID {
 	if !manifest.IsStatic(pod) || slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
 		return ""
@@ -418,10 +419,26 @@ func (w *worker) previousStaticVersion(ctx context.Context, pod *v1.Pod, observe
 		return "" // the runtime cannot tell: the worker's start goes through it again anyway
 	}
 	for _, c := range all {
-		if c.State == runtime.StateRunning && c.PodUID != string(pod.UID) && c.PodNamespace == pod.Namespace && c.PodName == pod.Name &&
-			!w.m.Known(types.UID(c.PodUID)) && w.m.recordedAsStatic(types.UID(c.PodUID)) {
+		if c.State != runtime.StateRunning || c.PodUID == string(pod.UID) || c.PodNamespace != pod.Namespace || c.PodName != pod.Name {
+			continue
+		}
+		uid := types.UID(c.PodUID)
+		// A worker may have it now that had none in the pass above: the relist adopted it as
+		// an orphan in between (at the agent's start, the first relist and this worker's
+		// first sync run at once). Its worker's pod says whether it is a static pod's, as
+		// the pass above would have read it; skipped as known, it counted in neither pass
+		// and both versions ran for the old one's grace period. Once that worker is gone
+		// (delete under the manager's lock, then the poke of this static pod's workers) the
+		// next sync looks again.
+		if other := w.m.worker(uid); other != nil {
+			if manifest.IsStatic(other.latestPod()) {
+				return uid
+			}
+			continue
+		}
+		if c.Static || w.m.recordedAsStatic(uid) {
 			w.m.requestRelist(0)
-			return types.UID(c.PodUID)
+			return uid
 		}
 	}
 	return ""
@@ -1200,6 +1217,7 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		Name:         c.Name,
 		Attempt:      attempt,
 		SpecHash:     containerHash(c),
+		Static:       manifest.IsStatic(pod),
 		Image:        c.Image,
 		Command:      expansion.ExpandAll(c.Command, vars),
 		Args:         expansion.ExpandAll(c.Args, vars),

@@ -50,6 +50,8 @@ type Container struct {
 	// be told from a restart.
 	SpecHash string
 	LogPath  string
+	// Static: the container is a static pod's (ContainerConfig.Static).
+	Static bool
 
 	State      State
 	CreatedAt  time.Time
@@ -71,6 +73,10 @@ type ContainerConfig struct {
 	Name         string
 	Attempt      int
 	SpecHash     string
+	// Static: the pod came from a static manifest. Kept on the container, so that a previous
+	// version of a static pod is told from an API pod of the same name without the state
+	// store's record of the pod, which a corrupt or lost database takes with it.
+	Static bool
 
 	// Image is the reference as written in the pod; it must already be present
 	// (see EnsureImage).

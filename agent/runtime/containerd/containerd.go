@@ -205,6 +205,9 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConf
 		LabelSpecHash:      cfg.SpecHash,
 		LabelImageID:       imageID(img),
 	}
+	if cfg.Static {
+		labels[LabelStatic] = "true"
+	}
 	switch {
 	case cfg.Stdin && cfg.StdinOnce:
 		labels[LabelStdin] = "once"
@@ -668,6 +671,7 @@ func fromRecord(rec containers.Container, task *tasktypes.Process) runtime.Conta
 		Message:      l[LabelMessage],
 		ExitCode:     int32(parseInt(l[LabelExitCode])),
 		ImageRef:     l[LabelImageID],
+		Static:       l[LabelStatic] == "true",
 	}
 	switch {
 	case !c.FinishedAt.IsZero():

@@ -44,3 +44,17 @@ func TestFromRecordTaskStates(t *testing.T) {
 		})
 	}
 }
+
+// TestFromRecordStatic: a static pod's container says so itself, so that a previous version
+// of a static pod is told from an API pod of the same name without the pod's record in the
+// state store.
+func TestFromRecordStatic(t *testing.T) {
+	l := map[string]string{LabelPodUID: "uid", LabelPodName: "sensor-gw", LabelContainerName: "c", LabelAttempt: "0"}
+	if c := fromRecord(containers.Container{ID: "id", Labels: l}, nil); c.Static {
+		t.Error("a container without the static label read as a static pod's")
+	}
+	l[LabelStatic] = "true"
+	if c := fromRecord(containers.Container{ID: "id", Labels: l}, nil); !c.Static {
+		t.Error("a container with the static label read as an API pod's")
+	}
+}

@@ -27,6 +27,8 @@ const (
 	// absent without stdin. LabelTTY is "true" for a container with tty: true.
 	LabelStdin = labelPrefix + "container.stdin"
 	LabelTTY   = labelPrefix + "container.tty"
+	// LabelStatic is "true" on a static pod's container (runtime.ContainerConfig.Static).
+	LabelStatic = labelPrefix + "pod.static"
 )
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

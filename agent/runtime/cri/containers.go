@@ -82,6 +82,9 @@ func (r *Runtime) containerConfig(ctx context.Context, sb *sandbox, cfg runtime.
 		annotationImage:        cfg.Image,
 		annotationRestartCount: strconv.Itoa(cfg.Attempt),
 	}
+	if cfg.Static {
+		annotations[annotationStatic] = "true"
+	}
 	switch {
 	case cfg.Stdin && cfg.StdinOnce:
 		annotations[annotationStdin] = "once"
@@ -296,6 +299,7 @@ func toContainer(cs *containerStatus) runtime.Container {
 		Image:        st.Annotations[annotationImage],
 		ImageRef:     st.ImageRef,
 		SpecHash:     st.Annotations[annotationSpecHash],
+		Static:       st.Annotations[annotationStatic] == "true",
 		LogPath:      st.LogPath,
 		CreatedAt:    fromNanos(st.CreatedAt),
 		StartedAt:    fromNanos(st.StartedAt),

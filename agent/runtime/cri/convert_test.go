@@ -91,10 +91,16 @@ func TestToContainer(t *testing.T) {
 			tc.st.Labels = map[string]string{LabelPodUID: "uid", LabelContainerName: "app"}
 			tc.st.Annotations = map[string]string{annotationRestartCount: "3", annotationSpecHash: "h"}
 			c := toContainer(&containerStatus{st: tc.st})
-			if c.State != tc.state || c.Reason != tc.reason || c.Attempt != 3 || c.SpecHash != "h" || c.PodUID != "uid" || c.Name != "app" || !c.Recorded {
+			if c.State != tc.state || c.Reason != tc.reason || c.Attempt != 3 || c.SpecHash != "h" || c.PodUID != "uid" || c.Name != "app" || !c.Recorded || c.Static {
 				t.Errorf("%+v", c)
 			}
 		})
+	}
+	// A static pod's container says so itself (runtime.Container.Static).
+	st := &criapi.ContainerStatus{State: criapi.ContainerState_CONTAINER_RUNNING, StartedAt: 1,
+		Labels: map[string]string{LabelPodUID: "uid", LabelContainerName: "app"}, Annotations: map[string]string{annotationStatic: "true"}}
+	if c := toContainer(&containerStatus{st: st}); !c.Static {
+		t.Errorf("a static pod's container read as an API pod's: %+v", c)
 	}
 }
 

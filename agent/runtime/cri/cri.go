@@ -39,6 +39,8 @@ const (
 	annotationTermination  = "io.kubernetes.container.terminationMessagePath"
 	// annotationStdin is "true" for a container with stdin: true, "once" with stdinOnce too.
 	annotationStdin = "io.holdfast.container.stdin"
+	// annotationStatic is "true" on a static pod's container (runtime.ContainerConfig.Static).
+	annotationStatic = "io.holdfast.pod.static"
 )
 
 // maxMsgSize bounds a message from the runtime (an exec's output, a long list), as the
