@@ -30,15 +30,20 @@ func (m *Manager) relistLoop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var prev map[string]string
-	sourcesWereReady, staticWasReady := false, false
+	// sourcesWereReady: the last relist that succeeded saw the sources ready (the orphans
+	// adopted). triedReady and triedStatic: what the sources were at the last relist tried,
+	// failed or not; only their becoming ready since asks for a relist at once. A failed
+	// relist is retried every relistRetry: taking the sources' readiness for news after a
+	// failure relisted at once in a loop, for as long as the runtime was down.
+	sourcesWereReady, triedReady, triedStatic := false, false, false
 	for {
 		wait := m.untilRelist()
 		if wait <= 0 {
 			m.scheduleRelist(m.cfg.RelistPeriod)
-			staticReady := m.staticSourceReady()
+			triedStatic, triedReady = m.staticSourceReady(), m.SourcesReady()
 			cur, ready, ok := m.relist(ctx, prev)
 			if ok {
-				prev, sourcesWereReady, staticWasReady = cur, ready, staticReady
+				prev, sourcesWereReady = cur, ready
 			} else {
 				m.requestRelist(relistRetry)
 			}
@@ -57,7 +62,7 @@ func (m *Manager) relistLoop(ctx context.Context) {
 		case <-m.relistCh:
 			timer.Stop() // Go 1.23 timers: no stale tick after Stop or Reset
 		}
-		if !sourcesWereReady && (m.SourcesReady() || (!staticWasReady && m.staticSourceReady())) {
+		if !sourcesWereReady && ((!triedReady && m.SourcesReady()) || (!triedStatic && m.staticSourceReady())) {
 			m.requestRelist(0)
 		}
 	}
