@@ -58,6 +58,11 @@ func mergingLists(t reflect.Type, path string, out Schema) {
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
+		if strategy := f.Tag.Get("patchStrategy"); strategy != "" && ft.Kind() != reflect.Slice {
+			// A strategy on a struct or map field (retainKeys, replace) is a directive TwoWay
+			// does not write: named here so that the schema test fails on it.
+			out[p+" ("+strategy+")"] = "unsupported patchStrategy"
+		}
 		switch {
 		case ft.Kind() == reflect.Slice:
 			if strings.Contains(f.Tag.Get("patchStrategy"), "merge") {
@@ -391,5 +396,26 @@ func TestMergingListsApplyAsStrategicpatchDoes(t *testing.T) {
 		if (errOurs == nil) != (errLib == nil) || !reflect.DeepEqual(got, want) {
 			t.Fatalf("seed %d: on another writer's status the patch\n%s\ndoes otherwise than strategicpatch's\n%s\n(%v; %v) %s", i, ours, lib, errOurs, errLib, firstDifference("", got, want))
 		}
+	}
+}
+
+// The walker behind TestSchemasAreTheStructTags sees what it must report: a merging list (and
+// one inside it), and a strategy on a field that is no list, which TwoWay cannot honour.
+func TestMergingListsWalker(t *testing.T) {
+	type inner struct {
+		Items []struct {
+			Key string `json:"key"`
+		} `json:"items" patchStrategy:"merge" patchMergeKey:"key"`
+	}
+	type status struct {
+		Lists []inner            `json:"lists" patchStrategy:"merge" patchMergeKey:"name"`
+		Kept  struct{ A string } `json:"kept" patchStrategy:"retainKeys"`
+		Plain []string           `json:"plain"`
+	}
+	got := Schema{}
+	mergingLists(reflect.TypeOf(status{}), "status", got)
+	want := Schema{"status.lists": "name", "status.lists.items": "key", "status.kept (retainKeys)": "unsupported patchStrategy"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("mergingLists = %v, want %v", got, want)
 	}
 }
