@@ -32,7 +32,7 @@ func cgroupValue(t *testing.T, h cgroups.Hierarchy, p, controller, file string) 
 	return strings.TrimSpace(string(b))
 }
 
-// podCgroupFiles are the pod cgroup's settings as the kubelet would write them, per hierarchy.
+// wantSettings are a pod cgroup's settings as the kubelet would write them, per hierarchy.
 func wantSettings(h cgroups.Hierarchy, shares uint64, quota, memory int64) map[[2]string]string {
 	if h.Mode == cgroups.Unified {
 		q, m := "max", "max"

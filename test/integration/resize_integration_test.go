@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/test/testenv"
 )
@@ -83,19 +81,12 @@ func (e *env) cgroupOf(t *testing.T, cs v1.ContainerStatus, file string) int64 {
 func (e *env) podCgroupOf(t *testing.T, cs v1.ContainerStatus, file string) int64 {
 	t.Helper()
 	controller, name, _ := strings.Cut(file, "/")
-	dir, err := cgroups.Host().ProcessDir(e.taskPid(t, cs.ContainerID[strings.Index(cs.ContainerID, "://")+3:]), controller)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := e.containerCgroupDir(t, cs.ContainerID[strings.Index(cs.ContainerID, "://")+3:], controller)
 	pod := filepath.Dir(dir)
 	if !strings.HasPrefix(filepath.Base(pod), "pod") {
 		t.Fatalf("container %s's cgroup %s is not in a pod cgroup", cs.Name, dir)
 	}
-	b, err := os.ReadFile(filepath.Join(pod, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	n, err := strconv.ParseInt(readCgroupFile(t, pod, name), 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}

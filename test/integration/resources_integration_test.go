@@ -24,10 +24,22 @@ import (
 func (e *env) cgroupFile(t *testing.T, containerID, file string) string {
 	t.Helper()
 	controller, name, _ := strings.Cut(file, "/")
+	return readCgroupFile(t, e.containerCgroupDir(t, containerID, controller), name)
+}
+
+// containerCgroupDir is the directory of the container's cgroup for controller, from its
+// task's /proc/<pid>/cgroup.
+func (e *env) containerCgroupDir(t *testing.T, containerID, controller string) string {
+	t.Helper()
 	dir, err := cgroups.Host().ProcessDir(e.taskPid(t, containerID), controller)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+func readCgroupFile(t *testing.T, dir, name string) string {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		t.Fatal(err)
