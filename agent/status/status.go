@@ -646,9 +646,23 @@ func OwnedCondition(t v1.PodConditionType) bool { return ownedConditions[t] }
 // but a status computed before it did must not write Running over that phase meanwhile.
 func overAPIStatus(sent, st v1.PodStatus, mirror bool) v1.PodStatus {
 	st = keepForeignConditions(sent, st)
+	st = keepForeignFields(sent, st)
 	if !mirror && podutil.IsTerminal(sent.Phase) && !podutil.IsTerminal(st.Phase) {
 		st.Phase, st.Reason, st.Message = sent.Phase, sent.Reason, sent.Message
 	}
+	return st
+}
+
+// keepForeignFields sets in st the fields of a pod's status that other writers own, as the
+// apiserver holds them: the scheduler's nominatedNodeName and the resource claim controller's
+// statuses. The node never computes them, and a patch from the apiserver's status to one
+// without them would delete them (the kubelet keeps the claim statuses the same way, in its
+// status manager's mergePodStatus).
+func keepForeignFields(sent, st v1.PodStatus) v1.PodStatus {
+	st.NominatedNodeName = sent.NominatedNodeName
+	st.ResourceClaimStatuses = sent.ResourceClaimStatuses
+	st.ExtendedResourceClaimStatus = sent.ExtendedResourceClaimStatus
+	st.NodeAllocatableResourceClaimStatuses = sent.NodeAllocatableResourceClaimStatuses
 	return st
 }
 
