@@ -152,3 +152,21 @@ func oomPod(name string) *v1.Pod {
 
 // staticPods are the firmware's static manifests (firmware/manifests), by mirror pod name.
 var staticPods = []string{"uplink-monitor-" + nodeName, "web-" + nodeName}
+
+// resizablePod is Guaranteed at cpu 200m and memory 64Mi, resized in place for both.
+func resizablePod(name string) *v1.Pod {
+	pod := limitedPod(name)
+	pod.Spec.Containers[0].ResizePolicy = []v1.ContainerResizePolicy{
+		{ResourceName: v1.ResourceCPU, RestartPolicy: v1.NotRequired},
+		{ResourceName: v1.ResourceMemory, RestartPolicy: v1.NotRequired},
+	}
+	return pod
+}
+
+// hogPod has no limit and holds 600 MiB (tail keeps a line it has not seen the end of).
+func hogPod(name string) *v1.Pod {
+	pod := oomPod(name)
+	pod.Spec.Containers[0].Command = []string{"sh", "-c", "head -c 600m /dev/zero | tail"}
+	pod.Spec.Containers[0].Resources = v1.ResourceRequirements{}
+	return pod
+}

@@ -23,6 +23,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime/containerd"
@@ -68,8 +69,7 @@ func TestScenario1PodsAsUsersWriteThem(t *testing.T) {
 
 	// The kubelet's hierarchy on the gateway's cgroup v2 (issue 29): the Guaranteed pod's
 	// container below its pod's cgroup in kubepods itself, the pod's limits its container's
-	// (ResourceConfigForPod), kubepods capped at the node allocatable (not run on the machine
-	// that wrote it: no /dev/kvm there).
+	// (ResourceConfigForPod), kubepods capped at the node allocatable.
 	t.Run("pod and QoS cgroups", func(t *testing.T) {
 		dir := g.cgroupDir("limited/main")
 		p, err := g.apiPod("limited")
@@ -852,5 +852,127 @@ func countCopies(t *testing.T, r io.Reader, needles map[string]string) map[strin
 		}
 		carry = min(longest-1, len(chunk))
 		copy(buf, chunk[len(chunk)-carry:])
+	}
+}
+
+// Scenario 9 (issue 29): on the gateway's cgroup v2, a running pod's CPU and memory limits
+// raised through pods/resize are applied to its container's and its pod's cgroups in place (no
+// restart), and a pod without limits that eats memory is OOM-killed inside kubepods, capped at
+// the node allocatable, while the agent, its Lease and the other pods carry on.
+func TestScenario9ResizeAndAllocatable(t *testing.T) {
+	// 1 GiB of guest memory less 700Mi reserved for the system and the agent leaves kubepods
+	// about 280Mi: the firmware's static pods and these fit, the hog's 600 MiB does not, and
+	// the guest (the agent, containerd, sshd) keeps what is reserved.
+	g := startGatewayWith(t, gatewayOptions{extraConfig: "kubeReserved:\n  memory: 700Mi\n"})
+	// The kubelet's cap: capacity less what is reserved; the hard eviction threshold stays
+	// inside kubepods (it is the node's to act on before the kernel does).
+	want := g.capacityMemory() - 700<<20
+	if got := strings.TrimSpace(g.vm.MustSSH("cat /sys/fs/cgroup/kubepods/memory.max")); got != strconv.FormatInt(want, 10) {
+		t.Fatalf("kubepods/memory.max = %s, want the node's capacity less kubeReserved, %d", got, want)
+	}
+	g.create(resizablePod("resizable"))
+	g.create(sleeperPod("steady"))
+	g.waitAPIRunning(podTimeout, "resizable", "steady")
+
+	t.Run("resize applied in place", func(t *testing.T) {
+		before := g.running()["resizable/main"]
+		// Requests with the limits: a Guaranteed pod stays Guaranteed (the API refuses a
+		// resize that changes the QoS class).
+		g.resize("resizable", `{"limits":{"cpu":"400m","memory":"96Mi"},"requests":{"cpu":"400m","memory":"96Mi"}}`)
+		testenv.Eventually(t, podTimeout, "the resize reported done", func() error {
+			p, err := g.apiPod("resizable")
+			if err != nil {
+				return err
+			}
+			cs := p.Status.ContainerStatuses[0]
+			if cs.Resources == nil || cs.Resources.Limits.Cpu().String() != "400m" || cs.Resources.Limits.Memory().String() != "96Mi" {
+				return fmt.Errorf("status resources %+v", cs.Resources)
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == v1.PodResizePending || c.Type == v1.PodResizeInProgress {
+					return fmt.Errorf("condition %s %s: %s", c.Type, c.Reason, c.Message)
+				}
+			}
+			if cs.RestartCount != 0 {
+				t.Errorf("restartCount %d after a resize whose policy is NotRequired", cs.RestartCount)
+			}
+			return nil
+		})
+		after := g.running()["resizable/main"]
+		if after.ID != before.ID || after.PID != before.PID {
+			t.Errorf("container %s pid %d before the resize, %s pid %d after: want the same process", before.ID, before.PID, after.ID, after.PID)
+		}
+		dir := g.cgroupDir("resizable/main")
+		for _, d := range []string{dir, path.Dir(dir)} {
+			if got := strings.TrimSpace(g.vm.MustSSH("cat " + d + "/cpu.max")); got != "40000 100000" {
+				t.Errorf("%s/cpu.max = %q, want \"40000 100000\" (400m)", d, got)
+			}
+			if got := strings.TrimSpace(g.vm.MustSSH("cat " + d + "/memory.max")); got != strconv.Itoa(96<<20) {
+				t.Errorf("%s/memory.max = %s, want %d (96Mi)", d, got, 96<<20)
+			}
+		}
+	})
+
+	t.Run("a hog is OOM-killed inside kubepods", func(t *testing.T) {
+		lease, err := g.api.CoordinationV1().Leases("kube-node-lease").Get(g.ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		steady := g.running()["steady/main"]
+		agentPID := g.mainPID()
+		g.create(hogPod("hog"))
+		testenv.Eventually(t, podTimeout, "the hog OOM-killed", func() error {
+			p, err := g.apiPod("hog")
+			if err != nil {
+				return err
+			}
+			if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Terminated == nil {
+				return fmt.Errorf("not terminated: %s", describe(p.Status))
+			}
+			if term := p.Status.ContainerStatuses[0].State.Terminated; term.Reason != "OOMKilled" || p.Status.Phase != v1.PodFailed {
+				return fmt.Errorf("%s", describe(p.Status))
+			}
+			return nil
+		})
+		// The kill was kubepods' (its limit hit), not the guest's.
+		if events := g.vm.MustSSH("cat /sys/fs/cgroup/kubepods/memory.events"); !regexp.MustCompile(`(?m)^oom_kill [1-9]`).MatchString(events) {
+			t.Errorf("kubepods/memory.events shows no OOM kill:\n%s", events)
+		}
+		testenv.Eventually(t, podTimeout, "the Lease renewed after the OOM kill", func() error {
+			l, err := g.api.CoordinationV1().Leases("kube-node-lease").Get(g.ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !l.Spec.RenewTime.After(lease.Spec.RenewTime.Time) {
+				return fmt.Errorf("renewTime %s not after %s", l.Spec.RenewTime, lease.Spec.RenewTime)
+			}
+			return nil
+		})
+		if now := g.mainPID(); now != agentPID {
+			t.Errorf("holdfast's MainPID %s after the OOM kill, %s before: the agent was restarted", now, agentPID)
+		}
+		if after, ok := g.running()["steady/main"]; !ok || after.ID != steady.ID || after.PID != steady.PID {
+			t.Errorf("steady: %s pid %d before, %s pid %d after the OOM kill: want it untouched", steady.ID, steady.PID, after.ID, after.PID)
+		}
+	})
+}
+
+// capacityMemory is the node's memory capacity in the API, in bytes.
+func (g *gateway) capacityMemory() int64 {
+	g.t.Helper()
+	node, err := g.api.CoreV1().Nodes().Get(g.ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return node.Status.Capacity.Memory().Value()
+}
+
+// resize patches the pod's container main through the pods/resize subresource, as kubectl
+// patch --subresource resize does.
+func (g *gateway) resize(name, resources string) {
+	g.t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"containers":[{"name":"main","resources":%s}]}}`, resources)
+	if _, err := g.api.CoreV1().Pods("default").Patch(g.ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+		g.t.Fatalf("resize %s: %v", name, err)
 	}
 }
