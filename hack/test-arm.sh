@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ARM_TEST_PKGS=${ARM_TEST_PKGS:-./offline/... ./wasm/... ./agent/pods/... ./agent/config/... ./agent/admission/... ./agent/logs/... ./agent/identity/... ./agent/systemd/... ./internal/...}
+ARM_TEST_PKGS=${ARM_TEST_PKGS:-./offline/... ./wasm/... ./agent/pods/... ./agent/config/... ./agent/admission/... ./agent/logs/... ./agent/identity/... ./agent/systemd/... ./agent/cgroups/... ./agent/podcgroups/... ./agent/eviction/... ./agent/status/... ./internal/...}
 ARM_TEST_ARCHES=${ARM_TEST_ARCHES:-arm64 armv7}
 
 if ! command -v qemu-aarch64-static >/dev/null || ! command -v qemu-arm-static >/dev/null; then
