@@ -93,6 +93,18 @@ func (e *env) podCgroupOf(t *testing.T, cs v1.ContainerStatus, file string) int6
 	return n
 }
 
+// cgroupInContainer reads a file of the container's own cgroup from inside it, at
+// /sys/fs/cgroup/<v1> on cgroup v1 or /sys/fs/cgroup/<v2> on cgroup v2.
+func (e *env) cgroupInContainer(t *testing.T, cs v1.ContainerStatus, v1File, v2File string) string {
+	t.Helper()
+	id := cs.ContainerID[strings.Index(cs.ContainerID, "://")+3:]
+	out, err := e.exec(id, "sh", "-c", "cat /sys/fs/cgroup/"+v1File+" 2>/dev/null || cat /sys/fs/cgroup/"+v2File)
+	if err != nil {
+		t.Fatalf("read the container's cgroup inside it: %v: %s", err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
 func resizeCondition(st v1.PodStatus, t v1.PodConditionType) *v1.PodCondition {
 	for i := range st.Conditions {
 		if st.Conditions[i].Type == t {
@@ -176,6 +188,15 @@ func TestInPlaceResize(t *testing.T) {
 	}
 	if q := e.podCgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 40000 {
 		t.Errorf("the pod cgroup's cpu.cfs_quota_us %d after the resize, want 40000: it caps the container at the old limit", q)
+	}
+	// What the upstream resize tests read, and programs sizing themselves by their limits (a
+	// JVM, GOMAXPROCS): the container's own cgroup at /sys/fs/cgroup inside it, read-only, as
+	// containerd's CRI plugin mounts it.
+	if got := e.cgroupInContainer(t, cs, "cpu/cpu.cfs_quota_us", "cpu.max"); got != "40000" && got != "40000 100000" {
+		t.Errorf("the container reads its CPU limit as %q after the resize, want 40000 (cgroup v1) or \"40000 100000\"", got)
+	}
+	if _, err := e.exec(cs.ContainerID[strings.Index(cs.ContainerID, "://")+3:], "sh", "-c", "f=/sys/fs/cgroup/cpu.max; [ -e $f ] || f=/sys/fs/cgroup/cpu/cpu.cfs_quota_us; v=$(cat $f); echo \"$v\" > $f"); err == nil {
+		t.Errorf("the container could write its own CPU limit: /sys/fs/cgroup is not read-only inside it")
 	}
 
 	e.resize(t, "resize", `{"requests":{"memory":"96Mi"},"limits":{"memory":"96Mi"}}`)

@@ -259,10 +259,11 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConf
 // description into containerd's terms; exported for the pod layer's spec equivalence test
 // (agent/pods TestOCISpecGolden).
 func ContainerSpecOpts(cfg runtime.ContainerConfig, node NodeSecurity) []oci.SpecOpts {
-	opts := []oci.SpecOpts{
-		oci.WithEnv(cfg.Env),
-		oci.WithMounts(cfg.Mounts),
+	opts := []oci.SpecOpts{oci.WithEnv(cfg.Env)}
+	if !slices.ContainsFunc(cfg.Mounts, func(m specs.Mount) bool { return m.Destination == cgroupRoot }) {
+		opts = append(opts, withCgroupfs)
 	}
+	opts = append(opts, oci.WithMounts(cfg.Mounts))
 	if cfg.WorkingDir != "" {
 		opts = append(opts, oci.WithProcessCwd(cfg.WorkingDir))
 	}
@@ -294,6 +295,23 @@ func ContainerSpecOpts(cfg runtime.ContainerConfig, node NodeSecurity) []oci.Spe
 		opts = append(opts, withPIDNamespaceOf(cfg.PIDNamespaceOfPid))
 	}
 	return opts
+}
+
+// withCgroupfs mounts cgroupfs read-only at /sys/fs/cgroup, as containerd's CRI plugin does
+// for every container (Docker's behaviour): runc shows the container its own cgroup there (a
+// bind of it on cgroup v1, its cgroup namespace or a bind on v2). The upstream resize tests
+// read a container's limits there, and so do programs that size themselves by them (a JVM,
+// GOMAXPROCS). Before the pod's own mounts, so that one of its volumes at the path, or below
+// it, comes after and wins; a privileged container's is made writable with the rest of its
+// cgroupfs (securitySpecOpts).
+func withCgroupfs(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	s.Mounts = append(s.Mounts, specs.Mount{
+		Destination: cgroupRoot,
+		Type:        "cgroup",
+		Source:      "cgroup",
+		Options:     []string{"nosuid", "noexec", "nodev", "relatime", "ro"},
+	})
+	return nil
 }
 
 // withKubernetesArgs sets the process arguments the way Kubernetes combines a container's
