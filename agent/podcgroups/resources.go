@@ -65,7 +65,7 @@ func PodDir(root string, pod *v1.Pod) string {
 func podDirName(uid types.UID) string { return "pod" + string(uid) }
 
 // podResourcesOptions: pod-level resources count where the pod sets them, as the kubelet does
-// with PodLevelResources on (admission refuses them today, issue 29 item 3).
+// with PodLevelResources on (beta, on by default in 1.37).
 var podResourcesOptions = resourcehelper.PodResourcesOptions{}
 
 // ResourceConfigForPod is the kubelet's ResourceConfigForPod (pkg/kubelet/cm

@@ -42,8 +42,8 @@ func podWith(init []v1.ResourceRequirements, containers ...v1.ResourceRequiremen
 func ptr[T any](v T) *T { return &v }
 
 // TestResourceConfigForPod is the kubelet's own table (pkg/kubelet/cm helpers_linux_test.go
-// TestResourceConfigForPod, v1.37.2), its rows without pod-level resources (refused by
-// admission, issue 29 item 3), with the values it expects written out.
+// TestResourceConfigForPod, v1.37.2), its rows without pod-level resources (those are
+// TestResourceConfigForPodLevel's), with the values it expects written out.
 func TestResourceConfigForPod(t *testing.T) {
 	const defaultPeriod, tunedPeriod = uint64(100000), uint64(5000)
 	burstableShares := MilliCPUToShares(100)
@@ -246,5 +246,57 @@ func TestNodeAllocatableResources(t *testing.T) {
 	want := cgroups.Resources{CPUShares: ptr(uint64(1536)), Memory: ptr(int64(300 << 20)), PidsLimit: ptr(int64(1000))}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("NodeAllocatableResources = %s, want %s", show(got), show(want))
+	}
+}
+
+func withPodLevel(pod *v1.Pod, r v1.ResourceRequirements) *v1.Pod {
+	pod.Spec.Resources = &r
+	return pod
+}
+
+// TestResourceConfigForPodLevel: the kubelet's ResourceConfigForPod with pod-level resources
+// (PodLevelResources, beta and on in 1.37), its rules written out: the pod's requests and
+// limits are the pod-level ones where set, the containers' summed for the others; a pod-level
+// limit declares that limit for the whole pod whatever its containers say; the QoS class (and
+// so what is written) is the pod-level resources'.
+func TestResourceConfigForPodLevel(t *testing.T) {
+	const period = uint64(100000)
+	noLimits := requirements(resourceList("100m", ""), nil)
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		want cgroups.Resources
+	}{
+		{"burstable-pod-level-limits-container-without", withPodLevel(podWith(nil, noLimits),
+			requirements(resourceList("200m", "100Mi"), resourceList("400m", "300Mi"))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200)), CPUQuota: ptr(int64(40000)), CPUPeriod: ptr(period), Memory: ptr(int64(300 << 20))}},
+		{"guaranteed-pod-level", withPodLevel(podWith(nil, requirements(nil, nil), noLimits),
+			requirements(resourceList("200m", "128Mi"), resourceList("200m", "128Mi"))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200)), CPUQuota: ptr(int64(20000)), CPUPeriod: ptr(period), Memory: ptr(int64(128 << 20))}},
+		{"burstable-pod-level-memory-only", withPodLevel(podWith(nil, noLimits),
+			requirements(resourceList("", "64Mi"), resourceList("", "64Mi"))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), Memory: ptr(int64(64 << 20))}},
+		{"burstable-pod-level-cpu-limit-beside-container-memory-limits", withPodLevel(podWith(nil, requirements(resourceList("100m", "50Mi"), resourceList("", "50Mi"))),
+			requirements(resourceList("100m", ""), resourceList("300m", ""))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(30000)), CPUPeriod: ptr(period), Memory: ptr(int64(50 << 20))}},
+		{"burstable-pod-level-requests-only", withPodLevel(podWith(nil, requirements(nil, nil)),
+			requirements(resourceList("500m", "100Mi"), nil)),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(500))}},
+		{"pod-level-limits-below-the-containers-sum", withPodLevel(podWith(nil,
+			requirements(resourceList("100m", "100Mi"), resourceList("1", "1Gi")),
+			requirements(resourceList("100m", "100Mi"), resourceList("1", "1Gi"))),
+			requirements(resourceList("200m", "200Mi"), resourceList("1500m", "1500Mi"))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200)), CPUQuota: ptr(int64(150000)), CPUPeriod: ptr(period), Memory: ptr(int64(1500 << 20))}},
+		{"empty-pod-level-is-the-containers'", withPodLevel(podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))),
+			v1.ResourceRequirements{}),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(10000)), CPUPeriod: ptr(period), Memory: ptr(int64(100 << 20))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ResourceConfigForPod(tt.pod, true, period, 0)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ResourceConfigForPod =\n%s, want\n%s", show(got), show(tt.want))
+			}
+		})
 	}
 }
