@@ -300,3 +300,30 @@ func TestResourceConfigForPodLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestHolds: a pod cgroup read back holds its ResourceConfigForPod when each value set is
+// there: shares as written or as a v2 weight's, no quota for -1, a memory limit as written or
+// rounded down to a page (cgroup v1); a resize not applied yet does not hold.
+func TestHolds(t *testing.T) {
+	want := cgroups.Resources{CPUShares: ptr(uint64(204)), CPUQuota: ptr(int64(20000)), CPUPeriod: ptr(uint64(100000)), Memory: ptr(int64(100000000))}
+	page := int64(100000000) / pageSize * pageSize
+	for _, tt := range []struct {
+		name string
+		want cgroups.Resources
+		got  cgroups.Settings
+		ok   bool
+	}{
+		{"as written", want, cgroups.Settings{CPUShares: 204, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 100000000}, true},
+		{"v2 weight, v1 page", want, cgroups.Settings{CPUShares: cgroups.WeightToShares(cgroups.SharesToWeight(204)), CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: page}, true},
+		{"old quota", want, cgroups.Settings{CPUShares: 204, CPUQuota: 10000, CPUPeriod: 100000, MemoryLimit: 100000000}, false},
+		{"old memory", want, cgroups.Settings{CPUShares: 204, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 64 << 20}, false},
+		{"old shares", want, cgroups.Settings{CPUShares: 102, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 100000000}, false},
+		{"no quota wanted (-1)", cgroups.Resources{CPUShares: ptr(uint64(2)), CPUQuota: ptr(int64(-1))}, cgroups.Settings{CPUShares: 2}, true},
+		{"quota left", cgroups.Resources{CPUShares: ptr(uint64(2)), CPUQuota: ptr(int64(-1))}, cgroups.Settings{CPUShares: 2, CPUQuota: 5000, CPUPeriod: 100000}, false},
+		{"unset: not judged", cgroups.Resources{CPUShares: ptr(uint64(2))}, cgroups.Settings{CPUShares: 2, CPUQuota: 5000, CPUPeriod: 100000, MemoryLimit: 1 << 20}, true},
+	} {
+		if got := Holds(tt.want, tt.got); got != tt.ok {
+			t.Errorf("%s: Holds(%s, %+v) = %v, want %v", tt.name, show(tt.want), tt.got, got, tt.ok)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/test/testenv"
@@ -122,5 +123,70 @@ func TestPodLevelResources(t *testing.T) {
 	}
 	if got := cgroupValue(t, h, podDir, "memory", failFile); got == "0" || h.Mode == cgroups.Unified && strings.Contains(got, "oom_kill 0") {
 		t.Errorf("pod cgroup %s = %q: its limit was never hit", failFile, got)
+	}
+}
+
+// TestPodLevelResize: a resize of a running pod's spec.resources through pods/resize
+// (InPlacePodLevelResourcesVerticalScaling, beta and on in 1.37) raises the pod cgroup's CFS
+// quota and shares in place, and its container's (it has no limit of its own): the same
+// container, no restart; the allocation kept says so. One beyond the node's allocatable is
+// Infeasible and changes nothing. Before, the pod's new resources were applied unjudged and
+// never kept in the allocation.
+func TestPodLevelResize(t *testing.T) {
+	e := startResizeEnv(t)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	publishRootCA(t, e, "default")
+	p := podLevelPod("plr-resize", cpuMemory("200m", "96Mi"), cpuMemory("200m", "96Mi"), "sleep 1000000")
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p = e.waitAPIRunning(t, "plr-resize")["plr-resize"]
+	before := p.Status.ContainerStatuses[0]
+	if q := e.podCgroupOf(t, before, "cpu/cpu.cfs_quota_us"); q != 20000 {
+		t.Fatalf("the pod cgroup's cpu.cfs_quota_us %d before the resize, want 20000", q)
+	}
+
+	resize := func(cpu string) {
+		patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"cpu":%q},"limits":{"cpu":%q}}}}`, cpu, cpu)
+		if _, err := pods.Patch(ctx, "plr-resize", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+			t.Fatalf("resize to %s: %v", cpu, err)
+		}
+	}
+	resize("400m")
+	p = e.waitAPIStatus(t, "plr-resize", "pod-level CPU raised in place", 60*time.Second, func(p *v1.Pod) error {
+		for _, c := range []v1.PodConditionType{v1.PodResizePending, v1.PodResizeInProgress} {
+			if rc := resizeCondition(p.Status, c); rc != nil {
+				return fmt.Errorf("condition %s %s: %s", c, rc.Reason, rc.Message)
+			}
+		}
+		if p.Status.ObservedGeneration != p.Generation {
+			return fmt.Errorf("observedGeneration %d, generation %d", p.Status.ObservedGeneration, p.Generation)
+		}
+		if q := e.podCgroupOf(t, p.Status.ContainerStatuses[0], "cpu/cpu.cfs_quota_us"); q != 40000 {
+			return fmt.Errorf("the pod cgroup's cpu.cfs_quota_us %d, want 40000", q)
+		}
+		return nil
+	})
+	cs := p.Status.ContainerStatuses[0]
+	if cs.ContainerID != before.ContainerID || cs.RestartCount != 0 {
+		t.Errorf("after the pod-level resize: container %s restartCount %d; want %s, 0", cs.ContainerID, cs.RestartCount, before.ContainerID)
+	}
+	if s := e.podCgroupOf(t, cs, "cpu/cpu.shares"); s != 409 {
+		t.Errorf("the pod cgroup's cpu.shares %d, want 409", s)
+	}
+	if q := e.cgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 40000 {
+		t.Errorf("the container's cpu.cfs_quota_us %d, want the pod's 40000", q)
+	}
+
+	resize("64")
+	e.waitAPIStatus(t, "plr-resize", "Infeasible", 60*time.Second, func(p *v1.Pod) error {
+		if rc := resizeCondition(p.Status, v1.PodResizePending); rc == nil || rc.Reason != v1.PodReasonInfeasible {
+			return fmt.Errorf("conditions %+v", p.Status.Conditions)
+		}
+		return nil
+	})
+	if q := e.podCgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 40000 {
+		t.Errorf("an infeasible resize changed the pod cgroup's cpu.cfs_quota_us to %d", q)
 	}
 }
