@@ -64,3 +64,26 @@ func TestAllocationSurvivesReopen(t *testing.T) {
 		t.Errorf("allocation after reopening: %+v, %v", got, err)
 	}
 }
+
+// An allocation as the agent wrote it before pod-level resources were admitted (no "pod") is
+// read as one with none; one with pod-level resources reads back as written.
+func TestAllocationPodLevelCompat(t *testing.T) {
+	old, err := encodeValue(map[string]any{"containers": map[string]any{"app": map[string]any{
+		"requests": map[string]string{"cpu": "100m"}, "limits": map[string]string{"cpu": "100m", "memory": "64Mi"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeAllocation(old)
+	if err != nil || got.Pod != nil || !equality.Semantic.DeepEqual(got, testAllocation("100m")) {
+		t.Fatalf("an allocation of the previous shape read as %+v, %v; want %+v", got, err, testAllocation("100m"))
+	}
+	want := testAllocation("100m")
+	want.Pod = &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("128Mi")}}
+	raw, err := encodeAllocation(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = decodeAllocation(raw); err != nil || !equality.Semantic.DeepEqual(got, want) {
+		t.Fatalf("an allocation with pod-level resources read back as %+v, %v; want %+v", got, err, want)
+	}
+}

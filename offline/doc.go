@@ -99,8 +99,10 @@
 //	    |-- allocation/             (added in v4 without a version bump: older agents
 //	                                never read it, and it goes with its pod)
 //	        |-- containers       -> Allocation {containers: {<container name>:
-//	                                v1.ResourceRequirements}}: the resources the node
-//	                                allocated to the pod's containers (in-place resize)
+//	                                v1.ResourceRequirements}, pod: v1.ResourceRequirements}:
+//	                                the resources the node allocated to the pod's
+//	                                containers and to the pod (in-place resize); pod was
+//	                                added later, without a version bump: absent, none
 //	sync/                           legacy, see below
 //	|-- pods_resource_version    -> string: RV of the last complete pod list/watch event
 //	configmaps/

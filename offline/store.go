@@ -215,10 +215,14 @@ type Admission struct {
 func (a Admission) Decided() bool { return !a.At.IsZero() }
 
 // Allocation is the resources the node allocated to a pod's containers, by
-// container name: its spec's at admission, then each resize it accepted. Its
-// JSON shape is part of the on-disk schema (see doc.go).
+// container name, and to the pod itself: its spec's at admission, then each
+// resize it accepted. Its JSON shape is part of the on-disk schema (see doc.go).
 type Allocation struct {
 	Containers map[string]v1.ResourceRequirements `json:"containers"`
+	// Pod is the pod-level resources allocated (spec.resources); nil: none. An
+	// allocation written before pod-level resources were admitted has none, as
+	// its pod had none.
+	Pod *v1.ResourceRequirements `json:"pod,omitempty"`
 }
 
 // Token is a service account token kept so that a pod rebooted offline

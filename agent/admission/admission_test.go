@@ -33,6 +33,14 @@ func withOSLabel(p *v1.Pod, os string) *v1.Pod {
 	return p
 }
 
+// withPodLevel gives p pod-level requests (issue 29 item 3), which count instead of its
+// containers' where set.
+func withPodLevel(p *v1.Pod, cpu, mem string) *v1.Pod {
+	q := pod(cpu, mem, nil).Spec.Containers[0].Resources.Requests
+	p.Spec.Resources = &v1.ResourceRequirements{Requests: q, Limits: q}
+	return p
+}
+
 func TestCheck(t *testing.T) {
 	node := Node{
 		Labels: map[string]string{"site": "plant-7", "kubernetes.io/arch": "arm64"},
@@ -51,6 +59,9 @@ func TestCheck(t *testing.T) {
 		{"best effort always fits cpu", pod("", "", nil), []*v1.Pod{pod("2", "", nil)}, "", ""},
 		{"too much cpu", pod("1500m", "", nil), []*v1.Pod{pod("1", "", nil)}, ReasonOutOfCPU, "cpu, requested: 1500, used: 1000, capacity: 2000"},
 		{"too much memory", pod("", "900Mi", nil), []*v1.Pod{pod("", "200Mi", nil)}, ReasonOutOfMemory, "memory"},
+		{"pod-level requests count, not the containers'", withPodLevel(pod("100m", "", nil), "1500m", ""), []*v1.Pod{pod("1", "", nil)}, ReasonOutOfCPU, "cpu, requested: 1500, used: 1000, capacity: 2000"},
+		{"pod-level requests count when admitted", pod("", "600Mi", nil), []*v1.Pod{withPodLevel(pod("", "", nil), "", "500Mi")}, ReasonOutOfMemory, "used: 524288000"},
+		{"pod-level requests that fit", withPodLevel(pod("", "900Mi", nil), "1", "300Mi"), []*v1.Pod{pod("1", "700Mi", nil)}, "", ""},
 		{"too many pods", pod("", "", nil), []*v1.Pod{pod("", "", nil), pod("", "", nil), pod("", "", nil)}, ReasonOutOfPods, "pods"},
 		{"selector matches", pod("", "", map[string]string{"site": "plant-7"}), nil, "", ""},
 		{"selector does not match", pod("", "", map[string]string{"site": "plant-8"}), nil, ReasonNodeAffinity, "nodeSelector"},

@@ -88,13 +88,6 @@ var unsupportedChecks = []struct {
 	{"stdin: true without tty: true", func(p *v1.Pod) bool {
 		return anyContainer(p, func(c *v1.Container) bool { return c.Stdin && !c.TTY })
 	}},
-
-	// Pod-level requests and limits bound the pod's cgroup; holdfast makes one cgroup per
-	// container and none for the pod, so the pod's limit would not hold.
-	{"spec.resources (pod-level resources)", func(p *v1.Pod) bool {
-		r := p.Spec.Resources
-		return r != nil && (len(r.Requests) > 0 || len(r.Limits) > 0 || len(r.Claims) > 0)
-	}},
 }
 
 // Unsupported returns the PodSpec fields pod uses that holdfast does not implement, in a stable

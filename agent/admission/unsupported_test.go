@@ -42,9 +42,6 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 					ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}}}
 		}},
 		{"stdin: true without tty: true", func(p *v1.Pod) { p.Spec.Containers[0].Stdin = true }},
-		{"spec.resources", func(p *v1.Pod) {
-			p.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
-		}},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			p := pod("", "", nil)
@@ -81,6 +78,9 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 	p.Spec.Containers[0].RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever)
 	p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
 		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	// Pod-level resources (issue 29 item 3) bound the pod cgroup.
+	p.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
 	if r := Check(p, node, nil); !r.Admitted {
 		t.Fatalf("a pod using implemented fields was rejected: %+v", r)
 	}

@@ -131,15 +131,20 @@ type Limits struct {
 
 // Limits reads the limits of the cgroups process pid is in.
 func (h Hierarchy) Limits(pid int) (Limits, error) {
-	var l Limits
 	cpuDir, err := h.ProcessDir(pid, "cpu")
 	if err != nil {
-		return l, err
+		return Limits{}, err
 	}
 	memDir, err := h.ProcessDir(pid, "memory")
 	if err != nil {
-		return l, err
+		return Limits{}, err
 	}
+	return h.limitsIn(cpuDir, memDir)
+}
+
+// limitsIn reads the limits of the cgroup whose cpu and memory directories are given.
+func (h Hierarchy) limitsIn(cpuDir, memDir string) (Limits, error) {
+	var l Limits
 	if h.Mode == Unified {
 		// cpu.max: "QUOTA PERIOD", QUOTA "max" when unlimited.
 		f, err := readFields(filepath.Join(cpuDir, "cpu.max"), 2)
@@ -234,6 +239,20 @@ func (h Hierarchy) Settings(pid int) (Settings, error) {
 	if err != nil {
 		return Settings{}, err
 	}
+	return l.settings(), nil
+}
+
+// SettingsAt reads what the cgroup at path (in the hierarchy, as Dir takes it) holds: a pod
+// cgroup's settings, read back.
+func (h Hierarchy) SettingsAt(path string) (Settings, error) {
+	l, err := h.limitsIn(h.Dir(path, "cpu"), h.Dir(path, "memory"))
+	if err != nil {
+		return Settings{}, err
+	}
+	return l.settings(), nil
+}
+
+func (l Limits) settings() Settings {
 	s := Settings{CPUShares: l.Shares()}
 	if l.CPUQuota != Unlimited {
 		s.CPUQuota, s.CPUPeriod = l.CPUQuota, l.CPUPeriod
@@ -241,7 +260,7 @@ func (h Hierarchy) Settings(pid int) (Settings, error) {
 	if l.MemoryMax != Unlimited && l.MemoryMax < unlimitedV1 {
 		s.MemoryLimit = l.MemoryMax
 	}
-	return s, nil
+	return s
 }
 
 // unlimitedV1 is below the least memory.limit_in_bytes cgroup v1 reports for no limit (the

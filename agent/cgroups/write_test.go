@@ -187,3 +187,36 @@ func TestRemove(t *testing.T) {
 		})
 	}
 }
+
+// TestSettingsAtReadsBackWhatUpdateWrote: a pod cgroup's settings, written by Ensure and then
+// Update (a pod-level resize), read back by path on v1 and v2 in a container's units (shares,
+// quota and period, memory bytes), v2's weight as the least shares of that weight.
+func TestSettingsAtReadsBackWhatUpdateWrote(t *testing.T) {
+	for _, mode := range []Mode{Legacy, Unified} {
+		t.Run(mode.String(), func(t *testing.T) {
+			h := fakeCgroupfs(t, mode)
+			const pod = "/kubepods/burstable/podu1"
+			if mode == Unified {
+				mustWrite(t, filepath.Join(h.Root, "kubepods/cgroup.subtree_control"), "")
+				mustWrite(t, filepath.Join(h.Root, "kubepods/burstable/cgroup.subtree_control"), "")
+			}
+			if err := h.Ensure(pod, Resources{CPUShares: ptr(uint64(102)), CPUQuota: ptr(int64(20000)), CPUPeriod: ptr(uint64(100000)), Memory: ptr(int64(64 << 20))}); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Update(pod, Resources{CPUShares: ptr(uint64(204)), CPUQuota: ptr(int64(40000)), CPUPeriod: ptr(uint64(100000)), Memory: ptr(int64(96 << 20))}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := h.SettingsAt(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Settings{CPUShares: 204, CPUQuota: 40000, CPUPeriod: 100000, MemoryLimit: 96 << 20}
+			if mode == Unified {
+				want.CPUShares = WeightToShares(SharesToWeight(204))
+			}
+			if got != want {
+				t.Errorf("SettingsAt = %+v, want %+v", got, want)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -425,6 +426,13 @@ func (c *Controller) readyState(runtimeErr error) (bool, string) {
 	return true, "holdfast is posting ready status"
 }
 
+// DeclaredFeatures are the node's declared features (NodeDeclaredFeatures, on in 1.37; the
+// names of k8s.io/component-helpers/nodedeclaredfeatures) that holdfast implements: the
+// apiserver refuses a pod update needing one the node does not declare, a pod-level resize
+// among them. Only what holdfast does is declared; the kubelet's others (resizing regular
+// init containers, memory-backed volumes, RestartAllContainers, ...) it does not.
+var DeclaredFeatures = []string{"InPlacePodLevelResourcesVerticalScaling"}
+
 func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now time.Time) (v1.NodeStatus, error) {
 	mi, err := readMachine(c.cfg.StorageDir)
 	if err != nil {
@@ -451,8 +459,9 @@ func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now t
 			OperatingSystem:         goruntime.GOOS,
 			Architecture:            goruntime.GOARCH,
 		},
-		Images:          old.Images,
-		DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: c.cfg.KubeletPort}},
+		Images:           old.Images,
+		DaemonEndpoints:  v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: c.cfg.KubeletPort}},
+		DeclaredFeatures: slices.Clone(DeclaredFeatures),
 	}
 	hostIPs := c.cfg.HostIPs
 	if hostIPs == nil {

@@ -14,7 +14,7 @@ import (
 // everything else kept: capacity and allocatable keep the resources others advertise (a
 // device plugin's, an admin's extended resources); conditions keep the types other
 // controllers write, while holdfast's own are replaced (and dropped when it no longer reports
-// them); nodeInfo, addresses, daemon endpoints and images are holdfast's. A condition type st reports is
+// them); nodeInfo, addresses, daemon endpoints, declared features and images are holdfast's. A condition type st reports is
 // holdfast's whether or not ownedConditions names it (Config.Conditions' types are known only
 // once reported): kept beside st's, it would be in the list twice, which the apiserver refuses.
 func withOwnedStatus(old v1.NodeStatus, st v1.NodeStatus, ownedConditions map[v1.NodeConditionType]bool) v1.NodeStatus {
@@ -35,6 +35,7 @@ func withOwnedStatus(old v1.NodeStatus, st v1.NodeStatus, ownedConditions map[v1
 	out.NodeInfo = st.NodeInfo
 	out.Addresses = st.Addresses
 	out.DaemonEndpoints = st.DaemonEndpoints
+	out.DeclaredFeatures = st.DeclaredFeatures
 	out.Images = st.Images
 	out.Phase = st.Phase
 	return out

@@ -30,13 +30,15 @@ func TestStatusPatchKeepsOthersFields(t *testing.T) {
 		},
 	}
 	ours := v1.NodeStatus{
-		Capacity:        v1.ResourceList{v1.ResourceCPU: q("2"), v1.ResourcePods: q("110")},
-		Allocatable:     v1.ResourceList{v1.ResourceCPU: q("2"), v1.ResourcePods: q("110")},
-		Conditions:      []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady"}},
-		Addresses:       []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.0.2.9"}, {Type: v1.NodeHostName, Address: "gw"}},
-		NodeInfo:        v1.NodeSystemInfo{KubeletVersion: "v1"},
-		DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: 10250}},
+		Capacity:         v1.ResourceList{v1.ResourceCPU: q("2"), v1.ResourcePods: q("110")},
+		Allocatable:      v1.ResourceList{v1.ResourceCPU: q("2"), v1.ResourcePods: q("110")},
+		Conditions:       []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady"}},
+		Addresses:        []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.0.2.9"}, {Type: v1.NodeHostName, Address: "gw"}},
+		NodeInfo:         v1.NodeSystemInfo{KubeletVersion: "v1"},
+		DaemonEndpoints:  v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: 10250}},
+		DeclaredFeatures: DeclaredFeatures,
 	}
+	old.Status.DeclaredFeatures = []string{"SomethingHoldfastDoesNot"}
 	owned := map[v1.NodeConditionType]bool{v1.NodeReady: true, ConditionStateRecovered: true}
 	patch, err := statusPatch(old, ours, owned)
 	if err != nil {
@@ -69,6 +71,11 @@ func TestStatusPatchKeepsOthersFields(t *testing.T) {
 	}
 	if p := got.Status.DaemonEndpoints.KubeletEndpoint.Port; p != 10250 {
 		t.Errorf("kubelet endpoint port %d: want 10250, where the node API listens", p)
+	}
+	// The features holdfast implements, declared (the apiserver refuses a pod-level resize
+	// on a node that does not declare it), and nothing else.
+	if f := got.Status.DeclaredFeatures; len(f) != 1 || f[0] != "InPlacePodLevelResourcesVerticalScaling" {
+		t.Errorf("declared features %v: want InPlacePodLevelResourcesVerticalScaling only", f)
 	}
 	if got.Labels["site"] != "a" || got.Annotations["note"] != "x" || got.Status.NodeInfo.KubeletVersion != "v1" {
 		t.Errorf("labels %v annotations %v nodeInfo %v", got.Labels, got.Annotations, got.Status.NodeInfo)

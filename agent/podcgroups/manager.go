@@ -129,6 +129,26 @@ func (m *Manager) UpdatePod(pod *v1.Pod) error {
 	return nil
 }
 
+// ReadPod reads back what pod's cgroup holds (for its status, and to tell whether a
+// pod-level resize is applied).
+func (m *Manager) ReadPod(pod *v1.Pod) (cgroups.Settings, error) {
+	s, err := m.h.SettingsAt(m.PodDir(pod))
+	if err != nil {
+		return s, fmt.Errorf("read pod cgroup: %w", err)
+	}
+	return s, nil
+}
+
+// PodHolds reports whether pod's cgroup holds the limits pod, as allocated, gives it
+// (ResourceConfigForPod): false while a resize of the pod is not applied to it.
+func (m *Manager) PodHolds(pod *v1.Pod) (bool, error) {
+	got, err := m.ReadPod(pod)
+	if err != nil {
+		return false, err
+	}
+	return Holds(m.podResources(pod), got), nil
+}
+
 func (m *Manager) podResources(pod *v1.Pod) cgroups.Resources {
 	return ResourceConfigForPod(pod, m.cfg.EnforceCPULimits, m.cfg.CPUPeriod, m.cfg.PodPidsLimit)
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/podutil"
 )
 
-// TestQOSAsTheKubelet is the container-level part of the kubelet's own table
-// (pkg/apis/core/v1/helper/qos qos_test.go TestComputePodQOS, v1.37.2) run against the QoS
+// TestQOSAsTheKubelet is the kubelet's own table (pkg/apis/core/v1/helper/qos qos_test.go
+// TestComputePodQOS, v1.37.2), with pod-level rows, run against the QoS
 // class that decides a pod's cgroup (podutil.ComputePodQOS), each case's pod then placed in
 // its class's directory.
 func TestQOSAsTheKubelet(t *testing.T) {
@@ -70,6 +70,22 @@ func TestQOSAsTheKubelet(t *testing.T) {
 	ephemeral := podWith(nil, guaranteed)
 	ephemeral.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "ec"}}}
 	tests = append(tests, testCase{"guaranteed-ephemeral", ephemeral, v1.PodQOSGuaranteed})
+
+	// The pod-level rows (PodLevelResources, and PodLevelResourcesFixKubeletQOSClass: empty
+	// pod-level resources do not decide): where the pod sets requests or limits of its own,
+	// they alone give the class, whatever its containers ask.
+	podLevel := func(name string, r v1.ResourceRequirements, want v1.PodQOSClass, containers ...v1.ResourceRequirements) {
+		p := podWith(nil, containers...)
+		p.Spec.Resources = &r
+		tests = append(tests, testCase{"pod-level-" + name, p, want})
+	}
+	podLevel("guaranteed", guaranteed, v1.PodQOSGuaranteed, burstable[0])
+	podLevel("guaranteed-containers-without", v1.ResourceRequirements{Requests: resourceList("1", "1Gi"), Limits: resourceList("1", "1Gi")}, v1.PodQOSGuaranteed, bestEffort[0], bestEffort[1])
+	podLevel("burstable-over-guaranteed-containers", burstable[3], v1.PodQOSBurstable, guaranteed, guaranteed)
+	podLevel("memory-only", v1.ResourceRequirements{Requests: resourceList("", "64Mi"), Limits: resourceList("", "64Mi")}, v1.PodQOSBurstable, guaranteed)
+	podLevel("cpu-request-only", v1.ResourceRequirements{Requests: resourceList("100m", "")}, v1.PodQOSBurstable, bestEffort[0])
+	podLevel("empty", v1.ResourceRequirements{}, v1.PodQOSGuaranteed, guaranteed)
+	podLevel("empty-lists", v1.ResourceRequirements{Requests: v1.ResourceList{}, Limits: v1.ResourceList{}}, v1.PodQOSBurstable, burstable[1])
 
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

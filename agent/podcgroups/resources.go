@@ -1,6 +1,7 @@
 package podcgroups
 
 import (
+	"os"
 	"path"
 	"strings"
 
@@ -43,6 +44,38 @@ func MilliCPUToQuota(milliCPU, period int64) int64 {
 	return max((milliCPU*period)/MilliCPUToCPU, MinQuota)
 }
 
+// SharesMatch reports whether shares read back from a cgroup (got) are want: equal, or read
+// back from a cgroup v2 weight as the least shares of that weight (cgroups.WeightToShares).
+func SharesMatch(want, got uint64) bool {
+	return want == got || got == cgroups.WeightToShares(cgroups.SharesToWeight(want))
+}
+
+// pageSize is what the kernel rounds a cgroup v1 memory limit down to.
+var pageSize = int64(os.Getpagesize())
+
+// Holds reports whether a cgroup read back as got holds what want sets: the shares, the CFS
+// quota (none for a quota of -1 or 0) and period, and the memory limit (as written, or rounded
+// down to a page, as cgroup v1 keeps it). What want leaves unset is not judged.
+func Holds(want cgroups.Resources, got cgroups.Settings) bool {
+	if want.CPUShares != nil && !SharesMatch(*want.CPUShares, got.CPUShares) {
+		return false
+	}
+	if q := want.CPUQuota; q != nil {
+		switch {
+		case *q <= 0:
+			if got.CPUQuota != 0 {
+				return false
+			}
+		case got.CPUQuota != *q || want.CPUPeriod != nil && got.CPUPeriod != int64(*want.CPUPeriod):
+			return false
+		}
+	}
+	if m := want.Memory; m != nil && got.MemoryLimit != *m && got.MemoryLimit != *m/pageSize*pageSize {
+		return false
+	}
+	return true
+}
+
 // Kubepods is the name of the cgroup all pods are under, below the cgroup root.
 const Kubepods = "kubepods"
 
@@ -65,7 +98,7 @@ func PodDir(root string, pod *v1.Pod) string {
 func podDirName(uid types.UID) string { return "pod" + string(uid) }
 
 // podResourcesOptions: pod-level resources count where the pod sets them, as the kubelet does
-// with PodLevelResources on (admission refuses them today, issue 29 item 3).
+// with PodLevelResources on (beta, on by default in 1.37).
 var podResourcesOptions = resourcehelper.PodResourcesOptions{}
 
 // ResourceConfigForPod is the kubelet's ResourceConfigForPod (pkg/kubelet/cm

@@ -42,8 +42,8 @@ func podWith(init []v1.ResourceRequirements, containers ...v1.ResourceRequiremen
 func ptr[T any](v T) *T { return &v }
 
 // TestResourceConfigForPod is the kubelet's own table (pkg/kubelet/cm helpers_linux_test.go
-// TestResourceConfigForPod, v1.37.2), its rows without pod-level resources (refused by
-// admission, issue 29 item 3), with the values it expects written out.
+// TestResourceConfigForPod, v1.37.2), its rows without pod-level resources (those are
+// TestResourceConfigForPodLevel's), with the values it expects written out.
 func TestResourceConfigForPod(t *testing.T) {
 	const defaultPeriod, tunedPeriod = uint64(100000), uint64(5000)
 	burstableShares := MilliCPUToShares(100)
@@ -246,5 +246,84 @@ func TestNodeAllocatableResources(t *testing.T) {
 	want := cgroups.Resources{CPUShares: ptr(uint64(1536)), Memory: ptr(int64(300 << 20)), PidsLimit: ptr(int64(1000))}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("NodeAllocatableResources = %s, want %s", show(got), show(want))
+	}
+}
+
+func withPodLevel(pod *v1.Pod, r v1.ResourceRequirements) *v1.Pod {
+	pod.Spec.Resources = &r
+	return pod
+}
+
+// TestResourceConfigForPodLevel: the kubelet's ResourceConfigForPod with pod-level resources
+// (PodLevelResources, beta and on in 1.37), its rules written out: the pod's requests and
+// limits are the pod-level ones where set, the containers' summed for the others; a pod-level
+// limit declares that limit for the whole pod whatever its containers say; the QoS class (and
+// so what is written) is the pod-level resources'.
+func TestResourceConfigForPodLevel(t *testing.T) {
+	const period = uint64(100000)
+	noLimits := requirements(resourceList("100m", ""), nil)
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		want cgroups.Resources
+	}{
+		{"burstable-pod-level-limits-container-without", withPodLevel(podWith(nil, noLimits),
+			requirements(resourceList("200m", "100Mi"), resourceList("400m", "300Mi"))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200)), CPUQuota: ptr(int64(40000)), CPUPeriod: ptr(period), Memory: ptr(int64(300 << 20))}},
+		{"guaranteed-pod-level", withPodLevel(podWith(nil, requirements(nil, nil), noLimits),
+			requirements(resourceList("200m", "128Mi"), resourceList("200m", "128Mi"))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200)), CPUQuota: ptr(int64(20000)), CPUPeriod: ptr(period), Memory: ptr(int64(128 << 20))}},
+		{"burstable-pod-level-memory-only", withPodLevel(podWith(nil, noLimits),
+			requirements(resourceList("", "64Mi"), resourceList("", "64Mi"))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), Memory: ptr(int64(64 << 20))}},
+		{"burstable-pod-level-cpu-limit-beside-container-memory-limits", withPodLevel(podWith(nil, requirements(resourceList("100m", "50Mi"), resourceList("", "50Mi"))),
+			requirements(resourceList("100m", ""), resourceList("300m", ""))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(30000)), CPUPeriod: ptr(period), Memory: ptr(int64(50 << 20))}},
+		{"burstable-pod-level-requests-only", withPodLevel(podWith(nil, requirements(nil, nil)),
+			requirements(resourceList("500m", "100Mi"), nil)),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(500))}},
+		{"pod-level-limits-below-the-containers-sum", withPodLevel(podWith(nil,
+			requirements(resourceList("100m", "100Mi"), resourceList("1", "1Gi")),
+			requirements(resourceList("100m", "100Mi"), resourceList("1", "1Gi"))),
+			requirements(resourceList("200m", "200Mi"), resourceList("1500m", "1500Mi"))),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200)), CPUQuota: ptr(int64(150000)), CPUPeriod: ptr(period), Memory: ptr(int64(1500 << 20))}},
+		{"empty-pod-level-is-the-containers'", withPodLevel(podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))),
+			v1.ResourceRequirements{}),
+			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(10000)), CPUPeriod: ptr(period), Memory: ptr(int64(100 << 20))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ResourceConfigForPod(tt.pod, true, period, 0)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ResourceConfigForPod =\n%s, want\n%s", show(got), show(tt.want))
+			}
+		})
+	}
+}
+
+// TestHolds: a pod cgroup read back holds its ResourceConfigForPod when each value set is
+// there: shares as written or as a v2 weight's, no quota for -1, a memory limit as written or
+// rounded down to a page (cgroup v1); a resize not applied yet does not hold.
+func TestHolds(t *testing.T) {
+	want := cgroups.Resources{CPUShares: ptr(uint64(204)), CPUQuota: ptr(int64(20000)), CPUPeriod: ptr(uint64(100000)), Memory: ptr(int64(100000000))}
+	page := int64(100000000) / pageSize * pageSize
+	for _, tt := range []struct {
+		name string
+		want cgroups.Resources
+		got  cgroups.Settings
+		ok   bool
+	}{
+		{"as written", want, cgroups.Settings{CPUShares: 204, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 100000000}, true},
+		{"v2 weight, v1 page", want, cgroups.Settings{CPUShares: cgroups.WeightToShares(cgroups.SharesToWeight(204)), CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: page}, true},
+		{"old quota", want, cgroups.Settings{CPUShares: 204, CPUQuota: 10000, CPUPeriod: 100000, MemoryLimit: 100000000}, false},
+		{"old memory", want, cgroups.Settings{CPUShares: 204, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 64 << 20}, false},
+		{"old shares", want, cgroups.Settings{CPUShares: 102, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 100000000}, false},
+		{"no quota wanted (-1)", cgroups.Resources{CPUShares: ptr(uint64(2)), CPUQuota: ptr(int64(-1))}, cgroups.Settings{CPUShares: 2}, true},
+		{"quota left", cgroups.Resources{CPUShares: ptr(uint64(2)), CPUQuota: ptr(int64(-1))}, cgroups.Settings{CPUShares: 2, CPUQuota: 5000, CPUPeriod: 100000}, false},
+		{"unset: not judged", cgroups.Resources{CPUShares: ptr(uint64(2))}, cgroups.Settings{CPUShares: 2, CPUQuota: 5000, CPUPeriod: 100000, MemoryLimit: 1 << 20}, true},
+	} {
+		if got := Holds(tt.want, tt.got); got != tt.ok {
+			t.Errorf("%s: Holds(%s, %+v) = %v, want %v", tt.name, show(tt.want), tt.got, got, tt.ok)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package pods
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/holdfast-dev/holdfast/agent/podcgroups"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
@@ -12,20 +13,37 @@ import (
 // containerResources turns requests and limits into cgroup settings and the process's OOM
 // score from the pod's QoS class, as kubelet does. Every backend applies the same numbers.
 func containerResources(pod *v1.Pod, c *v1.Container, memoryCapacity int64, noSwap bool) runtime.Resources {
-	req, lim := c.Resources.Requests, c.Resources.Limits
+	cpuLimit, memoryLimit := containerLimits(pod, c)
 	res := runtime.Resources{CPUShares: podcgroups.MinShares, NoSwap: noSwap, OOMScoreAdj: oomScoreAdj(pod, c, memoryCapacity)}
-	if q, ok := req[v1.ResourceCPU]; ok {
+	if q, ok := c.Resources.Requests[v1.ResourceCPU]; ok {
 		res.CPUShares = podcgroups.MilliCPUToShares(q.MilliValue())
-	} else if q, ok := lim[v1.ResourceCPU]; ok {
-		res.CPUShares = podcgroups.MilliCPUToShares(q.MilliValue()) // request defaults to limit
+	} else {
+		res.CPUShares = podcgroups.MilliCPUToShares(cpuLimit) // request defaults to limit
 	}
-	if q, ok := lim[v1.ResourceCPU]; ok && q.MilliValue() > 0 {
-		res.CPUQuota, res.CPUPeriod = podcgroups.MilliCPUToQuota(q.MilliValue(), podcgroups.QuotaPeriod), podcgroups.QuotaPeriod
+	if cpuLimit > 0 {
+		res.CPUQuota, res.CPUPeriod = podcgroups.MilliCPUToQuota(cpuLimit, podcgroups.QuotaPeriod), podcgroups.QuotaPeriod
 	}
-	if q, ok := lim[v1.ResourceMemory]; ok && q.Value() > 0 {
-		res.MemoryLimit = q.Value()
+	if memoryLimit > 0 {
+		res.MemoryLimit = memoryLimit
 	}
 	return res
+}
+
+// containerLimits are the CPU (millicores) and memory (bytes) limits c runs with, 0 for none:
+// its own, or where it has none and its pod sets pod-level resources, the pod's (the kubelet's
+// getCPULimit and getMemoryLimit), so that what reads a container's limits (the runtime, the
+// resize's read-back) sees the bound the pod cgroup puts on it.
+func containerLimits(pod *v1.Pod, c *v1.Container) (milliCPU, memory int64) {
+	cpu, mem := c.Resources.Limits.Cpu(), c.Resources.Limits.Memory()
+	if resourcehelper.IsPodLevelResourcesSet(pod) {
+		if cpu.IsZero() {
+			cpu = pod.Spec.Resources.Limits.Cpu()
+		}
+		if mem.IsZero() {
+			mem = pod.Spec.Resources.Limits.Memory()
+		}
+	}
+	return cpu.MilliValue(), mem.Value()
 }
 
 // oomScoreAdj is kubelet's policy: Guaranteed -997, BestEffort 1000, Burstable in between by

@@ -112,6 +112,9 @@ type PodCgroups interface {
 	// resize. The workers call it before the containers' updates when the pod grows, after
 	// them when it shrinks, as the kubelet orders them, so that it always holds them.
 	UpdatePod(pod *v1.Pod) error
+	// PodHolds reports whether the pod's cgroup holds what pod, as allocated, gives it: a
+	// pod-level resize is applied.
+	PodHolds(pod *v1.Pod) (bool, error)
 }
 
 // Manager dispatches desired pods to their workers and watches the runtime for changes.

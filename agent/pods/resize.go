@@ -61,8 +61,47 @@ type ContainerUsage interface {
 	Usage(ctx context.Context, c runtime.Container) (cgroups.Usage, error)
 }
 
-// allocation is the resources the node allocated to a pod's resizable containers, by name.
+// allocation is the resources the node allocated to a pod's resizable containers, by name,
+// and its pod-level resources under podLevel (absent: none).
 type allocation map[string]v1.ResourceRequirements
+
+// podLevel is the key of the pod-level resources (spec.resources) in an allocation: no
+// container can have it, the API requires a name. Kept in the same map, a resize of both is
+// judged, recorded and merged as one.
+const podLevel = ""
+
+// podLevelResources is the pod-level resources pod asks for, nil when it sets none (the
+// kubelet's IsPodLevelResourcesSet, with empty lists as none).
+func podLevelResources(pod *v1.Pod) *v1.ResourceRequirements {
+	r := pod.Spec.Resources
+	if r == nil || len(r.Requests) == 0 && len(r.Limits) == 0 {
+		return nil
+	}
+	return &v1.ResourceRequirements{Requests: r.Requests.DeepCopy(), Limits: r.Limits.DeepCopy()}
+}
+
+// podLevelOf is the pod-level resources a allocates, nil for none.
+func (a allocation) podLevelOf() *v1.ResourceRequirements {
+	if r, ok := a[podLevel]; ok {
+		return r.DeepCopy()
+	}
+	return nil
+}
+
+// toRecord is a as the store keeps it, from the record fromRecord reads.
+func (a allocation) toRecord() offline.Allocation {
+	rec := offline.Allocation{Containers: maps.Clone(a), Pod: a.podLevelOf()}
+	delete(rec.Containers, podLevel)
+	return rec
+}
+
+func fromRecord(rec offline.Allocation) allocation {
+	a := allocation(maps.Clone(rec.Containers))
+	if rec.Pod != nil {
+		a[podLevel] = *rec.Pod
+	}
+	return a
+}
 
 // resizable reports whether a container's resources are allocated and resized: every app
 // container, and the sidecars (the kubelet's IsResizableContainer); regular init containers
@@ -86,17 +125,21 @@ func allocationOf(pod *v1.Pod) allocation {
 	for _, c := range resizableContainers(pod) {
 		a[c.Name] = *c.Resources.DeepCopy()
 	}
+	if r := podLevelResources(pod); r != nil {
+		a[podLevel] = *r
+	}
 	return a
 }
 
-// applyAllocation returns pod with its containers' resources replaced by a's (a copy, when
-// they differ; pod itself otherwise), and whether they differed. A container a does not name
-// keeps its spec's.
+// applyAllocation returns pod with its containers' and its pod-level resources replaced by
+// a's (a copy, when they differ; pod itself otherwise), and whether they differed. A container
+// a does not name keeps its spec's; pod-level resources a does not hold are none (an
+// allocation recorded before they were admitted, of a pod that had none).
 func applyAllocation(pod *v1.Pod, a allocation) (*v1.Pod, bool) {
 	if a == nil {
 		return pod, false
 	}
-	changed := false
+	changed := !apiequality.Semantic.DeepEqual(podLevelResources(pod), a.podLevelOf())
 	for _, c := range resizableContainers(pod) {
 		if r, ok := a[c.Name]; ok && !apiequality.Semantic.DeepEqual(c.Resources, r) {
 			changed = true
@@ -111,6 +154,7 @@ func applyAllocation(pod *v1.Pod, a allocation) (*v1.Pod, bool) {
 			c.Resources = *r.DeepCopy()
 		}
 	}
+	out.Spec.Resources = a.podLevelOf()
 	return out, true
 }
 
@@ -165,7 +209,7 @@ func (w *worker) keptAllocation(log *slog.Logger, pod *v1.Pod) (a allocation, ke
 		got, err := w.m.store.GetAllocation(pod.UID)
 		switch {
 		case err == nil && got.Containers != nil:
-			return allocation(got.Containers), true
+			return fromRecord(got), true
 		case err != nil && !errors.Is(err, offline.ErrNotFound):
 			log.Warn("read the pod's allocated resources; allocating its spec's", "err", err)
 		}
@@ -178,7 +222,7 @@ func (w *worker) recordAllocation(log *slog.Logger, uid types.UID, a allocation)
 	if w.m.store == nil {
 		return true
 	}
-	if err := w.m.store.SetAllocation(uid, offline.Allocation{Containers: a}); err != nil {
+	if err := w.m.store.SetAllocation(uid, a.toRecord()); err != nil {
 		log.Warn("record the pod's allocated resources", "err", err)
 		return false
 	}
@@ -223,6 +267,9 @@ func (w *worker) handleResize(log *slog.Logger, pod *v1.Pod) time.Duration {
 	if verdict.Fit {
 		merged := maps.Clone(current)
 		maps.Copy(merged, desired)
+		if _, ok := desired[podLevel]; !ok {
+			delete(merged, podLevel) // none desired: none allocated
+		}
 		if !w.recordAllocation(log, pod.UID, merged) {
 			w.m.admitMu.Unlock()
 			return time.Second // not allocated until it is kept: the next sync tries again
@@ -354,13 +401,7 @@ func cpuMatches(want, got runtime.Resources) bool {
 	if want.CPUQuota != got.CPUQuota || want.CPUQuota > 0 && want.CPUPeriod != got.CPUPeriod {
 		return false
 	}
-	return sharesMatch(want.CPUShares, got.CPUShares)
-}
-
-// sharesMatch: equal, or read back from a cgroup v2 weight as the least shares of that weight
-// (cgroups.WeightToShares).
-func sharesMatch(want, got uint64) bool {
-	return want == got || got == cgroups.WeightToShares(cgroups.SharesToWeight(want))
+	return podcgroups.SharesMatch(want.CPUShares, got.CPUShares)
 }
 
 // restartPolicy reports whether the container's resizePolicy for resource is
@@ -381,7 +422,7 @@ func restartPolicy(c *v1.Container, resource v1.ResourceName) bool {
 // PodResizeInProgress condition's Error, with a ResizeError event.
 func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, allocated *v1.Pod, observed []runtime.Container, already []killAction) []killAction {
 	actions := planResize(allocated, observed, w.readApplied(ctx, observed), w.wantResources(allocated))
-	if len(actions) == 0 {
+	if len(actions) == 0 && !w.podCgroupStale(allocated) {
 		return nil
 	}
 	if w.resize.inProgress == nil {
@@ -440,6 +481,23 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 		}
 	}
 	return kills
+}
+
+// podCgroupStale reports whether the cgroup of a pod with pod-level resources does not hold
+// them as allocated: a pod-level resize still to apply there (the kubelet compares the pod
+// cgroup's config with the allocation for such pods only). A pod cgroup that cannot be read
+// is not judged stale: its containers' resize goes on.
+func (w *worker) podCgroupStale(allocated *v1.Pod) bool {
+	pc := w.m.cfg.Cgroups
+	if pc == nil || podLevelResources(allocated) == nil {
+		return false
+	}
+	holds, err := pc.PodHolds(allocated)
+	if err != nil {
+		w.m.log.Debug("read the pod cgroup's applied resources", "pod", allocated.UID, "err", err)
+		return false
+	}
+	return !holds
 }
 
 // checkMemoryDecreases refuses, as the kubelet's validatePodResizeAction, memory limits
@@ -536,7 +594,7 @@ func (w *worker) noteResizeProgress(pod, allocated *v1.Pod, observed []runtime.C
 			delete(w.resizeRestarts, name)
 		}
 	}
-	if w.resize.inProgress == nil || len(w.resizeRestarts) > 0 || len(planResize(allocated, observed, applied, want)) > 0 {
+	if w.resize.inProgress == nil || len(w.resizeRestarts) > 0 || len(planResize(allocated, observed, applied, want)) > 0 || w.podCgroupStale(allocated) {
 		return
 	}
 	generation := w.resize.inProgress.ObservedGeneration
@@ -567,7 +625,7 @@ func statusResources(allocated v1.ResourceRequirements, want, got runtime.Resour
 		}
 	}
 	if r.Requests != nil {
-		if _, ok := r.Requests[v1.ResourceCPU]; ok && !sharesMatch(want.CPUShares, got.CPUShares) {
+		if _, ok := r.Requests[v1.ResourceCPU]; ok && !podcgroups.SharesMatch(want.CPUShares, got.CPUShares) {
 			r.Requests[v1.ResourceCPU] = *resourceMilli(int64((got.CPUShares*podcgroups.MilliCPUToCPU + podcgroups.SharesPerCPU - 1) / podcgroups.SharesPerCPU))
 		}
 	}

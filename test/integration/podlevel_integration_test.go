@@ -1,0 +1,192 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
+	"github.com/holdfast-dev/holdfast/test/testenv"
+)
+
+// podLevelPod is a pod as a user writes it with pod-level resources (issue 29 item 3): the
+// resources on the pod, none on its containers (busybox running script), the service account
+// token mounted, the API's defaults.
+func podLevelPod(name string, requests, limits v1.ResourceList, scripts ...string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{NodeName: node,
+		Resources: &v1.ResourceRequirements{Requests: requests, Limits: limits}}}
+	for i, s := range scripts {
+		p.Spec.Containers = append(p.Spec.Containers, step(fmt.Sprintf("c%d", i), s))
+	}
+	return p
+}
+
+func cpuMemory(cpu, memory string) v1.ResourceList {
+	l := v1.ResourceList{}
+	if cpu != "" {
+		l[v1.ResourceCPU] = resource.MustParse(cpu)
+	}
+	if memory != "" {
+		l[v1.ResourceMemory] = resource.MustParse(memory)
+	}
+	return l
+}
+
+// TestPodLevelResources: a pod with pod-level resources is admitted (it was refused as
+// UnsupportedPodSpec), lands in the cgroup of the QoS class its pod-level resources give, and
+// its pod cgroup holds the pod-level limits (ResourceConfigForPod); its containers, without
+// limits of their own, run with the pod's, as the kubelet gives them. Then the pod cgroup
+// bounds the pod as a whole: three containers holding 24Mi each, each well below the 64Mi of
+// the pod, are more than it together, and the pod cgroup's OOM kills one.
+func TestPodLevelResources(t *testing.T) {
+	e := startEnv(t, true, quickBackoff)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	publishRootCA(t, e, "default")
+	h := cgroups.Host()
+	kubepods := path.Join(e.agent.Config.CgroupRoot, "kubepods")
+
+	guaranteed := podLevelPod("plr", cpuMemory("200m", "96Mi"), cpuMemory("200m", "96Mi"), "sleep 1000000", "sleep 1000000")
+	if _, err := pods.Create(ctx, guaranteed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.waitAPIRunning(t, "plr")["plr"]
+	if p.Status.QOSClass != v1.PodQOSGuaranteed {
+		t.Fatalf("the API says QoS class %s; want Guaranteed from the pod-level resources", p.Status.QOSClass)
+	}
+	podDir := path.Join(kubepods, "pod"+string(p.UID))
+	for f, want := range wantSettings(h, 204, 20000, 96<<20) {
+		if got := cgroupValue(t, h, podDir, f[0], f[1]); got != want {
+			t.Errorf("pod cgroup %s = %s, want %s", f[1], got, want)
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		id := strings.TrimPrefix(cs.ContainerID, "containerd://")
+		if dir := e.containerCgroupDir(t, id, "memory"); path.Dir(dir) != h.Dir(podDir, "memory") {
+			t.Errorf("container %s in %s, want below %s", cs.Name, dir, h.Dir(podDir, "memory"))
+		}
+		if h.Mode != cgroups.Unified {
+			if got := e.cgroupFile(t, id, "memory/memory.limit_in_bytes"); got != strconv.Itoa(96<<20) {
+				t.Errorf("container %s memory.limit_in_bytes = %s, want the pod's %d", cs.Name, got, 96<<20)
+			}
+			if got := e.cgroupFile(t, id, "cpu/cpu.cfs_quota_us"); got != "20000" {
+				t.Errorf("container %s cpu.cfs_quota_us = %s, want the pod's 20000", cs.Name, got)
+			}
+		}
+	}
+
+	// Together past the pod's limit. Each sh holds its 24Mi in a variable and sleeps.
+	const hold = `x=$(head -c 24m /dev/zero | tr '\0' a); echo held; sleep 1000000`
+	shared := podLevelPod("plr-shared", nil, cpuMemory("", "64Mi"), hold, hold, hold)
+	shared.Spec.RestartPolicy = v1.RestartPolicyNever
+	if _, err := pods.Create(ctx, shared, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var uid string
+	testenv.Eventually(t, 120*time.Second, "a container of the pod OOM-killed in its pod cgroup", func() error {
+		p, err := pods.Get(ctx, "plr-shared", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		uid = string(p.UID)
+		if p.Status.QOSClass != v1.PodQOSBurstable {
+			return fmt.Errorf("QoS class %q, want Burstable", p.Status.QOSClass)
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if term := cs.State.Terminated; term != nil && term.ExitCode == 137 && term.Reason == "OOMKilled" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no container OOM-killed: %s", podStatusSummary(ctx, e, "plr-shared"))
+	})
+	podDir = path.Join(kubepods, "burstable", "pod"+uid)
+	file := "memory.limit_in_bytes"
+	if h.Mode == cgroups.Unified {
+		file = "memory.max"
+	}
+	if got := cgroupValue(t, h, podDir, "memory", file); got != strconv.Itoa(64<<20) {
+		t.Errorf("pod cgroup %s = %s, want %d", file, got, 64<<20)
+	}
+	// The pod's limit was hit, not a container's alone: none holds more than half of it.
+	failFile := "memory.failcnt"
+	if h.Mode == cgroups.Unified {
+		failFile = "memory.events"
+	}
+	if got := cgroupValue(t, h, podDir, "memory", failFile); got == "0" || h.Mode == cgroups.Unified && strings.Contains(got, "oom_kill 0") {
+		t.Errorf("pod cgroup %s = %q: its limit was never hit", failFile, got)
+	}
+}
+
+// TestPodLevelResize: a resize of a running pod's spec.resources through pods/resize
+// (InPlacePodLevelResourcesVerticalScaling, beta and on in 1.37) raises the pod cgroup's CFS
+// quota and shares in place, and its container's (it has no limit of its own): the same
+// container, no restart; the allocation kept says so. One beyond the node's allocatable is
+// Infeasible and changes nothing. Before, the pod's new resources were applied unjudged and
+// never kept in the allocation.
+func TestPodLevelResize(t *testing.T) {
+	e := startResizeEnv(t)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	publishRootCA(t, e, "default")
+	p := podLevelPod("plr-resize", cpuMemory("200m", "96Mi"), cpuMemory("200m", "96Mi"), "sleep 1000000")
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p = e.waitAPIRunning(t, "plr-resize")["plr-resize"]
+	before := p.Status.ContainerStatuses[0]
+	if q := e.podCgroupOf(t, before, "cpu/cpu.cfs_quota_us"); q != 20000 {
+		t.Fatalf("the pod cgroup's cpu.cfs_quota_us %d before the resize, want 20000", q)
+	}
+
+	resize := func(cpu string) {
+		patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"cpu":%q},"limits":{"cpu":%q}}}}`, cpu, cpu)
+		if _, err := pods.Patch(ctx, "plr-resize", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+			t.Fatalf("resize to %s: %v", cpu, err)
+		}
+	}
+	resize("400m")
+	p = e.waitAPIStatus(t, "plr-resize", "pod-level CPU raised in place", 60*time.Second, func(p *v1.Pod) error {
+		for _, c := range []v1.PodConditionType{v1.PodResizePending, v1.PodResizeInProgress} {
+			if rc := resizeCondition(p.Status, c); rc != nil {
+				return fmt.Errorf("condition %s %s: %s", c, rc.Reason, rc.Message)
+			}
+		}
+		if p.Status.ObservedGeneration != p.Generation {
+			return fmt.Errorf("observedGeneration %d, generation %d", p.Status.ObservedGeneration, p.Generation)
+		}
+		if q := e.podCgroupOf(t, p.Status.ContainerStatuses[0], "cpu/cpu.cfs_quota_us"); q != 40000 {
+			return fmt.Errorf("the pod cgroup's cpu.cfs_quota_us %d, want 40000", q)
+		}
+		return nil
+	})
+	cs := p.Status.ContainerStatuses[0]
+	if cs.ContainerID != before.ContainerID || cs.RestartCount != 0 {
+		t.Errorf("after the pod-level resize: container %s restartCount %d; want %s, 0", cs.ContainerID, cs.RestartCount, before.ContainerID)
+	}
+	if s := e.podCgroupOf(t, cs, "cpu/cpu.shares"); s != 409 {
+		t.Errorf("the pod cgroup's cpu.shares %d, want 409", s)
+	}
+	if q := e.cgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 40000 {
+		t.Errorf("the container's cpu.cfs_quota_us %d, want the pod's 40000", q)
+	}
+
+	resize("64")
+	e.waitAPIStatus(t, "plr-resize", "Infeasible", 60*time.Second, func(p *v1.Pod) error {
+		if rc := resizeCondition(p.Status, v1.PodResizePending); rc == nil || rc.Reason != v1.PodReasonInfeasible {
+			return fmt.Errorf("conditions %+v", p.Status.Conditions)
+		}
+		return nil
+	})
+	if q := e.podCgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 40000 {
+		t.Errorf("an infeasible resize changed the pod cgroup's cpu.cfs_quota_us to %d", q)
+	}
+}
