@@ -79,6 +79,11 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	shLayer, err := hostBinariesLayer("/bin/bash")
+	if err != nil {
+		return nil, err
+	}
+	shLayer = append(shLayer, ociimage.Symlink("bin/sh", "bash"))
 	// Upstream's busybox image links every applet (the sysctl tests run /bin/sysctl), where
 	// BusyboxLayer links the set holdfast's own tests use.
 	applets, err := exec.Command(busyboxPath, "--list").Output()
@@ -125,9 +130,13 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 		agnhostImage(name("promoterE2eRegistry", "agnhost", "2.55")),
 		agnhostImage(name("privateRegistry", "agnhost", "2.6")),
 		{
+			// sh is bash, every other applet busybox: Debian's busybox 1.35 ash leaves out of
+			// its children's environment every variable whose name is no shell identifier
+			// (data-1, from a ConfigMap's envFrom), where the image's busybox 1.37 ash passes
+			// them on, as bash does (docs/conformance-runs/2026-12-06-env-diagnosis.md).
 			Name:   name("promoterE2eRegistry", "busybox", "1.37.0-2"),
 			Config: ocispec.ImageConfig{Env: env, Cmd: []string{"sh"}, WorkingDir: "/"},
-			Layers: [][]ociimage.Entry{base},
+			Layers: [][]ociimage.Entry{base, shLayer},
 		},
 		{
 			// Upstream's pause exits on SIGTERM; agnhost's pause does the same.
