@@ -132,8 +132,9 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 		{
 			// sh is bash, every other applet busybox: Debian's busybox 1.35 ash leaves out of
 			// its children's environment every variable whose name is no shell identifier
-			// (data-1, from a ConfigMap's envFrom), where the image's busybox 1.37 ash passes
-			// them on, as bash does (docs/conformance-runs/2026-12-06-env-diagnosis.md).
+			// (data-1, from a ConfigMap's envFrom), which the ConfigMap and Secret env tests
+			// look for; upstream's image (busybox 1.37.0) passes them, and bash passes the
+			// variables on (docs/conformance-runs/2026-12-06-env-before.md and -after.md).
 			Name:   name("promoterE2eRegistry", "busybox", "1.37.0-2"),
 			Config: ocispec.ImageConfig{Env: env, Cmd: []string{"sh"}, WorkingDir: "/"},
 			Layers: [][]ociimage.Entry{base, shLayer},

@@ -39,36 +39,4 @@ func TestParseJUnitKeepsTheSelection(t *testing.T) {
 			t.Errorf("%s: %q, want %q", n, rs[n].State, s)
 		}
 	}
-	// The kubelet passes what holdfast fails: an exception, named with its cause and work.
-	kubelet := map[string]Result{}
-	for n, r := range rs {
-		kubelet[n] = r
-	}
-	failed := "[sig-node] Kubelet should print the output to logs [NodeConformance] [Conformance]"
-	kubelet[failed] = Result{State: "passed"}
-	var b strings.Builder
-	if err := WriteDoc(&b, DocInput{Holdfast: rs, Kubelet: kubelet, Causes: Causes}); err != nil {
-		t.Fatal(err)
-	}
-	doc := b.String()
-	for _, s := range []string{"| holdfast | 1 | 1 | 1 | 3 |", "| node API | 1 |", "node API: error dialing backend",
-		"## Passed by the kubelet, failed by holdfast (1)", "| " + failed + " | node API | the node API (agent/nodeapi) did not answer"} {
-		if !strings.Contains(doc, s) {
-			t.Errorf("the page lacks %q:\n%s", s, doc)
-		}
-	}
-	// A failure the kubelet shares is the environment's, not a holdfast cause.
-	b.Reset()
-	if err := WriteDoc(&b, DocInput{Holdfast: rs, Kubelet: rs, Causes: Causes}); err != nil {
-		t.Fatal(err)
-	}
-	doc = b.String()
-	for _, s := range []string{"| the kubelet fails them too | 1 |", "## Passed by the kubelet, failed by holdfast (0)", "None: holdfast passes every test"} {
-		if !strings.Contains(doc, s) {
-			t.Errorf("the page lacks %q:\n%s", s, doc)
-		}
-	}
-	if strings.Contains(doc, "| node API | 1 |") {
-		t.Errorf("a failure the kubelet shares was counted as holdfast's:\n%s", doc)
-	}
 }
