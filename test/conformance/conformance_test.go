@@ -127,7 +127,7 @@ func TestConformance(t *testing.T) {
 		fmt.Fprintf(&b, "started=%s\n", started.Format(time.RFC3339))
 		fmt.Fprintf(&b, "seed=%d\ntimeout=%s\nslow=%t\n", runSeed, *timeout, *slow)
 		fmt.Fprintf(&b, "commit=%s\n", commit)
-		fmt.Fprintf(&b, "focus=%s\n", *focus)
+		fmt.Fprintf(&b, "focus=%s\nprocs=%d\nimages=%s\n", *focus, *procs, imagesDescription)
 		for _, agent := range list {
 			fmt.Fprintf(&b, "%s=%s\n", agent, durations[agent])
 		}

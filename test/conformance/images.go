@@ -58,6 +58,9 @@ func writeRepoList(path, host string) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
+// imagesDescription says what suiteImages builds, for the page of each run.
+const imagesDescription = "built on this machine: agnhost and nnp from the Kubernetes module, busybox from Debian's busybox-static with the host's bash as its sh"
+
 // suiteImages are the images the selected tests run, as manifest.go names them (registry key,
 // name, tag), built from what this machine has: the static busybox for every base, agnhost
 // and nnp built from the Kubernetes module. What upstream's Dockerfiles add that a test looks
