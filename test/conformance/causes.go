@@ -13,6 +13,11 @@ var Causes = []Cause{
 		Means:   "the test reads the container's cgroup files from inside it (the message names the file: a cgroup v1 path on a cgroup v1 machine) and the read failed",
 	},
 	{
+		Name:    "variable named with a dash missing from env's output",
+		Pattern: regexp.MustCompile(`expected "[A-Za-z0-9_]*-[A-Za-z0-9_.-]*=[^"]*" in container output`),
+		Means:   "the test prints the container's environment with `sh -c env` and looks for a variable whose name is no shell identifier: a shell that leaves such variables out of its children's environment (Debian's busybox 1.35 ash) fails it on any agent",
+	},
+	{
 		Name:    "node API",
 		Pattern: regexp.MustCompile(`(?i):10250|error dialing backend|dial tcp [0-9.]+:0:|unable to upgrade connection|GetPodLogs|failed to get logs|kubelet.*(connection refused|no route)|does not have a host assigned|an error on the server \("unknown"\) has prevented the request from succeeding \(get pods`),
 		Means:   "the node API (logs, exec, attach, port-forward) did not answer as the test expects: read the test's request and the agent's log",

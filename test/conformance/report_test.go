@@ -58,8 +58,8 @@ var pageMessages = map[string]string{
 // this harness's tree before its commit (docs/conformance-runs/2026-12-06-resize.md runs them
 // again).
 var junitFailures = map[string]string{
-	"[sig-node] ConfigMap should be consumable via the environment [Conformance] [NodeConformance]":                          "",
-	"[sig-node] Secrets should be consumable via the environment [Conformance] [NodeConformance]":                            "",
+	"[sig-node] ConfigMap should be consumable via the environment [Conformance] [NodeConformance]":                          "variable named with a dash missing from env's output",
+	"[sig-node] Secrets should be consumable via the environment [Conformance] [NodeConformance]":                            "variable named with a dash missing from env's output",
 	"[sig-node] Pod InPlace Resize Container resize pod via the replace endpoint [MinimumKubeletVersion:1.34] [Conformance]": "cgroup file unreadable in the container",
 	"[sig-node] PLR Pod InPlace Resize [FeatureGate:InPlacePodLevelResourcesVerticalScaling] PLR guaranteed qos - 1 container with resize policy [Environment:NotInUserNS] no restart resizing pod-level mem [Beta] [FeatureGate:InPlacePodVerticalScaling] [FeatureGate:NodeDeclaredFeatures] [FeatureGate:PodLevelResources] [NodeConformance] [Slow]": "",
 }
@@ -120,10 +120,10 @@ func TestWriteDocTellsEveryFailureByItsMessage(t *testing.T) {
 	for _, s := range []string{
 		"Both pass 0 tests and both fail 1; the kubelet passes 1 that holdfast does not",
 		// A failure both share is told by its message, like any other.
-		"| other | 1 | 1 | 1 |",
+		"| variable named with a dash missing from env's output | 1 | 1 | 1 |",
 		"| cgroup file unreadable in the container | 0 | 1 | 0 |",
 		"| " + replace + ` | cgroup file unreadable in the container: [failed to verify cpu limit cgroup value: Timed out after 60.000s. |`,
-		"| " + env + ` | failed | failed | other: expected "data-1=value-1" in container output: Expected | other: expected "data-1=value-1" in container output: Expected |`,
+		"| " + env + ` | failed | failed | variable named with a dash missing from env's output: expected "data-1=value-1" in container output: Expected | variable named with a dash missing from env's output: expected "data-1=value-1" in container output: Expected |`,
 		"## Failed in this run, passed in a later focused run",
 		"| " + env + " | holdfast | [2026-12-06-env-after](conformance-runs/2026-12-06-env-after.md) (started 2026-12-06T13:40:54Z, commit c39a3e3) |",
 	} {
