@@ -34,7 +34,11 @@ var kubeletSysctls = map[string]string{
 // with in the harnesses (testenv's agent config: 1%; the shared disks pass the kubelet's 10%
 // and 15% defaults by others' files, and the kubelet then refused the harness's pods under a
 // DiskPressure neither agent caused; the other signals at the kubelet's defaults, written out
-// because a partial evictionHard drops them), and everything else at the kubelet's defaults,
+// because a partial evictionHard drops them), image garbage collection off for the same reason
+// (imageGCHighThresholdPercent 100: at its default 85, passed by others' files, the kubelet
+// removed the CRI plugin's preloaded sandbox image in a conformance run of 2026-12-06 and then
+// started no pod; holdfast pins its pause image, agent/gc), and everything else at the
+// kubelet's defaults,
 // as holdfast's heartbeats are. {{.Serving}} is how the node API is served.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -49,6 +53,7 @@ healthzPort: {{.HealthzPort}}
 authorization:
   mode: AlwaysAllow
 makeIPTablesUtilChains: false
+imageGCHighThresholdPercent: 100
 evictionHard:
   memory.available: "100Mi"
   nodefs.available: "1%"
