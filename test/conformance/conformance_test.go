@@ -19,7 +19,7 @@ var (
 	full        = flag.Bool("conformance.full", false, "run TestConformance: the whole selection, for each agent of -conformance.agents, and write -conformance.doc (make conformance)")
 	agents      = flag.String("conformance.agents", Holdfast+","+Kubelet, "the agents TestConformance judges, in order")
 	outDir      = flag.String("conformance.out", "", "where the JUnit reports and the suite's output go (default _output/conformance/DATE in the repository)")
-	docPath     = flag.String("conformance.doc", "", "the page TestConformance writes (default ../../docs/conformance.md for the whole selection, ../../docs/conformance-runs/STARTED.md for a run with another -conformance.focus)")
+	docPath     = flag.String("conformance.doc", "", "the page TestConformance writes (default ../../docs/conformance.md for the whole selection, ../../docs/conformance-runs/NAME.md for a run with another -conformance.focus, NAME the last element of -conformance.out)")
 	procs       = flag.Int("conformance.procs", 6, "ginkgo processes running tests in parallel (the tests mostly wait for containers)")
 	focus       = flag.String("conformance.focus", Focus, "the tests TestConformance runs (ginkgo --focus)")
 	timeout     = flag.Duration("conformance.timeout", 60*time.Minute, "bound of each agent's suite")

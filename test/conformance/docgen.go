@@ -176,7 +176,7 @@ func docHeader(record map[string]string, agents []string, opts DocOptions) (stri
 	b.WriteString(".\n")
 	fmt.Fprintf(&b, "- The judge: `e2e.test` of Kubernetes %s (`go test -c k8s.io/kubernetes/test/e2e`, hack/tools/e2e), run by ginkgo with %s processes, `--provider=skeleton`.\n", KubernetesVersion, orElse(record["procs"], strconv.Itoa(opts.Procs)))
 	fmt.Fprintf(&b, "- Focus: `%s`.\n", opts.Focus)
-	fmt.Fprintf(&b, "- The cluster: etcd, kube-apiserver, kube-controller-manager and kube-scheduler %s, each with its own identity; a private containerd (%s) and a bridge CNI network; the node is either holdfast (commit %s) or the upstream kubelet %s, alone in its own cluster.\n",
+	fmt.Fprintf(&b, "- The cluster: etcd, kube-apiserver, kube-controller-manager and kube-scheduler %s, each with its own identity; a private containerd (%s) and a bridge CNI network; the node is either holdfast (commit %s) or the upstream kubelet %s, alone in its own cluster, each configured as test/testenv at that commit configures it (agent.go, kubelet.go).\n",
 		KubernetesVersion, command("containerd", "--version"), record["commit"], KubernetesVersion)
 	fmt.Fprintf(&b, "- Images: %s; pushed to a distribution registry %s on 127.0.0.1; every image in the suite is pulled from it (`KUBE_TEST_REPO_LIST`). Images not built here (e.g. nginx) fail to pull, for both agents.\n",
 		orElse(record["images"], "as test/conformance/images.go at the commit above builds them"), testenv.RegistryVersion)
