@@ -109,20 +109,29 @@ func classify(causes []Cause, r Result) *Cause {
 	return nil
 }
 
-// firstLine is a failure message's first meaningful line, shortened for a table cell.
+// bareTimeout is a first line that says only that gomega stopped waiting: the next line says
+// what for.
+var bareTimeout = regexp.MustCompile(`^(Told to stop trying|Timed out) after [0-9.]+s\.$`)
+
+// firstLine is a failure message's first meaningful line (with the next one when it says only
+// that the wait stopped), shortened for a table cell.
 func firstLine(msg string) string {
+	var out []string
 	for _, l := range strings.Split(msg, "\n") {
 		l = strings.TrimSpace(l)
 		if l == "" || l == "[FAILED]" {
 			continue
 		}
-		l = strings.TrimPrefix(l, "[FAILED] ")
-		if len(l) > 160 {
-			l = l[:157] + "..."
+		out = append(out, strings.TrimPrefix(l, "[FAILED] "))
+		if len(out) > 1 || !bareTimeout.MatchString(out[0]) {
+			break
 		}
-		return l
 	}
-	return ""
+	l := strings.Join(out, " ")
+	if len(l) > 160 {
+		l = l[:157] + "..."
+	}
+	return l
 }
 
 // cell escapes text for a Markdown table cell.

@@ -101,6 +101,17 @@ func TestCausesFromRealMessages(t *testing.T) {
 	}
 }
 
+func TestFirstLineSaysWhatAWaitWasFor(t *testing.T) {
+	plr := "[sig-node] PLR Pod InPlace Resize [FeatureGate:InPlacePodLevelResourcesVerticalScaling] PLR guaranteed qos - 1 container with resize policy [Environment:NotInUserNS] no restart resizing pod-level mem [Beta] [FeatureGate:InPlacePodVerticalScaling] [FeatureGate:NodeDeclaredFeatures] [FeatureGate:PodLevelResources] [NodeConformance] [Slow]"
+	got := firstLine(readFailures(t)[plr].Message)
+	if want := "Told to stop trying after 2.028s. The phase of Pod resize-test-mcmcg is Failed which is unexpected."; got != want {
+		t.Errorf("first line %q, want %q", got, want)
+	}
+	if got, want := firstLine("[FAILED] expected \"data-1=value-1\" in container output: Expected\n    <string>: PATH=/bin"), `expected "data-1=value-1" in container output: Expected`; got != want {
+		t.Errorf("first line %q, want %q", got, want)
+	}
+}
+
 func TestWriteDocTellsEveryFailureByItsMessage(t *testing.T) {
 	failures := readFailures(t)
 	env := "[sig-node] ConfigMap should be consumable via the environment [Conformance] [NodeConformance]"
