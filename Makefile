@@ -334,8 +334,10 @@ CONFORMANCE_FLAGS ?=
 
 # conformance runs Kubernetes' node conformance tests (e2e.test) against holdfast and the
 # upstream kubelet through the same harness, each as the only node of its own cluster, both at
-# once with one ginkgo seed, and writes docs/conformance.md (as root; about 50 minutes on 2
-# cores without the [Slow] tests).
+# once with one ginkgo seed, and writes docs/conformance.md (as root). The selection, its
+# exclusions and their counts are computed from the suite's listing (test/conformance/suite.go);
+# the page records how long each agent's suite took. A run with another -conformance.focus
+# keeps its page in docs/conformance-runs/ (-conformance.out names it).
 conformance: deps conformance-tools bench-kubelet
 	$(GO) test -count=1 -timeout 300m -run '^TestConformance$$' -v ./test/conformance/ -args -conformance.full $(CONFORMANCE_FLAGS)
 

@@ -19,13 +19,13 @@ var (
 	full        = flag.Bool("conformance.full", false, "run TestConformance: the whole selection, for each agent of -conformance.agents, and write -conformance.doc (make conformance)")
 	agents      = flag.String("conformance.agents", Holdfast+","+Kubelet, "the agents TestConformance judges, in order")
 	outDir      = flag.String("conformance.out", "", "where the JUnit reports and the suite's output go (default _output/conformance/DATE in the repository)")
-	docPath     = flag.String("conformance.doc", "../../docs/conformance.md", "the page TestConformance writes")
+	docPath     = flag.String("conformance.doc", "", "the page TestConformance writes (default ../../docs/conformance.md for the whole selection, ../../docs/conformance-runs/NAME.md for a run with another -conformance.focus, NAME the last element of -conformance.out)")
 	procs       = flag.Int("conformance.procs", 6, "ginkgo processes running tests in parallel (the tests mostly wait for containers)")
 	focus       = flag.String("conformance.focus", Focus, "the tests TestConformance runs (ginkgo --focus)")
 	timeout     = flag.Duration("conformance.timeout", 60*time.Minute, "bound of each agent's suite")
 	reportOnly  = flag.Bool("conformance.report-only", false, "with -conformance.full: only write the page from the JUnit reports already in -conformance.out")
 	runTogether = flag.Bool("conformance.parallel-agents", true, "run the agents' suites at the same time, each in its own cluster (faster, noisier)")
-	slow        = flag.Bool("conformance.slow", false, "also run upstream's [Slow] tests (more than five minutes each)")
+	slow        = flag.Bool("conformance.slow", false, "also run upstream's [Slow] tests (more than five minutes each) besides the in-place resize and pod-level resource ones, which run either way")
 	seed        = flag.Int64("conformance.seed", 0, "ginkgo's --seed for every agent (0: from the clock)")
 )
 
@@ -91,6 +91,15 @@ func TestConformance(t *testing.T) {
 	if !*reportOnly {
 		requirePrerequisites(t, strings.Contains(*agents, Kubelet))
 		started := time.Now().UTC()
+		names, err := listSuite()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sel, err := selectTests(names, *focus, *slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the suite lists %d tests; the focus matches %d; %d run (%d of in-place resize or pod-level resources)", sel.Listed, len(sel.Focused), len(sel.Run), len(sel.Resize))
 		// The commit under test: the agent is built from the tree as it is now, and commits
 		// may land while the suite runs.
 		commit := command("git", "describe", "--always", "--dirty", "--abbrev=7")
@@ -98,7 +107,6 @@ func TestConformance(t *testing.T) {
 		if runSeed == 0 {
 			runSeed = started.Unix()
 		}
-		runSkips := skips(*slow)
 		var mu sync.Mutex // the agents' subtests may run in parallel
 		durations := map[string]time.Duration{}
 		t.Run("agents", func(t *testing.T) {
@@ -108,7 +116,7 @@ func TestConformance(t *testing.T) {
 						t.Parallel()
 					}
 					start := time.Now()
-					runAgent(t, agent, SuiteOptions{Focus: *focus, Skip: skipRegexp(runSkips), Procs: *procs, Seed: runSeed, Timeout: *timeout, ReportDir: filepath.Join(out, agent)})
+					runAgent(t, agent, SuiteOptions{Focus: *focus, Skip: sel.Skip(), Procs: *procs, Seed: runSeed, Timeout: *timeout, ReportDir: filepath.Join(out, agent)})
 					mu.Lock()
 					durations[agent] = time.Since(start).Round(time.Second)
 					mu.Unlock()
@@ -119,6 +127,7 @@ func TestConformance(t *testing.T) {
 		fmt.Fprintf(&b, "started=%s\n", started.Format(time.RFC3339))
 		fmt.Fprintf(&b, "seed=%d\ntimeout=%s\nslow=%t\n", runSeed, *timeout, *slow)
 		fmt.Fprintf(&b, "commit=%s\n", commit)
+		fmt.Fprintf(&b, "focus=%s\nprocs=%d\nimages=%s\n", *focus, *procs, imagesDescription)
 		for _, agent := range list {
 			fmt.Fprintf(&b, "%s=%s\n", agent, durations[agent])
 		}
@@ -126,7 +135,18 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := writeDocFrom(out, list, DocOptions{Path: *docPath, Focus: *focus, Procs: *procs, Skips: skips(*slow)}); err != nil {
+	page := *docPath
+	if page == "" {
+		page = filepath.Join("..", "..", "docs", "conformance.md")
+		if *focus != Focus {
+			// A focused run's page is kept beside the whole selection's, named by its start.
+			page = filepath.Join("..", "..", "docs", keptDir, filepath.Base(out)+".md")
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(page), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeDocFrom(out, list, DocOptions{Path: page, Focus: *focus, Procs: *procs}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -58,6 +58,9 @@ func writeRepoList(path, host string) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
+// imagesDescription says what suiteImages builds, for the page of each run.
+const imagesDescription = "built on this machine: agnhost and nnp from the Kubernetes module, busybox from Debian's busybox-static with the host's bash as its sh"
+
 // suiteImages are the images the selected tests run, as manifest.go names them (registry key,
 // name, tag), built from what this machine has: the static busybox for every base, agnhost
 // and nnp built from the Kubernetes module. What upstream's Dockerfiles add that a test looks
@@ -79,6 +82,11 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	shLayer, err := hostBinariesLayer("/bin/bash")
+	if err != nil {
+		return nil, err
+	}
+	shLayer = append(shLayer, ociimage.Symlink("bin/sh", "bash"))
 	// Upstream's busybox image links every applet (the sysctl tests run /bin/sysctl), where
 	// BusyboxLayer links the set holdfast's own tests use.
 	applets, err := exec.Command(busyboxPath, "--list").Output()
@@ -125,9 +133,14 @@ func suiteImages(host string) ([]ociimage.Image, error) {
 		agnhostImage(name("promoterE2eRegistry", "agnhost", "2.55")),
 		agnhostImage(name("privateRegistry", "agnhost", "2.6")),
 		{
+			// sh is bash, every other applet busybox: Debian's busybox 1.35 ash leaves out of
+			// its children's environment every variable whose name is no shell identifier
+			// (data-1, from a ConfigMap's envFrom), which the ConfigMap and Secret env tests
+			// look for; upstream's image (busybox 1.37.0) passes them, and bash passes the
+			// variables on (docs/conformance-runs/2026-12-06-env-before.md and -after.md).
 			Name:   name("promoterE2eRegistry", "busybox", "1.37.0-2"),
 			Config: ocispec.ImageConfig{Env: env, Cmd: []string{"sh"}, WorkingDir: "/"},
-			Layers: [][]ociimage.Entry{base},
+			Layers: [][]ociimage.Entry{base, shLayer},
 		},
 		{
 			// Upstream's pause exits on SIGTERM; agnhost's pause does the same.

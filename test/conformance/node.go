@@ -66,8 +66,13 @@ func startKubelet(t testing.TB, dir string, c *Cluster, cd *testenv.Containerd) 
 	// The node API is served as on a real node, on all addresses, to clients with a
 	// certificate of the apiserver's kubelet client CA (logs, exec, port-forward): the suite
 	// uses it.
+	// Its cgroup hierarchy at its defaults, below a cgroup of its own (the host is shared).
+	root, err := cd.NewCgroupRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	argv := testenv.KubeletCommand(t, testenv.KubeletOptions{
-		Dir: dir, Bin: kubeletPath(), Socket: cd.Address,
+		Dir: dir, Bin: kubeletPath(), Socket: cd.Address, CgroupRoot: root,
 		NodeName: nodeName, Kubeconfig: c.WriteNodeKubeconfig(nodeName), ClientCA: c.KubeletClientCAFile(),
 	})
 	p := testenv.NewProcess(Kubelet, filepath.Join(dir, "kubelet.log"), argv...)

@@ -89,47 +89,49 @@ func readJUnit(path string, focus *regexp.Regexp) (map[string]Result, error) {
 	return parseJUnit(f, focus)
 }
 
-// Cause is a class of holdfast failures: what the test needed that holdfast does not do.
+// Cause is a class of failures, told by the failure's message.
 type Cause struct {
 	// Name is the short label used in the tables.
 	Name string
-	// Pattern matches the test's name or its failure message.
+	// Pattern matches the failure's message.
 	Pattern *regexp.Regexp
-	// OnName says Pattern is matched against the test's name rather than its message.
-	OnName bool
-	// Work is what fixing it takes.
-	Work string
+	// Means is what the message shows, and where to look.
+	Means string
 }
 
-// classify returns the first cause whose pattern matches, or nil.
-func classify(causes []Cause, name string, r Result) *Cause {
+// classify returns the first cause whose pattern matches the failure's message, or nil.
+func classify(causes []Cause, r Result) *Cause {
 	for i := range causes {
-		c := &causes[i]
-		text := r.Message
-		if c.OnName {
-			text = name
-		}
-		if c.Pattern.MatchString(text) {
-			return c
+		if causes[i].Pattern.MatchString(r.Message) {
+			return &causes[i]
 		}
 	}
 	return nil
 }
 
-// firstLine is a failure message's first meaningful line, shortened for a table cell.
+// bareTimeout is a first line that says only that gomega stopped waiting: the next line says
+// what for.
+var bareTimeout = regexp.MustCompile(`^(Told to stop trying|Timed out) after [0-9.]+s\.$`)
+
+// firstLine is a failure message's first meaningful line (with the next one when it says only
+// that the wait stopped), shortened for a table cell.
 func firstLine(msg string) string {
+	var out []string
 	for _, l := range strings.Split(msg, "\n") {
 		l = strings.TrimSpace(l)
 		if l == "" || l == "[FAILED]" {
 			continue
 		}
-		l = strings.TrimPrefix(l, "[FAILED] ")
-		if len(l) > 160 {
-			l = l[:157] + "..."
+		out = append(out, strings.TrimPrefix(l, "[FAILED] "))
+		if len(out) > 1 || !bareTimeout.MatchString(out[0]) {
+			break
 		}
-		return l
 	}
-	return ""
+	l := strings.Join(out, " ")
+	if len(l) > 160 {
+		l = l[:157] + "..."
+	}
+	return l
 }
 
 // cell escapes text for a Markdown table cell.
@@ -146,8 +148,11 @@ type DocInput struct {
 	// Kubelet and Holdfast are the results by test name; Kubelet may be nil when it did not
 	// run.
 	Kubelet, Holdfast map[string]Result
-	// Causes classify holdfast's failures.
+	// Causes classify the failures by their message.
 	Causes []Cause
+	// Later are the focused runs kept beside the page that started after this run: a test
+	// this run failed that an agent passed in one is said to have passed there, with the link.
+	Later []KeptRun
 }
 
 // counts returns passed, failed, skipped.
@@ -163,6 +168,31 @@ func counts(rs map[string]Result) (p, f, s int) {
 		}
 	}
 	return p, f, s
+}
+
+// reason is a failure's or skip's cause and the first line of its message.
+func reason(causes []Cause, r Result, ok bool) string {
+	if !ok || r.State == "passed" {
+		return ""
+	}
+	line := firstLine(r.Message)
+	if r.State == "failed" {
+		if c := classify(causes, r); c != nil {
+			return c.Name + ": " + line
+		}
+		return "other: " + line
+	}
+	return line
+}
+
+// passedLater returns the first later kept run in which agent passed test n.
+func passedLater(later []KeptRun, agent, n string) *KeptRun {
+	for i := range later {
+		if r, ok := later[i].Results[agent][n]; ok && r.State == "passed" {
+			return &later[i]
+		}
+	}
+	return nil
 }
 
 // WriteDoc writes docs/conformance.md.
@@ -192,20 +222,25 @@ func WriteDoc(w io.Writer, in DocInput) error {
 		}
 		return r.State
 	}
-
-	b.WriteString("\n## Totals\n\n| | passed | failed | skipped | total |\n|---|---:|---:|---:|---:|\n")
-	for _, a := range []struct {
+	agents := []struct {
 		name string
 		rs   map[string]Result
-	}{{"kubelet", in.Kubelet}, {"holdfast", in.Holdfast}} {
+	}{{Kubelet, in.Kubelet}, {Holdfast, in.Holdfast}}
+
+	b.WriteString("\n## Totals\n\n| | passed | failed | skipped | total | seconds in tests |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, a := range agents {
 		if a.rs == nil {
-			fmt.Fprintf(&b, "| %s | not run | | | |\n", a.name)
+			fmt.Fprintf(&b, "| %s | not run | | | | |\n", a.name)
 			continue
 		}
 		p, f, s := counts(a.rs)
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d |\n", a.name, p, f, s, len(a.rs))
+		secs := 0.0
+		for _, r := range a.rs {
+			secs += r.Seconds
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.0f |\n", a.name, p, f, s, len(a.rs), secs)
 	}
-	both, onlyKubelet, onlyHoldfast := 0, 0, 0
+	both, onlyKubelet, onlyHoldfast, bothFail := 0, 0, 0, 0
 	for _, n := range sorted {
 		k, h := state(in.Kubelet, n), state(in.Holdfast, n)
 		switch {
@@ -215,77 +250,100 @@ func WriteDoc(w io.Writer, in DocInput) error {
 			onlyKubelet++
 		case h == "passed":
 			onlyHoldfast++
+		case k == "failed" && h == "failed":
+			bothFail++
 		}
 	}
-	if in.Kubelet != nil {
-		fmt.Fprintf(&b, "\nBoth pass %d tests; the kubelet passes %d that holdfast does not; holdfast passes %d that the kubelet does not.\n", both, onlyKubelet, onlyHoldfast)
+	if in.Kubelet != nil && in.Holdfast != nil {
+		fmt.Fprintf(&b, "\nBoth pass %d tests and both fail %d; the kubelet passes %d that holdfast does not; holdfast passes %d that the kubelet does not.\n", both, bothFail, onlyKubelet, onlyHoldfast)
 	}
 
-	// holdfast's failures by cause; those the kubelet fails too are the environment's.
-	byCause := map[string][]string{}
-	var unclassified, shared, exceptions []string
+	// Every failure by the cause its message shows, for each agent.
+	b.WriteString("\n## Failures by cause\n\nEach failure is classified by its message alone (test/conformance/causes.go), whichever agent failed it.\n\n| cause | kubelet | holdfast | of them failed by both | what the message shows |\n|---|---:|---:|---:|---|\n")
+	type tally struct{ k, h, both int }
+	byCause := map[string]*tally{}
 	for _, n := range sorted {
-		r, ok := in.Holdfast[n]
-		if !ok || r.State != "failed" {
-			continue
+		kr, kok := in.Kubelet[n]
+		hr, hok := in.Holdfast[n]
+		kc, hc := "", ""
+		if kok && kr.State == "failed" {
+			kc = "other"
+			if c := classify(in.Causes, kr); c != nil {
+				kc = c.Name
+			}
 		}
-		switch k := state(in.Kubelet, n); {
-		case k == "failed":
-			shared = append(shared, n)
-			continue
-		case k == "passed":
-			exceptions = append(exceptions, n)
+		if hok && hr.State == "failed" {
+			hc = "other"
+			if c := classify(in.Causes, hr); c != nil {
+				hc = c.Name
+			}
 		}
-		if c := classify(in.Causes, n, r); c != nil {
-			byCause[c.Name] = append(byCause[c.Name], n)
-		} else {
-			unclassified = append(unclassified, n)
+		for _, c := range []string{kc, hc} {
+			if c != "" && byCause[c] == nil {
+				byCause[c] = &tally{}
+			}
+		}
+		if kc != "" {
+			byCause[kc].k++
+		}
+		if hc != "" {
+			byCause[hc].h++
+		}
+		if kc != "" && kc == hc {
+			byCause[kc].both++
 		}
 	}
-	b.WriteString("\n## holdfast's failures by cause\n\n| cause | tests | the work it needs |\n|---|---:|---|\n")
-	if len(shared) > 0 {
-		fmt.Fprintf(&b, "| the kubelet fails them too | %d | none in holdfast: the harness's environment (an image not built here, a kernel module); each row below gives the message |\n", len(shared))
-	}
-	for _, c := range in.Causes {
-		if len(byCause[c.Name]) == 0 {
+	for _, c := range append(in.Causes, Cause{Name: "other", Means: "no cause matches the message: see the row's message below"}) {
+		t := byCause[c.Name]
+		if t == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s |\n", cell(c.Name), len(byCause[c.Name]), cell(c.Work))
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s |\n", cell(c.Name), t.k, t.h, t.both, cell(c.Means))
 	}
-	if len(unclassified) > 0 {
-		fmt.Fprintf(&b, "| other (see the row's message) | %d | |\n", len(unclassified))
+	if len(byCause) == 0 {
+		b.WriteString("| none | 0 | 0 | 0 | |\n")
 	}
 
-	// The exceptions: what the kubelet passes and holdfast does not, each with its reason.
-	if in.Kubelet != nil {
-		fmt.Fprintf(&b, "\n## Passed by the kubelet, failed by holdfast (%d)\n\n", len(exceptions))
-		if len(exceptions) == 0 {
+	// What the kubelet passes and holdfast does not, each with its message.
+	if in.Kubelet != nil && in.Holdfast != nil {
+		fmt.Fprintf(&b, "\n## Passed by the kubelet, failed by holdfast (%d)\n\n", onlyKubelet)
+		if onlyKubelet == 0 {
 			b.WriteString("None: holdfast passes every test the kubelet passes in this run.\n")
 		} else {
-			b.WriteString("| test | cause | the work it needs |\n|---|---|---|\n")
+			b.WriteString("| test | holdfast's failure |\n|---|---|\n")
 		}
-		for _, n := range exceptions {
-			cause, work := "unexplained: "+firstLine(in.Holdfast[n].Message), ""
-			if c := classify(in.Causes, n, in.Holdfast[n]); c != nil {
-				cause, work = c.Name, c.Work
+		for _, n := range sorted {
+			if state(in.Kubelet, n) == "passed" && state(in.Holdfast, n) != "passed" {
+				r, ok := in.Holdfast[n]
+				fmt.Fprintf(&b, "| %s | %s |\n", cell(n), cell(reason(in.Causes, r, ok)))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", cell(n), cell(cause), cell(work))
 		}
 	}
 
-	b.WriteString("\n## Every test\n\nThe reason is given for each holdfast failure or skip: the cause above, then the first line of the suite's message.\n\n| test | kubelet | holdfast | reason (holdfast) |\n|---|---|---|---|\n")
+	// Tests failed here and passed in a focused run kept beside the page, after this one.
+	type fixed struct{ test, agent string }
+	var later []fixed
 	for _, n := range sorted {
-		k, h := state(in.Kubelet, n), state(in.Holdfast, n)
-		reason := ""
-		if r, ok := in.Holdfast[n]; ok && r.State != "passed" {
-			reason = firstLine(r.Message)
-			if r.State == "failed" {
-				if c := classify(in.Causes, n, r); c != nil {
-					reason = c.Name + ": " + reason
-				}
+		for _, a := range agents {
+			if state(a.rs, n) == "failed" && passedLater(in.Later, a.name, n) != nil {
+				later = append(later, fixed{n, a.name})
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(n), k, h, cell(reason))
+	}
+	if len(later) > 0 {
+		b.WriteString("\n## Failed in this run, passed in a later focused run\n\nFrom the focused runs the harness made after this one and kept beside this page.\n\n| test | agent | the focused run |\n|---|---|---|\n")
+		for _, f := range later {
+			k := passedLater(in.Later, f.agent, f.test)
+			fmt.Fprintf(&b, "| %s | %s | [%s](%s) (started %s, commit %s) |\n", cell(f.test), f.agent, k.Name, k.Page, k.Started, k.Commit)
+		}
+	}
+
+	b.WriteString("\n## Every test\n\nThe reason is given for each failure or skip: the cause its message shows (or \"other\"), then the message's first line.\n\n| test | kubelet | holdfast | reason (kubelet) | reason (holdfast) |\n|---|---|---|---|---|\n")
+	for _, n := range sorted {
+		kr, kok := in.Kubelet[n]
+		hr, hok := in.Holdfast[n]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", cell(n), state(in.Kubelet, n), state(in.Holdfast, n),
+			cell(reason(in.Causes, kr, kok)), cell(reason(in.Causes, hr, hok)))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

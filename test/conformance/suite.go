@@ -2,10 +2,12 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,49 +18,129 @@ import (
 // [Conformance] tests, as issue #10 defines the judge.
 const Focus = `\[NodeConformance\]|\[sig-node\].*\[Conformance\]`
 
-// Skip is a test the harness does not run, with the reason: only tests that need a part of
-// the cluster that is not the node's.
-type Skip struct {
-	// Pattern is a regular expression matched against the full test name (ginkgo --skip).
-	Pattern string
-	// Reason is why the test is not the node's to pass.
+// The selection is computed at each run from the suite's own listing (e2e.test --list-tests):
+// the tests Focus matches, less the exclusions below, each a rule on the tests' labels whose
+// count is the listing's. Nothing in it is written by hand.
+
+// Exclusion is a rule that leaves tests of the focus out of the run, with its reason.
+type Exclusion struct {
+	// Label is what the rule matches in a test's name, e.g. "[Slow]".
+	Label string
+	// Reason is why the tests are not run.
 	Reason string
+	// Tests are the tests of the focus it leaves out, by full name.
+	Tests []string
 }
 
-// Skips are the only tests the selection leaves out. The reasons are quoted in
-// docs/conformance.md.
-var Skips = []Skip{
-	{
-		Pattern: `Pod InPlace Resize`,
-		Reason: "in-place pod resize (131 tests, 127 of them with pod-level resources): holdfast implements neither " +
-			"(a pod with spec.resources is refused as UnsupportedPodSpec; a resized container is restarted), which is " +
-			"issue-sized work of its own. The kubelet cannot pass them in this harness either (no QoS cgroups on cgroup v1), " +
-			"and each takes it more than 10 minutes to fail, which would triple the run",
-	},
+// resizeLabels mark the in-place resize and pod-level resource tests: issue 29 has them run
+// for both agents, [Slow] as most of them are.
+var resizeLabels = []string{
+	"[FeatureGate:InPlacePodVerticalScaling]",
+	"[FeatureGate:InPlacePodLevelResourcesVerticalScaling]",
+	"[FeatureGate:PodLevelResources]",
 }
 
-// slowSkip leaves out upstream's [Slow] tests (more than five minutes each), unless
-// -conformance.slow: with them a run of both agents takes hours on two cores.
-var slowSkip = Skip{
-	Pattern: `\[Slow\]`,
-	Reason:  "upstream marks these as taking more than five minutes each; left out unless `-conformance.slow` (16 tests outside the resize tests above)",
-}
-
-// skips returns the skips of this run.
-func skips(slow bool) []Skip {
-	if slow {
-		return Skips
+// isResize says the test is one of in-place resize or pod-level resources: by its labels, or
+// by upstream's name for the resize tests (its [Conformance] ones, GA, carry no feature gate).
+func isResize(name string) bool {
+	if strings.Contains(name, "Pod InPlace Resize") {
+		return true
 	}
-	return append(append([]Skip(nil), Skips...), slowSkip)
+	for _, l := range resizeLabels {
+		if strings.Contains(name, l) {
+			return true
+		}
+	}
+	return false
 }
 
-// skipRegexp joins the skip patterns for ginkgo's --skip.
-func skipRegexp(skips []Skip) string {
+// Selection is what a run runs, computed from the suite's listing.
+type Selection struct {
+	// Focus is the regular expression that selects the tests (ginkgo --focus).
+	Focus string
+	// Listed is how many tests the suite holds.
+	Listed int
+	// Focused are the tests Focus matches; Run those of them the run runs.
+	Focused, Run []string
+	// Resize are the tests of Run that isResize says are in-place resize or pod-level
+	// resources.
+	Resize []string
+	// Exclusions left the other tests of Focused out.
+	Exclusions []Exclusion
+}
+
+// slowReason is the [Slow] exclusion's reason.
+const slowReason = "upstream labels these as taking more than five minutes each; left out unless `-conformance.slow`. " +
+	"The in-place resize and pod-level resource tests (labelled " + "`[FeatureGate:InPlacePodVerticalScaling]`, " +
+	"`[FeatureGate:InPlacePodLevelResourcesVerticalScaling]` or `[FeatureGate:PodLevelResources]`) are run though most are [Slow]"
+
+// selectTests computes the selection from the suite's test names: the tests focus matches,
+// less the [Slow] ones (unless slow) that are not in-place resize or pod-level resources.
+func selectTests(names []string, focus string, slow bool) (Selection, error) {
+	re, err := regexp.Compile(focus)
+	if err != nil {
+		return Selection{}, fmt.Errorf("focus: %w", err)
+	}
+	sel := Selection{Focus: focus, Listed: len(names)}
+	slowEx := Exclusion{Label: "[Slow]", Reason: slowReason}
+	for _, n := range names {
+		if !re.MatchString(n) {
+			continue
+		}
+		sel.Focused = append(sel.Focused, n)
+		if !slow && strings.Contains(n, "[Slow]") && !isResize(n) {
+			slowEx.Tests = append(slowEx.Tests, n)
+			continue
+		}
+		sel.Run = append(sel.Run, n)
+		if isResize(n) {
+			sel.Resize = append(sel.Resize, n)
+		}
+	}
+	if len(slowEx.Tests) > 0 {
+		sel.Exclusions = append(sel.Exclusions, slowEx)
+	}
+	return sel, nil
+}
+
+// Skip is ginkgo's --skip for the selection: the excluded tests by their full names.
+func (s Selection) Skip() string {
 	var parts []string
-	for _, s := range skips {
-		parts = append(parts, s.Pattern)
+	for _, e := range s.Exclusions {
+		for _, n := range e.Tests {
+			parts = append(parts, regexp.QuoteMeta(n))
+		}
 	}
 	return strings.Join(parts, "|")
+}
+
+// parseListing returns the test names of e2e.test --list-tests's output: after a heading, one
+// "    FILE:LINE: NAME" a test.
+func parseListing(out string) ([]string, error) {
+	var names []string
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "    ") {
+			continue
+		}
+		_, name, ok := strings.Cut(strings.TrimSpace(l), ": ")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("a line of the listing is not FILE:LINE: NAME: %q", l)
+		}
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return nil, errors.New("the listing names no test")
+	}
+	return names, nil
+}
+
+// listSuite runs e2e.test --list-tests and returns the suite's test names.
+func listSuite() ([]string, error) {
+	out, err := exec.Command(e2eTestPath(), "--list-tests").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list-tests: %w", e2eTestPath(), err)
+	}
+	return parseListing(string(out))
 }
 
 // SuiteOptions says what runSuite runs.

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -390,6 +392,50 @@ func (c *Containerd) removeCgroups() error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return err
+}
+
+// NewCgroupRoot makes a cgroup of its own for an agent running pods on c, in every hierarchy
+// the host mounts (the upstream kubelet's cgroupfs manager wants its cgroupRoot in each, the
+// cpuset one with the CPUs and memory nodes of its parent), and removes it with the pods' cgroups
+// when c is cleaned up: other agents (tests in parallel, other engineers') share the host's
+// cgroups, and a kubelet removes the pod cgroups under its kubepods it does not know.
+func (c *Containerd) NewCgroupRoot() (string, error) {
+	var key [6]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return "", err
+	}
+	root := "/holdfast-test-" + hex.EncodeToString(key[:])
+	c.cgroupRoots = append(c.cgroupRoots, root)
+	h := cgroups.Host()
+	if h.Mode == cgroups.Unified {
+		return root, h.Ensure(root, cgroups.Resources{})
+	}
+	entries, err := os.ReadDir(h.Root)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		top := filepath.Join(h.Root, e.Name())
+		if !e.IsDir() || e.Name() == "unified" {
+			continue // co-mounted controllers' links (cpu,cpuacct), and the v2 part of a hybrid host
+		}
+		dir := filepath.Join(top, root)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", fmt.Errorf("make cgroup %s: %w", dir, err)
+		}
+		if e.Name() == "cpuset" {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, err := os.ReadFile(filepath.Join(top, f))
+				if err != nil {
+					return "", err
+				}
+				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+					return "", fmt.Errorf("write %s of %s: %w", f, dir, err)
+				}
+			}
+		}
+	}
+	return root, nil
 }
 
 func (c *Containerd) cleanup() error {
