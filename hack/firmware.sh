@@ -38,6 +38,12 @@ ARCHES=${ARCHES:-amd64 arm64 armv7}
 HOLDFAST_BUDGET=${HOLDFAST_BUDGET:-$((157 * 256 * 1024))} # 39.25 MiB
 LOGGER_BUDGET=${LOGGER_BUDGET:-$((3 * 1024 * 1024))}
 
+# The build tags of every holdfast binary. grpcnotrace leaves out grpc's golang.org/x/net/trace,
+# whose html/template execution (reachable from its init) makes the linker keep every exported
+# method of every type: about 6 MiB of the agent (issue 31). holdfast never enabled grpc's
+# tracing. Makefile's build, hack/run.sh and the test harness (test/testenv) use the same.
+TAGS=grpcnotrace
+
 # build ARCH DIR: both binaries for linux/ARCH (armv7 = GOARCH=arm GOARM=7) into DIR.
 build() {
 	local arch=$1 dir=$2 goarch=$1 goarm=
@@ -45,7 +51,7 @@ build() {
 		goarch=arm goarm=7
 	fi
 	mkdir -p "$dir"
-	CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=$goarm go build -trimpath \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=$goarm go build -trimpath -tags "$TAGS" \
 		-ldflags "$STRIP -X github.com/holdfast-dev/holdfast/internal/version.Version=$VERSION" \
 		-o "$dir/" ./cmd/holdfast ./cmd/holdfast-logger
 }
