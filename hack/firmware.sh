@@ -12,6 +12,7 @@
 #   hack/firmware.sh --check-size    build the binaries only and check them against the budget
 #   hack/firmware.sh --build ARCH DIR   build the binaries for ARCH into DIR, nothing else
 #                                    (hack/binsize.sh; STRIP= keeps the symbols and DWARF)
+#   hack/firmware.sh --tags          print the build tags the binaries are built with
 #
 # Environment: VERSION (default: git describe), OUT (default _output/firmware), ARCHES
 # (default "amd64 arm64 armv7"), STRIP (the linker's stripping flags, default "-s -w").
@@ -66,6 +67,11 @@ check_size() {
 		return 1
 	fi
 }
+
+if [[ ${1:-} == --tags ]]; then
+	echo "$TAGS"
+	exit 0
+fi
 
 if [[ ${1:-} == --build ]]; then
 	build "$2" "$3"
