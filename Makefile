@@ -27,9 +27,12 @@ export HOLDFAST_TEST_IMAGES := $(CACHE)/images
 
 ## Build
 
+# The agent's build tags, as hack/firmware.sh's TAGS (which says why).
+TAGS := grpcnotrace
+
 .PHONY: build
 build:
-	$(GO) build -trimpath -o bin/ ./cmd/holdfast ./cmd/holdfast-logger
+	$(GO) build -trimpath -tags $(TAGS) -o bin/ ./cmd/holdfast ./cmd/holdfast-logger
 
 .PHONY: firmware
 

@@ -3,7 +3,7 @@
 #
 #   hack/binsize.sh LABEL     writes docs/runs/DATE-binsize-LABEL-COMMIT.md
 #
-# It builds holdfast as hack/firmware.sh does (static, stripped, -trimpath) for every
+# It builds holdfast as hack/firmware.sh does (static, stripped, -trimpath, its tags) for every
 # architecture and records the sizes, the packages `go list -deps` links, and the peak RSS of
 # `holdfast version` on this machine (the binary's pages touched by init, nothing else); then
 # it builds the same binary unstripped for BREAKDOWN_ARCH and sums its symbols per module and
@@ -25,6 +25,8 @@ dirty=$(git diff --quiet HEAD -- . ':!docs/runs' || echo " (with uncommitted cha
 out=$OUT/$(date -u +%F)-binsize-$label-$commit.md
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The packages listed are those of the build measured: its tags (grpcnotrace drops some).
+tags=$(hack/firmware.sh --tags)
 
 goarch() { if [[ $1 == armv7 ]]; then echo arm; else echo "$1"; fi; }
 
@@ -33,11 +35,11 @@ goarch() { if [[ $1 == armv7 ]]; then echo arm; else echo "$1"; fi; }
 	echo
 	echo "$(date -u '+%F %H:%M UTC'), $(go version | cut -d' ' -f3), \`hack/binsize.sh $label\`."
 	echo
-	echo "| architecture | holdfast (stripped) | holdfast-logger (stripped) | packages linked (go list -deps ./cmd/holdfast) |"
+	echo "| architecture | holdfast (stripped) | holdfast-logger (stripped) | packages linked (go list -tags $tags -deps ./cmd/holdfast) |"
 	echo "| --- | ---: | ---: | ---: |"
 	for arch in $ARCHES; do
 		hack/firmware.sh --build "$arch" "$tmp/$arch" >&2
-		n=$(GOOS=linux GOARCH=$(goarch "$arch") GOARM=7 go list -deps ./cmd/holdfast | wc -l)
+		n=$(GOOS=linux GOARCH=$(goarch "$arch") GOARM=7 go list -tags "$tags" -deps ./cmd/holdfast | wc -l)
 		for f in holdfast holdfast-logger; do
 			s=$(stat -c %s "$tmp/$arch/$f")
 			printf -v "size_$(tr - _ <<<"$f")" '%s' "$(awk -v s="$s" 'BEGIN { printf "%.1f MiB (%d bytes)", s/1048576, s }')"
@@ -55,14 +57,14 @@ goarch() { if [[ $1 == armv7 ]]; then echo arm; else echo "$1"; fi; }
 		echo "(median $(printf '%s\n' "${rss[@]}" | sort -n | sed -n 3p | awk '{ printf "%.1f MiB", $1/1024 }'))."
 		echo
 	fi
-	typed=$(go list -deps ./cmd/holdfast | grep -c '^k8s.io/client-go/kubernetes/typed/' || true)
-	kubectl=$(go list -deps ./cmd/holdfast | grep -c '^k8s.io/kubectl/' || true)
+	typed=$(go list -tags "$tags" -deps ./cmd/holdfast | grep -c '^k8s.io/client-go/kubernetes/typed/' || true)
+	kubectl=$(go list -tags "$tags" -deps ./cmd/holdfast | grep -c '^k8s.io/kubectl/' || true)
 	echo "Linked on linux/amd64: $typed typed clients of client-go (k8s.io/client-go/kubernetes/typed/...), $kubectl k8s.io/kubectl packages."
 	echo
 	echo "## Where linux/$BREAKDOWN_ARCH's bytes go"
 	echo
 	STRIP= hack/firmware.sh --build "$BREAKDOWN_ARCH" "$tmp/full" >&2
-	GOOS=linux GOARCH=$(goarch "$BREAKDOWN_ARCH") GOARM=7 go list -deps \
+	GOOS=linux GOARCH=$(goarch "$BREAKDOWN_ARCH") GOARM=7 go list -tags "$tags" -deps \
 		-f '{{.ImportPath}} {{with .Module}}{{.Path}}{{else}}std{{end}}' ./cmd/holdfast >"$tmp/pkgs"
 	go run ./hack/binsize -bin "$tmp/full/holdfast" -pkgs "$tmp/pkgs" -stripped "$tmp/$BREAKDOWN_ARCH/holdfast" -top "$TOP" |
 		sed "s|$tmp/full/holdfast|holdfast, unstripped|"

@@ -18,7 +18,7 @@ if [[ $(id -u) != 0 ]]; then
 fi
 hack/deps.sh
 go run ./hack/mkimage -o "$CACHE/images"
-go build -o bin/ ./cmd/holdfast ./cmd/holdfast-logger
+go build -tags grpcnotrace -o bin/ ./cmd/holdfast ./cmd/holdfast-logger
 
 mkdir -p "$RUN_DIR"/{cni,state,logs,netns}
 # The demo's pod network: the firmware's bridge, under a name and subnet of its own so it

@@ -78,7 +78,7 @@ func isHelper(argv []string) bool {
 	return filepath.Base(argv[0]) == logs.LoggerName || slices.Equal(argv, pauseArgv)
 }
 
-// buildHoldfast builds holdfast as `make build` does (-trimpath), stripped of its symbol
+// buildHoldfast builds holdfast as `make build` does (-trimpath, its tags), stripped of its symbol
 // table and DWARF (-s -w) as the kubelet is (hack/build-kubelet.sh, like upstream's release
 // builds), so the binary sizes compare; nothing the running agent uses is removed. The
 // container logger is built beside it, where a gateway has it and the agent looks for it. The
@@ -86,7 +86,7 @@ func isHelper(argv []string) bool {
 func buildHoldfast(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("nice", "-n", "10", "go", "build", "-trimpath", "-ldflags=-s -w", "-o", dir+"/",
+	cmd := exec.Command("nice", "-n", "10", "go", "build", "-trimpath", "-tags", "grpcnotrace", "-ldflags=-s -w", "-o", dir+"/",
 		"github.com/holdfast-dev/holdfast/cmd/holdfast", "github.com/holdfast-dev/holdfast/cmd/holdfast-logger")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build holdfast: %v\n%s", err, b)

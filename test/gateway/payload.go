@@ -114,7 +114,7 @@ func GuestKubeconfig(t testing.TB, path string) []byte {
 // build cache of a `make build` serves it. The guest is Debian 12 like the host: the same glibc.
 func goBuild(t testing.TB, root, outDir string, pkgs ...string) {
 	t.Helper()
-	args := append([]string{"build", "-trimpath", "-o", outDir + "/"}, pkgs...)
+	args := append([]string{"build", "-trimpath", "-tags", "grpcnotrace", "-o", outDir + "/"}, pkgs...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=amd64")

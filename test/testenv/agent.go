@@ -45,8 +45,8 @@ var holdfastBinary = sync.OnceValues(func() (string, error) {
 	// Both binaries, as a gateway has them: the agent finds its container logger beside it.
 	// Under -race the agent is built with -race as well (see failOnDataRace). With the
 	// failpoints compiled in, unarmed (a no-op unless Agent.SetEnv arms one; internal/failpoint):
-	// the production build has none.
-	args := []string{"build", "-tags", "failpoints"}
+	// the production build has none. grpcnotrace as the production build (hack/firmware.sh).
+	args := []string{"build", "-tags", "failpoints,grpcnotrace"}
 	if raceEnabled {
 		args = append(args, "-race")
 	}

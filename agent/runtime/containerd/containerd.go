@@ -191,7 +191,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConf
 		}
 	}()
 
-	opts := append([]oci.SpecOpts{oci.WithImageConfig(img), withKubernetesArgs(img, cfg.Command, cfg.Args)},
+	opts := append([]oci.SpecOpts{withImageConfig(img), withKubernetesArgs(img, cfg.Command, cfg.Args)},
 		ContainerSpecOpts(cfg, r.node)...)
 
 	labels := map[string]string{

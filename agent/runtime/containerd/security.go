@@ -47,7 +47,7 @@ func securitySpecOpts(sec runtime.Security, pod, container string, node NodeSecu
 	case uid != nil && gid != nil:
 		opts = append(opts, oci.WithUIDGID(uint32(*uid), uint32(*gid)))
 	case uid != nil:
-		opts = append(opts, oci.WithUserID(uint32(*uid)))
+		opts = append(opts, withUserID(uint32(*uid)))
 	case gid != nil:
 		// The image's user with the group asked for: kubelet passes the image's user as
 		// runAsUser, so the runtime gets "USER:GID".
@@ -59,7 +59,7 @@ func securitySpecOpts(sec runtime.Security, pod, container string, node NodeSecu
 		groups = append(groups, strconv.FormatInt(g, 10))
 	}
 	if len(groups) > 0 {
-		opts = append(opts, oci.WithAppendAdditionalGroups(groups...))
+		opts = append(opts, withAppendAdditionalGroups(groups...))
 	}
 	if sec.RunAsNonRoot {
 		opts = append(opts, verifyNonRoot(pod, container))
@@ -257,7 +257,7 @@ func appArmorSpecOpt(p *runtime.Profile, privileged bool) oci.SpecOpts {
 		if privileged {
 			return nil
 		}
-		return apparmor.WithDefaultProfile(appArmorDefaultProfile)
+		return withDefaultAppArmorProfile(appArmorDefaultProfile)
 	case runtime.ProfileLocalhost:
 		name := p.Localhost
 		return func(ctx context.Context, client oci.Client, c *containers.Container, s *oci.Spec) error {
