@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/status"
@@ -91,6 +92,13 @@ func computeStatus(in statusInput) v1.PodStatus {
 	byName := groupByName(in.observed)
 	st := v1.PodStatus{
 		QOSClass: podutil.ComputePodQOS(pod),
+		// As the kubelet with InPlacePodLevelResourcesVerticalScaling (beta, on by default in
+		// 1.37), for every pod: its requests as allocated, summed as the scheduler counts them
+		// (the pod-level ones when it has them), and its effective resources. The kubelet
+		// reads a running pod's back from its cgroup; here they are the allocation, which the
+		// pod cgroup holds once no PodResizeInProgress is reported (resize.go).
+		AllocatedResources: resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}),
+		Resources:          effectivePodResources(pod),
 	}
 	if !in.startTime.IsZero() {
 		t := metav1.NewTime(in.startTime)
@@ -285,6 +293,20 @@ func condition(old v1.PodStatus, t v1.PodConditionType, ok bool, reason, msg str
 		}
 	}
 	return c
+}
+
+// effectivePodResources are the pod's resources as a whole, as allocated: its pod-level ones
+// (claims kept), with requests and limits those of the pod (the pod-level ones, or its
+// containers' added up as the scheduler adds them), as the kubelet's
+// getEffectiveAllocatedResources.
+func effectivePodResources(pod *v1.Pod) *v1.ResourceRequirements {
+	r := pod.Spec.Resources.DeepCopy()
+	if r == nil {
+		r = &v1.ResourceRequirements{}
+	}
+	r.Requests = resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	r.Limits = resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
+	return r
 }
 
 func containerStatus(c *v1.Container, attempts []runtime.Container, in statusInput) v1.ContainerStatus {

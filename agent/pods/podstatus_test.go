@@ -304,3 +304,37 @@ func TestComputeStatusSidecarReadiness(t *testing.T) {
 		t.Errorf("every container ready, the pod is not: %+v", st.Conditions)
 	}
 }
+
+// Every pod reports its allocated requests and effective resources as a whole, as the kubelet
+// does with InPlacePodLevelResourcesVerticalScaling (on by default in 1.37), and as the upstream
+// pod-level resize tests check: the pod-level requests when the pod has them, its containers'
+// added up otherwise (an init container counting as the scheduler counts it).
+func TestPodLevelStatusResources(t *testing.T) {
+	rl := func(cpu, mem string) v1.ResourceList {
+		return v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
+	}
+	containers := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u"}, Spec: v1.PodSpec{
+		InitContainers: []v1.Container{{Name: "init", Resources: v1.ResourceRequirements{Requests: rl("500m", "16Mi")}}},
+		Containers: []v1.Container{
+			{Name: "a", Resources: v1.ResourceRequirements{Requests: rl("100m", "32Mi"), Limits: rl("200m", "64Mi")}},
+			{Name: "b", Resources: v1.ResourceRequirements{Requests: rl("150m", "32Mi"), Limits: rl("300m", "64Mi")}},
+		},
+	}}
+	st := computeStatus(statusInput{pod: containers})
+	if got, want := st.AllocatedResources, rl("500m", "64Mi"); !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("allocatedResources of a pod without pod-level resources %v, want %v (the init container's CPU, the containers' memory)", got, want)
+	}
+	if got, want := st.Resources, (&v1.ResourceRequirements{Requests: rl("500m", "64Mi"), Limits: rl("500m", "128Mi")}); !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("resources of a pod without pod-level resources %v, want %v", got, want)
+	}
+
+	podLevel := containers.DeepCopy()
+	podLevel.Spec.Resources = &v1.ResourceRequirements{Requests: rl("1", "256Mi"), Limits: rl("2", "512Mi")}
+	st = computeStatus(statusInput{pod: podLevel})
+	if got, want := st.AllocatedResources, rl("1", "256Mi"); !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("allocatedResources of a pod with pod-level resources %v, want its pod-level requests %v", got, want)
+	}
+	if got, want := st.Resources, podLevel.Spec.Resources; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("resources of a pod with pod-level resources %v, want %v", got, want)
+	}
+}
