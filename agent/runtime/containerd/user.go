@@ -108,6 +108,10 @@ func withUser(userstr string) oci.SpecOpts {
 			if err != nil {
 				return err
 			}
+			// An empty part is no name but 0, as containerd takes it: USER ${UID}:${GID} with
+			// GID unset builds "1000:", which runs as 1000:0 without reading the image.
+			uidIsID = uidIsID || parts[0] == ""
+			gidIsID = gidIsID || parts[1] == ""
 			if uidIsID && gidIsID {
 				s.Process.User.UID, s.Process.User.GID = uid, gid
 				return nil

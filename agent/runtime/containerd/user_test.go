@@ -46,6 +46,12 @@ func TestUserSpecOptsMatchContainerd(t *testing.T) {
 		{"user:unknown group", withUser("app:ghost"), oci.WithUser("app:ghost")},
 		{"uid out of range", withUser("4294967296"), oci.WithUser("4294967296")},
 		{"three parts", withUser("a:b:c"), oci.WithUser("a:b:c")},
+		// An empty part is 0, not a name (USER ${UID}:${GID} with one of them unset).
+		{"uid:empty", withUser("1000:"), oci.WithUser("1000:")},
+		{"empty:gid", withUser(":1000"), oci.WithUser(":1000")},
+		{"empty:empty", withUser(":"), oci.WithUser(":")},
+		{"user:empty", withUser("app:"), oci.WithUser("app:")},
+		{"empty:group", withUser(":video"), oci.WithUser(":video")},
 		{"user id option", withUserID(1000), oci.WithUserID(1000)},
 		{"unknown user id option", withUserID(31), oci.WithUserID(31)},
 		{"username option", withUsername("nobody"), oci.WithUsername("nobody")},
