@@ -182,6 +182,10 @@ func (a *Agent) criBackend(ctx context.Context, boot *metrics.Boot) (*backend, e
 // connectRuntime waits for containerd at address, in namespace: at boot it may come up after
 // the agent.
 func (a *Agent) connectRuntime(ctx context.Context, address, namespace string) (*containerd.Runtime, error) {
+	node, err := nodeSecurity(a.cfg)
+	if err != nil {
+		return nil, err
+	}
 	return waitFor(ctx, a, "containerd", address, func() (*containerd.Runtime, error) {
 		return containerd.Connect(ctx, address, namespace, a.log.With("component", "runtime"),
 			containerd.WithRegistryConfigPath(a.cfg.Containerd.RegistryConfigPath),
@@ -190,7 +194,7 @@ func (a *Agent) connectRuntime(ctx context.Context, address, namespace string) (
 			// The stdin FIFOs of containers with stdin: true (kubectl attach -i).
 			containerd.WithIODir(filepath.Join(a.cfg.StateDir, "io")),
 			containerd.WithExecFIFODir(a.cfg.ExecFIFODir),
-			containerd.WithNodeSecurity(nodeSecurity(a.cfg)))
+			containerd.WithNodeSecurity(node))
 	})
 }
 
@@ -235,10 +239,18 @@ func (a *Agent) registryHosts(ctx context.Context, registry string) ([]policy.Re
 }
 
 // nodeSecurity is what this host contributes to its containers' confinement on containerd.
-func nodeSecurity(cfg config.Config) containerd.NodeSecurity {
+// Without the host's cgroup mount options the agent does not start: a privileged container
+// would clear them for the whole host (containerd.NodeSecurity.CgroupMountOptions).
+func nodeSecurity(cfg config.Config) (containerd.NodeSecurity, error) {
+	host := cgroups.Host()
+	options, err := host.MountOptions()
+	if err != nil {
+		return containerd.NodeSecurity{}, err
+	}
 	return containerd.NodeSecurity{
 		SeccompProfileRoot: cfg.SeccompProfileRoot,
 		AppArmor:           runtime.AppArmorEnabled(),
-		CgroupNamespace:    cgroups.Host().Mode == cgroups.Unified,
-	}
+		CgroupNamespace:    host.Mode == cgroups.Unified,
+		CgroupMountOptions: options,
+	}, nil
 }

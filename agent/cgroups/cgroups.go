@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,6 +53,20 @@ type Hierarchy struct {
 // Host returns this host's hierarchy, its mode detected as runc and containerd detect it.
 func Host() Hierarchy {
 	return Hierarchy{Root: "/sys/fs/cgroup", Proc: "/proc", Mode: DetectMode("/sys/fs/cgroup")}
+}
+
+// MountOptions are the options of the file system mounted at the hierarchy's root, its
+// superblock's as /proc/self/mountinfo lists them (cgroup2's nsdelegate and
+// memory_recursiveprot among them); none when nothing is mounted there.
+func (h Hierarchy) MountOptions() ([]string, error) {
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(h.Root))
+	if err != nil {
+		return nil, fmt.Errorf("read the mount options of %s: %w", h.Root, err)
+	}
+	if len(mounts) == 0 {
+		return nil, nil
+	}
+	return strings.Split(mounts[len(mounts)-1].VFSOptions, ","), nil
 }
 
 // DetectMode tells the hierarchy mounted at root by the file system types: a cgroup2 root is

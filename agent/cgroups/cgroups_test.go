@@ -3,6 +3,7 @@ package cgroups
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -153,5 +154,22 @@ func TestWeightToSharesRoundTrips(t *testing.T) {
 		if SharesToWeight(back) != w || back > s || (back > 2 && SharesToWeight(back-1) == w) {
 			t.Fatalf("shares %d: weight %d, read back as %d (weight %d)", s, w, back, SharesToWeight(back))
 		}
+	}
+}
+
+// MountOptions reads the options of what is mounted at the root, as /proc/self/mountinfo has
+// them: the host's /sys/fs/cgroup has some (rw or ro at least); a directory nothing is mounted
+// on has none.
+func TestMountOptions(t *testing.T) {
+	opts, err := Host().MountOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(opts, "rw") && !slices.Contains(opts, "ro") {
+		t.Errorf("options of the host's /sys/fs/cgroup %v: neither rw nor ro", opts)
+	}
+	none, err := Hierarchy{Root: t.TempDir()}.MountOptions()
+	if err != nil || none != nil {
+		t.Errorf("options of a directory nothing is mounted on: %v, %v", none, err)
 	}
 }

@@ -294,7 +294,8 @@ func ContainerSpecOpts(cfg runtime.ContainerConfig, node NodeSecurity) []oci.Spe
 	if cfg.PIDNamespaceOfPid != 0 {
 		opts = append(opts, withPIDNamespaceOf(cfg.PIDNamespaceOfPid))
 	}
-	return opts
+	// Last: whether the container has a cgroup namespace of its own is known only now.
+	return append(opts, withHostCgroup2Options(node.CgroupMountOptions))
 }
 
 // withCgroupfs mounts cgroupfs read-only at /sys/fs/cgroup, as containerd's CRI plugin does
@@ -312,6 +313,37 @@ func withCgroupfs(_ context.Context, _ oci.Client, _ *containers.Container, s *o
 		Options:     []string{"nosuid", "noexec", "nodev", "relatime", "ro"},
 	})
 	return nil
+}
+
+// sharedCgroup2Options are the cgroup2 superblock options systemd sets that a mount of cgroup2
+// in the host's cgroup namespace would clear host-wide if it left them out: the container's
+// mount and the host's are one superblock, and a mount's options are the superblock's.
+var sharedCgroup2Options = []string{"nsdelegate", "memory_recursiveprot"}
+
+// withHostCgroup2Options adds to the container's cgroupfs mount the shared options the host's
+// has (hostOptions), when the container shares the host's cgroup namespace (a privileged one,
+// or any where cgroup namespaces are off), as containerd's CRI plugin does. Without them, the
+// first privileged pod on a cgroup v2 gateway (a CNI or device plugin daemon) cleared
+// nsdelegate and memory_recursiveprot for the whole host: systemd's MemoryLow and MemoryMin
+// stopped protecting recursively until a remount.
+func withHostCgroup2Options(hostOptions []string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux != nil && slices.ContainsFunc(s.Linux.Namespaces, func(ns specs.LinuxNamespace) bool { return ns.Type == specs.CgroupNamespace }) {
+			return nil
+		}
+		for i := range s.Mounts {
+			m := &s.Mounts[i]
+			if m.Destination != cgroupRoot || m.Type != "cgroup" {
+				continue
+			}
+			for _, o := range sharedCgroup2Options {
+				if slices.Contains(hostOptions, o) && !slices.Contains(m.Options, o) {
+					m.Options = append(m.Options, o)
+				}
+			}
+		}
+		return nil
+	}
 }
 
 // withKubernetesArgs sets the process arguments the way Kubernetes combines a container's

@@ -30,6 +30,10 @@ type NodeSecurity struct {
 	// CgroupNamespace gives every unprivileged container its own cgroup namespace, as
 	// containerd's CRI plugin does on a unified (v2) hierarchy.
 	CgroupNamespace bool
+	// CgroupMountOptions are the options of the host's /sys/fs/cgroup mount (its superblock's,
+	// as /proc/self/mountinfo lists them): a container that mounts cgroup2 in the host's cgroup
+	// namespace must repeat those of sharedCgroup2Options (withCgroupfs).
+	CgroupMountOptions []string
 }
 
 // appArmorDefaultProfile is the name containerd's CRI plugin loads its default profile under;
