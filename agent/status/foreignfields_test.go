@@ -56,14 +56,22 @@ func TestEveryPodStatusFieldHasAnOwner(t *testing.T) {
 // is applied as the apiserver applies it.
 func TestPatchKeepsFieldsOtherWritersOwn(t *testing.T) {
 	fill := randfill.NewWithSeed(29).NilChance(0.2).NumElements(1, 3).Funcs(
-		func(c *v1.PodResourceClaimStatus, r randfill.Continue) {
-			c.Name = []string{"gpu", "fpga", "nic"}[r.Intn(3)]
-			n := "claim-" + c.Name
-			c.ResourceClaimName = &n
+		// The lists that merge by key, each key once, as the apiserver holds them.
+		func(l *[]v1.PodResourceClaimStatus, r randfill.Continue) {
+			*l = nil
+			for _, name := range distinct(r, "gpu", "fpga", "nic") {
+				n := "claim-" + name
+				*l = append(*l, v1.PodResourceClaimStatus{Name: name, ResourceClaimName: &n})
+			}
 		},
-		func(c *v1.NodeAllocatableResourceClaimStatus, r randfill.Continue) {
-			r.FillNoCustom(c)
-			c.ResourceClaimName = []string{"claim-1", "claim-2"}[r.Intn(2)]
+		func(l *[]v1.NodeAllocatableResourceClaimStatus, r randfill.Continue) {
+			*l = nil
+			for _, name := range distinct(r, "claim-1", "claim-2") {
+				var c v1.NodeAllocatableResourceClaimStatus
+				r.FillNoCustom(&c)
+				c.ResourceClaimName = name
+				*l = append(*l, c)
+			}
 		},
 		func(tm *metav1.Time, r randfill.Continue) { *tm = metav1.Unix(1_700_000_000+r.Int63n(100), 0) },
 	)
@@ -73,8 +81,6 @@ func TestPatchKeepsFieldsOtherWritersOwn(t *testing.T) {
 		fill.Fill(&sent.ResourceClaimStatuses)
 		fill.Fill(&sent.ExtendedResourceClaimStatus)
 		fill.Fill(&sent.NodeAllocatableResourceClaimStatuses)
-		sent.ResourceClaimStatuses = uniqueBy(sent.ResourceClaimStatuses, func(c v1.PodResourceClaimStatus) string { return c.Name })
-		sent.NodeAllocatableResourceClaimStatuses = uniqueBy(sent.NodeAllocatableResourceClaimStatuses, func(c v1.NodeAllocatableResourceClaimStatus) string { return c.ResourceClaimName })
 		sent.Phase = v1.PodPending
 		computed := v1.PodStatus{
 			Phase:      v1.PodRunning,
@@ -136,14 +142,11 @@ func applyStatusPatch(t *testing.T, sent v1.PodStatus, p []byte) v1.PodStatus {
 	return pod.Status
 }
 
-func uniqueBy[T any](l []T, key func(T) string) []T {
-	seen := map[string]bool{}
-	var out []T
-	for _, e := range l {
-		if !seen[key(e)] {
-			seen[key(e)] = true
-			out = append(out, e)
-		}
+// distinct is 1 to all of keys, each once, in a random order.
+func distinct(r randfill.Continue, keys ...string) []string {
+	out := make([]string, 0, len(keys))
+	for _, i := range r.Perm(len(keys))[:1+r.Intn(len(keys))] {
+		out = append(out, keys[i])
 	}
 	return out
 }
