@@ -90,15 +90,16 @@ func computeStatus(in statusInput) v1.PodStatus {
 	pod := in.pod
 	old := pod.Status
 	byName := groupByName(in.observed)
+	// As the kubelet with InPlacePodLevelResourcesVerticalScaling (beta, on by default in 1.37),
+	// for every pod: its effective resources, and its requests as allocated (summed as the
+	// scheduler counts them, the pod-level ones when it has them). The kubelet reads a running
+	// pod's resources back from its cgroup; here they are the allocation, which the pod cgroup
+	// holds once no PodResizeInProgress is reported (resize.go).
+	resources := effectivePodResources(pod)
 	st := v1.PodStatus{
-		QOSClass: podutil.ComputePodQOS(pod),
-		// As the kubelet with InPlacePodLevelResourcesVerticalScaling (beta, on by default in
-		// 1.37), for every pod: its requests as allocated, summed as the scheduler counts them
-		// (the pod-level ones when it has them), and its effective resources. The kubelet
-		// reads a running pod's back from its cgroup; here they are the allocation, which the
-		// pod cgroup holds once no PodResizeInProgress is reported (resize.go).
-		AllocatedResources: resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}),
-		Resources:          effectivePodResources(pod),
+		QOSClass:           podutil.ComputePodQOS(pod),
+		AllocatedResources: resources.Requests.DeepCopy(),
+		Resources:          resources,
 	}
 	if !in.startTime.IsZero() {
 		t := metav1.NewTime(in.startTime)
