@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/containerd/containerd/v2/contrib/apparmor"
@@ -58,12 +57,12 @@ func securitySpecOpts(sec runtime.Security, pod, container string, node NodeSecu
 		opts = append(opts, withGroupID(uint32(*gid)))
 	}
 	// kubelet puts fsGroup first among the supplementary groups, then supplementalGroups.
-	var groups []string
+	var groups []uint32
 	for _, g := range sec.SupplementalGroups {
-		groups = append(groups, strconv.FormatInt(g, 10))
+		groups = append(groups, uint32(g))
 	}
 	if len(groups) > 0 {
-		opts = append(opts, withAppendAdditionalGroups(groups...))
+		opts = append(opts, withSupplementalGroups(groups...))
 	}
 	if sec.RunAsNonRoot {
 		opts = append(opts, verifyNonRoot(pod, container))

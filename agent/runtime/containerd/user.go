@@ -24,7 +24,7 @@ import (
 
 // The image config and the user of a Linux container, as containerd's pkg/oci (v2.4)
 // WithImageConfig, WithUser, WithUserID, WithUsername, WithAdditionalGIDs and
-// WithAppendAdditionalGroups set them, which this file replaces with the same results. Those
+// WithAppendAdditionalGroups (with gids) set them, which this file replaces with the same results. Those
 // read the container's /etc/passwd and /etc/group through containerd's internal/fsview, which
 // executes a text/template for templated mount options; a reachable template execution makes
 // the linker keep every exported method of every type in the binary (it cannot tell which one
@@ -217,35 +217,16 @@ func withAdditionalGIDs(userstr string) oci.SpecOpts {
 	}
 }
 
-// withAppendAdditionalGroups adds groups, each a gid or a name /etc/group must have, to the
-// supplementary groups (oci.WithAppendAdditionalGroups).
-func withAppendAdditionalGroups(groups ...string) oci.SpecOpts {
-	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
+// withSupplementalGroups appends gids to the supplementary groups, in their order, the
+// process's group kept among them (oci.WithAppendAdditionalGroups with gids, which would read
+// the image's /etc/group, through a mount of its snapshot, only to resolve names: a pod's
+// supplementalGroups are numbers).
+func withSupplementalGroups(gids ...uint32) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		setProcess(s)
-		return withContainerRootFS(ctx, cl, c, s, func(root fs.FS) error {
-			defer ensureAdditionalGids(s)
-			all, groupErr := groupsFromFS(root, nil)
-			if groupErr != nil && !errors.Is(groupErr, fs.ErrNotExist) {
-				return groupErr
-			}
-			var gids []uint32
-			for _, group := range groups {
-				if gid, err := strconv.ParseUint(group, 10, 32); err == nil {
-					gids = append(gids, uint32(gid))
-					continue
-				}
-				i := slices.IndexFunc(all, func(g user.Group) bool { return g.Name == group })
-				switch {
-				case i < 0 && groupErr != nil:
-					return fmt.Errorf("unable to find group %s: %w", group, groupErr)
-				case i < 0:
-					return fmt.Errorf("unable to find group %s", group)
-				}
-				gids = append(gids, uint32(all[i].Gid))
-			}
-			s.Process.User.AdditionalGids = append(s.Process.User.AdditionalGids, gids...)
-			return nil
-		})
+		s.Process.User.AdditionalGids = append(s.Process.User.AdditionalGids, gids...)
+		ensureAdditionalGids(s)
+		return nil
 	}
 }
 

@@ -58,8 +58,8 @@ func TestUserSpecOptsMatchContainerd(t *testing.T) {
 		{"additional gids of uid", withAdditionalGIDs("1000"), oci.WithAdditionalGIDs("1000")},
 		{"additional gids of root", withAdditionalGIDs("root"), oci.WithAdditionalGIDs("root")},
 		{"additional gids of unknown uid", withAdditionalGIDs("77"), oci.WithAdditionalGIDs("77")},
-		{"append groups", withAppendAdditionalGroups("5", "video", "wheel"), oci.WithAppendAdditionalGroups("5", "video", "wheel")},
-		{"append unknown group", withAppendAdditionalGroups("ghost"), oci.WithAppendAdditionalGroups("ghost")},
+		{"supplemental groups", withSupplementalGroups(5, 44, 10), oci.WithAppendAdditionalGroups("5", "44", "10")},
+		{"supplemental group already there", withSupplementalGroups(3, 99), oci.WithAppendAdditionalGroups("3", "99")},
 	}
 	ctx := namespaces.WithNamespace(context.Background(), "holdfast")
 	for _, root := range []string{withFiles, empty} {
