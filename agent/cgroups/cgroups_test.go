@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeHost lays out a /proc/PID/cgroup and cgroup files under a temporary root.
@@ -157,16 +159,22 @@ func TestWeightToSharesRoundTrips(t *testing.T) {
 	}
 }
 
-// MountOptions reads the options of what is mounted at the root, as /proc/self/mountinfo has
-// them: the host's /sys/fs/cgroup has some (rw or ro at least); a directory nothing is mounted
-// on has none.
+// MountOptions reads the options of the file system mounted at the root, its superblock's
+// (what a container's mount of the same cgroup2 would reset), not the mount's own: a tmpfs the
+// test mounts with a size shows it (a superblock option; relatime is the mount's). A directory
+// nothing is mounted on has none.
 func TestMountOptions(t *testing.T) {
-	opts, err := Host().MountOptions()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RELATIME, "size=1m"); err != nil {
+		t.Fatalf("mount a tmpfs for the test (needs root, as make test runs it): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, 0) })
+	opts, err := Hierarchy{Root: dir}.MountOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(opts, "rw") && !slices.Contains(opts, "ro") {
-		t.Errorf("options of the host's /sys/fs/cgroup %v: neither rw nor ro", opts)
+	if !slices.Contains(opts, "size=1024k") || slices.Contains(opts, "relatime") {
+		t.Errorf("options of a tmpfs mounted with size=1m: %v, want its superblock's (size=1024k), not the mount's (relatime)", opts)
 	}
 	none, err := Hierarchy{Root: t.TempDir()}.MountOptions()
 	if err != nil || none != nil {
