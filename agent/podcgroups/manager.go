@@ -149,6 +149,19 @@ func (m *Manager) PodHolds(pod *v1.Pod) (bool, error) {
 	return Holds(m.podResources(pod), got), nil
 }
 
+// PodMemoryLimits are the pod cgroup's memory limit as pod, allocated, sets it
+// (ResourceConfigForPod) and as the cgroup holds it now; 0 for none.
+func (m *Manager) PodMemoryLimits(pod *v1.Pod) (desired, current int64, err error) {
+	if r := m.podResources(pod); r.Memory != nil && *r.Memory > 0 {
+		desired = *r.Memory
+	}
+	got, err := m.ReadPod(pod)
+	if err != nil {
+		return desired, 0, err
+	}
+	return desired, got.MemoryLimit, nil
+}
+
 func (m *Manager) podResources(pod *v1.Pod) cgroups.Resources {
 	return ResourceConfigForPod(pod, m.cfg.EnforceCPULimits, m.cfg.CPUPeriod, m.cfg.PodPidsLimit)
 }

@@ -115,6 +115,9 @@ type PodCgroups interface {
 	// PodHolds reports whether the pod's cgroup holds what pod, as allocated, gives it: a
 	// pod-level resize is applied.
 	PodHolds(pod *v1.Pod) (bool, error)
+	// PodMemoryLimits are the pod cgroup's memory limit as pod, allocated, sets it and as it
+	// holds it now (0: none): a resize must not lower it below what the pod uses.
+	PodMemoryLimits(pod *v1.Pod) (desired, current int64, err error)
 }
 
 // Manager dispatches desired pods to their workers and watches the runtime for changes.

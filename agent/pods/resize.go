@@ -442,7 +442,7 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 			}
 		}
 	}
-	if err := w.checkMemoryDecreases(ctx, actions, already); err != nil {
+	if err := w.checkMemoryDecreases(ctx, allocated, observed, actions, already); err != nil {
 		// As the kubelet: nothing of the resize is applied while it would set a limit below
 		// what a container uses (on cgroup v2 the kernel would OOM-kill it); tried again at
 		// the next syncs, the resize in progress with the Error.
@@ -500,14 +500,40 @@ func (w *worker) podCgroupStale(allocated *v1.Pod) bool {
 	return !holds
 }
 
-// checkMemoryDecreases refuses, as the kubelet's validatePodResizeAction, memory limits
-// lowered in place below what the containers use now. Without a usage source (Config.Usage)
-// nothing is checked.
-func (w *worker) checkMemoryDecreases(ctx context.Context, actions []resizeAction, already []killAction) error {
+// checkMemoryDecreases refuses, as the kubelet's validateMemoryResizeAction, memory limits
+// lowered in place below what the containers use now, and a pod cgroup's memory limit lowered
+// below what the pod uses as a whole: containers without limits of their own each under a
+// pod-level limit lowered to less than their sum would pass one by one, and the pod cgroup's
+// new limit OOM-kill them (cgroup v2) or be refused half-applied (v1). The pod's usage is its
+// running containers' added up. Without a usage source (Config.Usage) nothing is checked.
+func (w *worker) checkMemoryDecreases(ctx context.Context, allocated *v1.Pod, observed []runtime.Container, actions []resizeAction, already []killAction) error {
 	if w.m.cfg.Usage == nil {
 		return nil
 	}
 	var errs []string
+	if pc := w.m.cfg.Cgroups; pc != nil {
+		desired, current, err := pc.PodMemoryLimits(allocated)
+		if err != nil {
+			w.m.log.Debug("read the pod cgroup's memory limit", "pod", allocated.UID, "err", err)
+		}
+		if err == nil && desired > 0 && (current == 0 || desired < current) {
+			var used int64
+			for _, c := range observed {
+				if c.State != runtime.StateRunning || containsKill(already, c.ID) {
+					continue
+				}
+				u, err := w.m.cfg.Usage.Usage(ctx, c)
+				if err != nil {
+					errs = append(errs, fmt.Sprintf("missing pod memory usage: container %q: %v", c.Name, err))
+					break
+				}
+				used += u.MemoryUsage
+			}
+			if len(errs) == 0 && used >= desired {
+				errs = append(errs, fmt.Sprintf("attempting to set pod memory limit (%d) below current usage (%d)", desired, used))
+			}
+		}
+	}
 	for _, a := range actions {
 		lowered := a.want.MemoryLimit > 0 && (a.applied.MemoryLimit == 0 || a.want.MemoryLimit < a.applied.MemoryLimit)
 		if a.restart || !lowered || containsKill(already, a.container.ID) {

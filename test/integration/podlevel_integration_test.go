@@ -190,3 +190,59 @@ func TestPodLevelResize(t *testing.T) {
 		t.Errorf("an infeasible resize changed the pod cgroup's cpu.cfs_quota_us to %d", q)
 	}
 }
+
+// TestPodLevelMemoryNotLoweredBelowUsage: a pod-level memory limit lowered through pods/resize
+// below what the pod uses as a whole is held back with the kubelet's Error ("attempting to set
+// pod memory limit ... below current usage"), nothing of it applied: two containers without
+// limits of their own each hold 40Mi under a pod-level 256Mi lowered to 64Mi. Each container
+// alone is under the new limit; applied, the pod cgroup's new limit would OOM-kill one on
+// cgroup v2 and be refused half-applied on v1 (found by the attacker review of 1738371).
+func TestPodLevelMemoryNotLoweredBelowUsage(t *testing.T) {
+	e := startResizeEnv(t)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	publishRootCA(t, e, "default")
+	// The shell stays (sleep in the background): a shell's last command is exec'd, and the
+	// 40Mi would go with it.
+	const hold = `x=$(head -c 40m /dev/zero | tr '\0' a); echo held; trap 'exit 0' TERM; sleep 1000000 & wait`
+	// 256Mi: room for the shell's peak while it reads its 40Mi (about twice that).
+	p := podLevelPod("plr-mem", cpuMemory("100m", "256Mi"), cpuMemory("200m", "256Mi"), hold, hold)
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p = e.waitAPIRunning(t, "plr-mem")["plr-mem"]
+	for _, c := range p.Spec.Containers {
+		testenv.Eventually(t, 2*time.Minute, c.Name+" holds its 40Mi", func() error {
+			if log := e.podLog(t, p, c.Name); !strings.Contains(log, "held") {
+				return fmt.Errorf("log %q", log)
+			}
+			return nil
+		})
+	}
+	patch := `{"spec":{"resources":{"requests":{"memory":"64Mi"},"limits":{"memory":"64Mi"}}}}`
+	if _, err := pods.Patch(ctx, "plr-mem", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the resize held back with an Error", func() error {
+		var err error
+		if p, err = pods.Get(ctx, "plr-mem", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		rc := resizeCondition(p.Status, v1.PodResizeInProgress)
+		if rc == nil || rc.Reason != v1.PodReasonError || !strings.Contains(rc.Message, "attempting to set pod memory limit (67108864) below current usage") {
+			return fmt.Errorf("conditions %+v", p.Status.Conditions)
+		}
+		return nil
+	})
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.RestartCount != 0 || cs.State.Running == nil {
+			t.Errorf("container %s: restartCount %d, state %+v", cs.Name, cs.RestartCount, cs.State)
+		}
+		if m := e.cgroupOf(t, cs, "memory/memory.limit_in_bytes"); m != 256<<20 {
+			t.Errorf("container %s's memory limit %d, want the 256Mi it had: nothing applied", cs.Name, m)
+		}
+	}
+	if m := e.podCgroupOf(t, p.Status.ContainerStatuses[0], "memory/memory.limit_in_bytes"); m != 256<<20 {
+		t.Errorf("the pod cgroup's memory limit %d, want the 256Mi it had", m)
+	}
+}
