@@ -429,9 +429,10 @@ func (c *Controller) readyState(runtimeErr error) (bool, string) {
 // DeclaredFeatures are the node's declared features (NodeDeclaredFeatures, on in 1.37; the
 // names of k8s.io/component-helpers/nodedeclaredfeatures) that holdfast implements: the
 // apiserver refuses a pod update needing one the node does not declare, a pod-level resize
-// among them. Only what holdfast does is declared; the kubelet's others (resizing regular
-// init containers, memory-backed volumes, RestartAllContainers, ...) it does not.
-var DeclaredFeatures = []string{"InPlacePodLevelResourcesVerticalScaling"}
+// among them, and a resize of a regular init container. Only what holdfast does is declared;
+// the kubelet's others (memory-backed volumes, RestartAllContainers, ...) it does not.
+// TestDeclaredFeaturesAreRegistered checks the names against the registry.
+var DeclaredFeatures = []string{"InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers"}
 
 func (c *Controller) computeStatus(ctx context.Context, old v1.NodeStatus, now time.Time) (v1.NodeStatus, error) {
 	mi, err := readMachine(c.cfg.StorageDir)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -74,8 +75,8 @@ func TestStatusPatchKeepsOthersFields(t *testing.T) {
 	}
 	// The features holdfast implements, declared (the apiserver refuses a pod-level resize
 	// on a node that does not declare it), and nothing else.
-	if f := got.Status.DeclaredFeatures; len(f) != 1 || f[0] != "InPlacePodLevelResourcesVerticalScaling" {
-		t.Errorf("declared features %v: want InPlacePodLevelResourcesVerticalScaling only", f)
+	if f := got.Status.DeclaredFeatures; !slices.Equal(f, []string{"InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers"}) {
+		t.Errorf("declared features %v: want InPlacePodLevelResourcesVerticalScaling and InPlacePodVerticalScalingInitContainers only", f)
 	}
 	if got.Labels["site"] != "a" || got.Annotations["note"] != "x" || got.Status.NodeInfo.KubeletVersion != "v1" {
 		t.Errorf("labels %v annotations %v nodeInfo %v", got.Labels, got.Annotations, got.Status.NodeInfo)

@@ -103,15 +103,14 @@ func fromRecord(rec offline.Allocation) allocation {
 	return a
 }
 
-// resizable reports whether a container's resources are allocated and resized: every app
-// container, and the sidecars (the kubelet's IsResizableContainer); regular init containers
-// have run by the time a pod can be resized, ephemeral ones have no resources.
+// resizableContainers are the containers whose resources are allocated and resized (the
+// kubelet's IsResizableContainer with InPlacePodVerticalScalingInitContainers, GA and locked
+// on in 1.37): every init container, sidecar or not (a regular one is resized while it runs),
+// and every app container; ephemeral containers have no resources.
 func resizableContainers(pod *v1.Pod) []*v1.Container {
 	var out []*v1.Container
 	for i := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
-			out = append(out, &pod.Spec.InitContainers[i])
-		}
+		out = append(out, &pod.Spec.InitContainers[i])
 	}
 	for i := range pod.Spec.Containers {
 		out = append(out, &pod.Spec.Containers[i])
@@ -341,10 +340,8 @@ func resizeMessage(pod *v1.Pod, generation int64, errorMsg, prefix string) strin
 		Generation     int64                 `json:"generation"`
 		Error          string                `json:"error,omitempty"`
 	}{Generation: generation, Error: errorMsg}
-	for i := range pod.Spec.InitContainers {
-		if c := &pod.Spec.InitContainers[i]; isSidecar(c) {
-			summary.InitContainers = append(summary.InitContainers, containerAllocation{c.Name, c.Resources})
-		}
+	for _, c := range pod.Spec.InitContainers {
+		summary.InitContainers = append(summary.InitContainers, containerAllocation{c.Name, c.Resources})
 	}
 	for _, c := range pod.Spec.Containers {
 		summary.Containers = append(summary.Containers, containerAllocation{c.Name, c.Resources})
@@ -389,10 +386,26 @@ func planResize(allocated *v1.Pod, observed []runtime.Container, applied map[str
 		if !cpu && !mem {
 			continue
 		}
-		out = append(out, resizeAction{container: latest, spec: c, want: target, applied: got,
-			restart: cpu && restartPolicy(c, v1.ResourceCPU) || mem && restartPolicy(c, v1.ResourceMemory)})
+		restart := cpu && restartPolicy(c, v1.ResourceCPU) || mem && restartPolicy(c, v1.ResourceMemory)
+		if restart && isRegularInit(allocated, c.Name) {
+			// API validation refuses RestartContainer on a regular init container (killed, it
+			// would fail the pod, not start again); a spec that did not go through it (a
+			// static pod's) is updated in place.
+			restart = false
+		}
+		out = append(out, resizeAction{container: latest, spec: c, want: target, applied: got, restart: restart})
 	}
 	return out
+}
+
+// isRegularInit reports whether name is one of pod's init containers other than a sidecar.
+func isRegularInit(pod *v1.Pod, name string) bool {
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; c.Name == name {
+			return !isSidecar(c)
+		}
+	}
+	return false
 }
 
 // cpuMatches reports whether the CPU settings applied are want's: the same CFS quota (and

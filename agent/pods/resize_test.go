@@ -420,3 +420,46 @@ func TestResizePodLevelDeferred(t *testing.T) {
 		t.Errorf("b's allocation kept as %+v, %v; want its pod-level 600m", got, err)
 	}
 }
+
+// A running regular init container is resized in place (InPlacePodVerticalScalingInitContainers,
+// GA in 1.37): its cgroup changes, it is not restarted, its status reports the new resources,
+// and the resize completes while it still runs. Before, only sidecars were resizable: the
+// init container kept its old cgroup and the status its old allocation.
+func TestResizeRunningInitContainerInPlace(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	pod := resizablePod("init", 100, 64<<20)
+	pod.Spec.InitContainers = []v1.Container{*pod.Spec.Containers[0].DeepCopy()}
+	pod.Spec.InitContainers[0].Name = "init"
+	initSettled := func(cpu, mem int64) func(v1.PodStatus) bool {
+		return func(st v1.PodStatus) bool {
+			if len(st.InitContainerStatuses) != 1 || st.InitContainerStatuses[0].State.Running == nil || st.InitContainerStatuses[0].Resources == nil {
+				return false
+			}
+			cs := st.InitContainerStatuses[0]
+			return cs.Resources.Limits.Cpu().MilliValue() == cpu && cs.Resources.Limits.Memory().Value() == mem &&
+				cs.AllocatedResources.Cpu().MilliValue() == cpu &&
+				condition(st, v1.PodResizePending) == nil && condition(st, v1.PodResizeInProgress) == nil
+		}
+	}
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "init container running with 100m", initSettled(100, 64<<20))
+	before, _ := n.container(t, pod)
+
+	next := pod.DeepCopy()
+	next.Generation++
+	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(300, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(128<<20, resource.BinarySI)}
+	next.Spec.InitContainers[0].Resources = v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
+	n.mgr.Update(next)
+	st := n.waitStatus(t, pod, "init container resized to 300m, 128Mi", initSettled(300, 128<<20))
+	after, got := n.container(t, pod)
+	if after.ID != before.ID || after.Name != "init" || st.InitContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("resized in place: container %s (%s, restarts %d), want %s", after.ID, after.Name, st.InitContainerStatuses[0].RestartCount, before.ID)
+	}
+	if got.CPUQuota != 30000 || got.MemoryLimit != 128<<20 {
+		t.Errorf("the init container's cgroup holds %+v, want quota 30000, memory 128Mi", got)
+	}
+}

@@ -309,3 +309,65 @@ func TestResizeSurvivesOfflineReboot(t *testing.T) {
 		t.Errorf("cpu.cfs_quota_us %d once allocated, want 80000", q)
 	}
 }
+
+// TestResizeRegularInitContainer: a running regular init container (not a sidecar) resized
+// through pods/resize, as the upstream "should support resizing a non-sidecar init container"
+// does: the apiserver accepts it only from a node that declares
+// InPlacePodVerticalScalingInitContainers, and the container's cgroup and the pod's take the
+// new CPU and memory limits in place, the same container, restartCount 0, its status reporting
+// them. Before, the node did not declare the feature and the apiserver refused the patch.
+func TestResizeRegularInitContainer(t *testing.T) {
+	e := startResizeEnv(t)
+	ctx := context.Background()
+	pods := e.cp.Admin.CoreV1().Pods("default")
+	p := resizePod("resize-init", "100m", "100m", "64Mi")
+	p.Spec.InitContainers = []v1.Container{*p.Spec.Containers[0].DeepCopy()}
+	p.Spec.InitContainers[0].Name = "init"
+	p.Spec.InitContainers[0].ResizePolicy = nil // RestartContainer is refused for a regular init container
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	initStatus := func(cpu, mem string) func() error {
+		return func() error {
+			var err error
+			if p, err = pods.Get(ctx, "resize-init", metav1.GetOptions{}); err != nil {
+				return err
+			}
+			if len(p.Status.InitContainerStatuses) != 1 || p.Status.InitContainerStatuses[0].State.Running == nil {
+				return fmt.Errorf("init container statuses %+v", p.Status.InitContainerStatuses)
+			}
+			cs := p.Status.InitContainerStatuses[0]
+			if cs.Resources == nil || cs.Resources.Limits.Cpu().String() != cpu || cs.Resources.Limits.Memory().String() != mem || cs.AllocatedResources.Cpu().String() != cpu {
+				return fmt.Errorf("init container resources %+v, allocated %v; want %s, %s", cs.Resources, cs.AllocatedResources, cpu, mem)
+			}
+			for _, c := range []v1.PodConditionType{v1.PodResizePending, v1.PodResizeInProgress} {
+				if rc := resizeCondition(p.Status, c); rc != nil {
+					return fmt.Errorf("condition %s %s: %s", c, rc.Reason, rc.Message)
+				}
+			}
+			return nil
+		}
+	}
+	testenv.Eventually(t, 90*time.Second, "the init container runs with 100m", initStatus("100m", "64Mi"))
+	before := p.Status.InitContainerStatuses[0]
+
+	patch := `{"spec":{"initContainers":[{"name":"init","resources":{"requests":{"cpu":"400m","memory":"96Mi"},"limits":{"cpu":"400m","memory":"96Mi"}}}]}}`
+	if _, err := pods.Patch(ctx, "resize-init", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+		t.Fatalf("resize the init container: %v", err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the init container resized in place", initStatus("400m", "96Mi"))
+	cs := p.Status.InitContainerStatuses[0]
+	if cs.ContainerID != before.ContainerID || cs.RestartCount != 0 {
+		t.Errorf("after the resize: container %s restartCount %d; want %s, 0", cs.ContainerID, cs.RestartCount, before.ContainerID)
+	}
+	if q := e.cgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 40000 {
+		t.Errorf("the init container's cpu.cfs_quota_us %d, want 40000", q)
+	}
+	if m := e.cgroupOf(t, cs, "memory/memory.limit_in_bytes"); m != 96<<20 {
+		t.Errorf("the init container's memory.limit_in_bytes %d, want %d", m, 96<<20)
+	}
+	// The pod's limits are the larger of its init containers' and its app containers' sum.
+	if q := e.podCgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 40000 {
+		t.Errorf("the pod cgroup's cpu.cfs_quota_us %d, want 40000: it caps the init container at the old limit", q)
+	}
+}
