@@ -259,8 +259,8 @@ func (m *Manager) undecided(except types.UID) bool {
 	return false
 }
 
-// ActivePods are the admitted pods that run: not finished, not being deleted and not being
-// evicted. The eviction manager chooses among them. undecided counts the pods whose
+// ActivePods are the admitted pods that run, with their allocated resources: not finished,
+// not being deleted and not being evicted. The eviction manager chooses among them. undecided counts the pods whose
 // admission is not decided yet (just restored after an agent restart, or just arrived): they
 // may run already, and ranking without them could evict the wrong pod.
 func (m *Manager) ActivePods() (active []*v1.Pod, undecided int) {
@@ -273,7 +273,10 @@ func (m *Manager) ActivePods() (active []*v1.Pod, undecided int) {
 		case w.decision == nil:
 			undecided++
 		case w.decision.Admitted && w.eviction == nil && w.pod.DeletionTimestamp == nil:
-			active = append(active, w.pod)
+			// With what is allocated to them, as the kubelet's getAllocatedPods: a resize
+			// pending is not what a pod holds, nor what eviction ranks it by.
+			p, _ := applyAllocation(w.pod, w.allocated)
+			active = append(active, p)
 		}
 		w.mu.Unlock()
 	}

@@ -178,6 +178,14 @@ func TestResizeInfeasibleAndDeferred(t *testing.T) {
 	if _, res := n.container(t, b); res.CPUQuota != 40000 {
 		t.Errorf("a deferred resize was applied: %+v", res)
 	}
+	// Eviction ranks the active pods by what they are allocated, as the kubelet's
+	// (getAllocatedPods): b's deferred 600m is not what it holds.
+	active, _ := n.mgr.ActivePods()
+	for _, p := range active {
+		if p.UID == b.UID && p.Spec.Containers[0].Resources.Requests.Cpu().MilliValue() != 400 {
+			t.Errorf("ActivePods gives b's request as %s, want the allocated 400m", p.Spec.Containers[0].Resources.Requests.Cpu())
+		}
+	}
 	// Admission counts what is allocated, not what a pending resize asks: 500m + 400m + 100m
 	// fit the node (with b's desired 600m they would not).
 	c := resizablePod("c", 100, 64<<20)
