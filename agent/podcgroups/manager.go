@@ -129,6 +129,22 @@ func (m *Manager) UpdatePod(pod *v1.Pod) error {
 	return nil
 }
 
+// CoverPod sets pod's cgroup to hold its containers both as they run and as pod, allocated,
+// will have them (Covering): before they are resized, after which UpdatePod sets it exactly.
+func (m *Manager) CoverPod(pod *v1.Pod) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dir := m.PodDir(pod)
+	got, err := m.h.SettingsAt(dir)
+	if err != nil {
+		return fmt.Errorf("read pod cgroup: %w", err)
+	}
+	if err := m.h.Update(dir, Covering(m.podResources(pod), got)); err != nil {
+		return fmt.Errorf("update pod cgroup: %w", err)
+	}
+	return nil
+}
+
 // ReadPod reads back what pod's cgroup holds (for its status, and to tell whether a
 // pod-level resize is applied).
 func (m *Manager) ReadPod(pod *v1.Pod) (cgroups.Settings, error) {

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/internal/podutil"
@@ -199,6 +200,47 @@ func NodeAllocatableResources(allocatable v1.ResourceList) cgroups.Resources {
 	if q, ok := allocatable["pid"]; ok {
 		v := q.Value()
 		out.PidsLimit = &v
+	}
+	return out
+}
+
+// Covering is what a pod cgroup holding got is set to before its containers are resized to
+// want's: per resource the larger of the two (none where either has none), so that it holds
+// its containers both as they are and as they will be. The kubelet orders each resource on
+// its own (the pod cgroup raised before its containers, lowered after them); one order for
+// CPU and memory both, a resize raising one and lowering the other had a container's CFS
+// quota above its pod's, which cgroup v1 refuses, or the pod's memory limit below its
+// containers'. The pod cgroup is set to want exactly once its containers are. The quota is
+// compared as a share of its period; the pids limit is want's (a resize does not change it).
+func Covering(want cgroups.Resources, got cgroups.Settings) cgroups.Resources {
+	out := want
+	if want.CPUShares != nil {
+		out.CPUShares = ptr.To(max(*want.CPUShares, got.CPUShares))
+	}
+	if want.CPUQuota != nil {
+		switch q := *want.CPUQuota; {
+		case q <= 0 || got.CPUQuota <= 0:
+			out.CPUQuota = ptr.To(int64(-1))
+		default:
+			period := int64(QuotaPeriod)
+			if want.CPUPeriod != nil && *want.CPUPeriod > 0 {
+				period = int64(*want.CPUPeriod)
+			}
+			held := got.CPUQuota
+			if got.CPUPeriod > 0 && got.CPUPeriod != period {
+				// Rounded up: the covering quota must not fall short of what is held.
+				held = (got.CPUQuota*period + got.CPUPeriod - 1) / got.CPUPeriod
+			}
+			out.CPUQuota = ptr.To(max(q, held))
+		}
+	}
+	if want.Memory != nil {
+		switch m := *want.Memory; {
+		case m <= 0 || got.MemoryLimit <= 0:
+			out.Memory = ptr.To(int64(-1))
+		default:
+			out.Memory = ptr.To(max(m, got.MemoryLimit))
+		}
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/internal/podutil"
@@ -39,8 +40,6 @@ func podWith(init []v1.ResourceRequirements, containers ...v1.ResourceRequiremen
 	return pod
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // TestResourceConfigForPod is the kubelet's own table (pkg/kubelet/cm helpers_linux_test.go
 // TestResourceConfigForPod, v1.37.2), its rows without pod-level resources (those are
 // TestResourceConfigForPodLevel's), with the values it expects written out.
@@ -57,33 +56,33 @@ func TestResourceConfigForPod(t *testing.T) {
 		want             cgroups.Resources
 	}{
 		{"besteffort", podWith(nil, requirements(resourceList("", ""), resourceList("", ""))), true, defaultPeriod,
-			cgroups.Resources{CPUShares: ptr(uint64(2))}},
+			cgroups.Resources{CPUShares: ptr.To(uint64(2))}},
 		{"burstable-no-limits", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("", ""))), true, defaultPeriod,
-			cgroups.Resources{CPUShares: ptr(burstableShares)}},
+			cgroups.Resources{CPUShares: ptr.To(burstableShares)}},
 		{"burstable-with-limits", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi"))), true, defaultPeriod,
-			cgroups.Resources{CPUShares: ptr(burstableShares), CPUQuota: ptr(MilliCPUToQuota(200, 100000)), CPUPeriod: ptr(defaultPeriod), Memory: ptr(burstableMemory)}},
+			cgroups.Resources{CPUShares: ptr.To(burstableShares), CPUQuota: ptr.To(MilliCPUToQuota(200, 100000)), CPUPeriod: ptr.To(defaultPeriod), Memory: ptr.To(burstableMemory)}},
 		{"burstable-with-limits-no-cpu-enforcement", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi"))), false, defaultPeriod,
-			cgroups.Resources{CPUShares: ptr(burstableShares), CPUQuota: ptr(int64(-1)), CPUPeriod: ptr(defaultPeriod), Memory: ptr(burstableMemory)}},
+			cgroups.Resources{CPUShares: ptr.To(burstableShares), CPUQuota: ptr.To(int64(-1)), CPUPeriod: ptr.To(defaultPeriod), Memory: ptr.To(burstableMemory)}},
 		{"burstable-partial-limits", podWith(nil,
 			requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi")),
 			requirements(resourceList("100m", "100Mi"), resourceList("", ""))), true, defaultPeriod,
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(200))}},
 		{"burstable-with-limits-with-tuned-quota", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi"))), true, tunedPeriod,
-			cgroups.Resources{CPUShares: ptr(burstableShares), CPUQuota: ptr(int64(1000)), CPUPeriod: ptr(tunedPeriod), Memory: ptr(burstableMemory)}},
+			cgroups.Resources{CPUShares: ptr.To(burstableShares), CPUQuota: ptr.To(int64(1000)), CPUPeriod: ptr.To(tunedPeriod), Memory: ptr.To(burstableMemory)}},
 		{"burstable-with-limits-no-cpu-enforcement-with-tuned-quota", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi"))), false, tunedPeriod,
-			cgroups.Resources{CPUShares: ptr(burstableShares), CPUQuota: ptr(int64(-1)), CPUPeriod: ptr(tunedPeriod), Memory: ptr(burstableMemory)}},
+			cgroups.Resources{CPUShares: ptr.To(burstableShares), CPUQuota: ptr.To(int64(-1)), CPUPeriod: ptr.To(tunedPeriod), Memory: ptr.To(burstableMemory)}},
 		{"burstable-partial-limits-with-tuned-quota", podWith(nil,
 			requirements(resourceList("100m", "100Mi"), resourceList("200m", "200Mi")),
 			requirements(resourceList("100m", "100Mi"), resourceList("", ""))), true, tunedPeriod,
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(200))}},
 		{"guaranteed", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))), true, defaultPeriod,
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(10000)), CPUPeriod: ptr(defaultPeriod), Memory: ptr(guaranteedMemory)}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(100)), CPUQuota: ptr.To(int64(10000)), CPUPeriod: ptr.To(defaultPeriod), Memory: ptr.To(guaranteedMemory)}},
 		{"guaranteed-no-cpu-enforcement", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))), false, defaultPeriod,
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(-1)), CPUPeriod: ptr(defaultPeriod), Memory: ptr(guaranteedMemory)}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(100)), CPUQuota: ptr.To(int64(-1)), CPUPeriod: ptr.To(defaultPeriod), Memory: ptr.To(guaranteedMemory)}},
 		{"guaranteed-with-tuned-quota", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))), true, tunedPeriod,
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(1000)), CPUPeriod: ptr(tunedPeriod), Memory: ptr(guaranteedMemory)}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(100)), CPUQuota: ptr.To(int64(1000)), CPUPeriod: ptr.To(tunedPeriod), Memory: ptr.To(guaranteedMemory)}},
 		{"guaranteed-no-cpu-enforcement-with-tuned-quota", podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))), false, tunedPeriod,
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(-1)), CPUPeriod: ptr(tunedPeriod), Memory: ptr(guaranteedMemory)}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(100)), CPUQuota: ptr.To(int64(-1)), CPUPeriod: ptr.To(tunedPeriod), Memory: ptr.To(guaranteedMemory)}},
 		{"burstable-partial-limits-with-init-containers", podWith(
 			[]v1.ResourceRequirements{
 				requirements(resourceList("100m", "100m"), resourceList("100m", "100Mi")),
@@ -91,7 +90,7 @@ func TestResourceConfigForPod(t *testing.T) {
 			},
 			requirements(resourceList("100m", "100m"), resourceList("100m", "100Mi")),
 			requirements(resourceList("100m", "100m"), resourceList("", ""))), true, tunedPeriod,
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(200))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,7 +242,7 @@ func TestNodeAllocatableResources(t *testing.T) {
 	got := NodeAllocatableResources(v1.ResourceList{
 		v1.ResourceCPU: resource.MustParse("1500m"), v1.ResourceMemory: resource.MustParse("300Mi"), "pid": resource.MustParse("1000"),
 	})
-	want := cgroups.Resources{CPUShares: ptr(uint64(1536)), Memory: ptr(int64(300 << 20)), PidsLimit: ptr(int64(1000))}
+	want := cgroups.Resources{CPUShares: ptr.To(uint64(1536)), Memory: ptr.To(int64(300 << 20)), PidsLimit: ptr.To(int64(1000))}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("NodeAllocatableResources = %s, want %s", show(got), show(want))
 	}
@@ -269,27 +268,27 @@ func TestResourceConfigForPodLevel(t *testing.T) {
 	}{
 		{"burstable-pod-level-limits-container-without", withPodLevel(podWith(nil, noLimits),
 			requirements(resourceList("200m", "100Mi"), resourceList("400m", "300Mi"))),
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200)), CPUQuota: ptr(int64(40000)), CPUPeriod: ptr(period), Memory: ptr(int64(300 << 20))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(200)), CPUQuota: ptr.To(int64(40000)), CPUPeriod: ptr.To(period), Memory: ptr.To(int64(300 << 20))}},
 		{"guaranteed-pod-level", withPodLevel(podWith(nil, requirements(nil, nil), noLimits),
 			requirements(resourceList("200m", "128Mi"), resourceList("200m", "128Mi"))),
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200)), CPUQuota: ptr(int64(20000)), CPUPeriod: ptr(period), Memory: ptr(int64(128 << 20))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(200)), CPUQuota: ptr.To(int64(20000)), CPUPeriod: ptr.To(period), Memory: ptr.To(int64(128 << 20))}},
 		{"burstable-pod-level-memory-only", withPodLevel(podWith(nil, noLimits),
 			requirements(resourceList("", "64Mi"), resourceList("", "64Mi"))),
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), Memory: ptr(int64(64 << 20))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(100)), Memory: ptr.To(int64(64 << 20))}},
 		{"burstable-pod-level-cpu-limit-beside-container-memory-limits", withPodLevel(podWith(nil, requirements(resourceList("100m", "50Mi"), resourceList("", "50Mi"))),
 			requirements(resourceList("100m", ""), resourceList("300m", ""))),
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(30000)), CPUPeriod: ptr(period), Memory: ptr(int64(50 << 20))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(100)), CPUQuota: ptr.To(int64(30000)), CPUPeriod: ptr.To(period), Memory: ptr.To(int64(50 << 20))}},
 		{"burstable-pod-level-requests-only", withPodLevel(podWith(nil, requirements(nil, nil)),
 			requirements(resourceList("500m", "100Mi"), nil)),
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(500))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(500))}},
 		{"pod-level-limits-below-the-containers-sum", withPodLevel(podWith(nil,
 			requirements(resourceList("100m", "100Mi"), resourceList("1", "1Gi")),
 			requirements(resourceList("100m", "100Mi"), resourceList("1", "1Gi"))),
 			requirements(resourceList("200m", "200Mi"), resourceList("1500m", "1500Mi"))),
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(200)), CPUQuota: ptr(int64(150000)), CPUPeriod: ptr(period), Memory: ptr(int64(1500 << 20))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(200)), CPUQuota: ptr.To(int64(150000)), CPUPeriod: ptr.To(period), Memory: ptr.To(int64(1500 << 20))}},
 		{"empty-pod-level-is-the-containers'", withPodLevel(podWith(nil, requirements(resourceList("100m", "100Mi"), resourceList("100m", "100Mi"))),
 			v1.ResourceRequirements{}),
-			cgroups.Resources{CPUShares: ptr(MilliCPUToShares(100)), CPUQuota: ptr(int64(10000)), CPUPeriod: ptr(period), Memory: ptr(int64(100 << 20))}},
+			cgroups.Resources{CPUShares: ptr.To(MilliCPUToShares(100)), CPUQuota: ptr.To(int64(10000)), CPUPeriod: ptr.To(period), Memory: ptr.To(int64(100 << 20))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -305,7 +304,7 @@ func TestResourceConfigForPodLevel(t *testing.T) {
 // there: shares as written or as a v2 weight's, no quota for -1, a memory limit as written or
 // rounded down to a page (cgroup v1); a resize not applied yet does not hold.
 func TestHolds(t *testing.T) {
-	want := cgroups.Resources{CPUShares: ptr(uint64(204)), CPUQuota: ptr(int64(20000)), CPUPeriod: ptr(uint64(100000)), Memory: ptr(int64(100000000))}
+	want := cgroups.Resources{CPUShares: ptr.To(uint64(204)), CPUQuota: ptr.To(int64(20000)), CPUPeriod: ptr.To(uint64(100000)), Memory: ptr.To(int64(100000000))}
 	page := int64(100000000) / pageSize * pageSize
 	for _, tt := range []struct {
 		name string
@@ -318,12 +317,69 @@ func TestHolds(t *testing.T) {
 		{"old quota", want, cgroups.Settings{CPUShares: 204, CPUQuota: 10000, CPUPeriod: 100000, MemoryLimit: 100000000}, false},
 		{"old memory", want, cgroups.Settings{CPUShares: 204, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 64 << 20}, false},
 		{"old shares", want, cgroups.Settings{CPUShares: 102, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 100000000}, false},
-		{"no quota wanted (-1)", cgroups.Resources{CPUShares: ptr(uint64(2)), CPUQuota: ptr(int64(-1))}, cgroups.Settings{CPUShares: 2}, true},
-		{"quota left", cgroups.Resources{CPUShares: ptr(uint64(2)), CPUQuota: ptr(int64(-1))}, cgroups.Settings{CPUShares: 2, CPUQuota: 5000, CPUPeriod: 100000}, false},
-		{"unset: not judged", cgroups.Resources{CPUShares: ptr(uint64(2))}, cgroups.Settings{CPUShares: 2, CPUQuota: 5000, CPUPeriod: 100000, MemoryLimit: 1 << 20}, true},
+		{"no quota wanted (-1)", cgroups.Resources{CPUShares: ptr.To(uint64(2)), CPUQuota: ptr.To(int64(-1))}, cgroups.Settings{CPUShares: 2}, true},
+		{"quota left", cgroups.Resources{CPUShares: ptr.To(uint64(2)), CPUQuota: ptr.To(int64(-1))}, cgroups.Settings{CPUShares: 2, CPUQuota: 5000, CPUPeriod: 100000}, false},
+		{"unset: not judged", cgroups.Resources{CPUShares: ptr.To(uint64(2))}, cgroups.Settings{CPUShares: 2, CPUQuota: 5000, CPUPeriod: 100000, MemoryLimit: 1 << 20}, true},
 	} {
 		if got := Holds(tt.want, tt.got); got != tt.ok {
 			t.Errorf("%s: Holds(%s, %+v) = %v, want %v", tt.name, show(tt.want), tt.got, got, tt.ok)
 		}
 	}
+}
+
+// TestCovering: the pod cgroup's setting before its containers are resized holds them as they
+// are (got) and as they will be (want), resource by resource, whichever way each moves.
+func TestCovering(t *testing.T) {
+	res := func(shares uint64, quota, mem int64) cgroups.Resources {
+		return cgroups.Resources{CPUShares: ptr.To(shares), CPUQuota: ptr.To(quota), CPUPeriod: ptr.To(uint64(QuotaPeriod)), Memory: ptr.To(mem), PidsLimit: ptr.To(int64(-1))}
+	}
+	held := func(shares uint64, quota, period, mem int64) cgroups.Settings {
+		return cgroups.Settings{CPUShares: shares, CPUQuota: quota, CPUPeriod: period, MemoryLimit: mem}
+	}
+	for _, tc := range []struct {
+		name string
+		want cgroups.Resources
+		got  cgroups.Settings
+		out  cgroups.Resources
+	}{
+		{"CPU up, memory down", res(204, 60000, 64<<20), held(204, 40000, QuotaPeriod, 128<<20), res(204, 60000, 128<<20)},
+		{"CPU down, memory up", res(102, 20000, 256<<20), held(204, 40000, QuotaPeriod, 128<<20), res(204, 40000, 256<<20)},
+		{"both up", res(409, 80000, 256<<20), held(204, 40000, QuotaPeriod, 128<<20), res(409, 80000, 256<<20)},
+		{"both down", res(102, 20000, 64<<20), held(204, 40000, QuotaPeriod, 128<<20), res(204, 40000, 128<<20)},
+		{"a limit lifted", res(204, -1, -1), held(204, 40000, QuotaPeriod, 128<<20), res(204, -1, -1)},
+		{"a limit set where none was", res(204, 40000, 128<<20), held(204, 0, 0, 0), res(204, -1, -1)},
+		{"the quota held over another period", res(204, 30000, 64<<20), held(204, 20000, 50000, 64<<20), res(204, 40000, 64<<20)},
+		{"the quota held over another period, rounded up", res(204, 10000, 64<<20), held(204, 10001, 30000, 64<<20), res(204, 33337, 64<<20)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Covering(tc.want, tc.got)
+			if !reflect.DeepEqual(got, tc.out) {
+				t.Errorf("Covering(%s, %+v) = %s, want %s", fmtResources(tc.want), tc.got, fmtResources(got), fmtResources(tc.out))
+			}
+			// Whatever the case: it covers both.
+			if *got.CPUQuota > 0 && (*tc.want.CPUQuota <= 0 || *got.CPUQuota < *tc.want.CPUQuota) {
+				t.Errorf("quota %d below the new %d", *got.CPUQuota, *tc.want.CPUQuota)
+			}
+			if *got.Memory > 0 && (*tc.want.Memory <= 0 || tc.got.MemoryLimit <= 0 || *got.Memory < max(*tc.want.Memory, tc.got.MemoryLimit)) {
+				t.Errorf("memory %d below the old %d or the new %d", *got.Memory, tc.got.MemoryLimit, *tc.want.Memory)
+			}
+		})
+	}
+}
+
+func fmtResources(r cgroups.Resources) string {
+	f := func(p any) string {
+		switch v := p.(type) {
+		case *uint64:
+			if v != nil {
+				return fmt.Sprint(*v)
+			}
+		case *int64:
+			if v != nil {
+				return fmt.Sprint(*v)
+			}
+		}
+		return "nil"
+	}
+	return fmt.Sprintf("{shares %s quota %s/%s memory %s pids %s}", f(r.CPUShares), f(r.CPUQuota), f(r.CPUPeriod), f(r.Memory), f(r.PidsLimit))
 }

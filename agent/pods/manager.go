@@ -109,12 +109,15 @@ type PodCgroups interface {
 	// RemovePod removes it once its containers are gone; one still in use stays, with an error.
 	RemovePod(uid types.UID) error
 	// UpdatePod sets the pod's cgroup limits (and its QoS level's) from pod as allocated: a
-	// resize. The workers call it before the containers' updates when the pod grows, after
-	// them when it shrinks, as the kubelet orders them, so that it always holds them.
+	// resize. The workers call it after the containers' updates, CoverPod before them, so
+	// that it always holds them whichever way each resource moves.
 	UpdatePod(pod *v1.Pod) error
 	// PodHolds reports whether the pod's cgroup holds what pod, as allocated, gives it: a
 	// pod-level resize is applied.
 	PodHolds(pod *v1.Pod) (bool, error)
+	// CoverPod sets the pod's cgroup to hold its containers as they run and as pod, allocated,
+	// will have them: before they are resized (then UpdatePod).
+	CoverPod(pod *v1.Pod) error
 	// PodMemoryLimits are the pod cgroup's memory limit as pod, allocated, sets it and as it
 	// holds it now (0: none): a resize must not lower it below what the pod uses.
 	PodMemoryLimits(pod *v1.Pod) (desired, current int64, err error)

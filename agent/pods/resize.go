@@ -445,24 +445,21 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 	}
 	var kills []killAction
 	var failed []string
-	// The pod-level cgroup (where there is one) grows before its containers and shrinks after
-	// them, as the kubelet orders them, so that it always holds them.
-	podFirst := netGrowth(actions) >= 0
-	updatePod := func() {
-		if pc := w.m.cfg.Cgroups; pc != nil {
-			if err := pc.UpdatePod(allocated); err != nil {
-				failed = append(failed, fmt.Sprintf("pod cgroup: %v", err))
-			}
-		}
-	}
+	// The pod cgroup holds its containers throughout, as the kubelet orders each resource
+	// (the pod raised before its containers, lowered after them): first set to cover them
+	// both as they run and as they will (per resource the larger), then, once they are
+	// resized, to its allocation exactly.
+	pc := w.m.cfg.Cgroups
 	if err := w.checkMemoryDecreases(ctx, allocated, observed, actions, already); err != nil {
 		// As the kubelet: nothing of the resize is applied while it would set a limit below
 		// what a container uses (on cgroup v2 the kernel would OOM-kill it); tried again at
 		// the next syncs, the resize in progress with the Error.
 		failed = append(failed, err.Error())
 		actions = slices.DeleteFunc(actions, func(a resizeAction) bool { return !a.restart })
-	} else if podFirst {
-		updatePod()
+	} else if pc != nil {
+		if err := pc.CoverPod(allocated); err != nil {
+			failed = append(failed, fmt.Sprintf("pod cgroup: %v", err))
+		}
 	}
 	for _, a := range actions {
 		if containsKill(already, a.container.ID) {
@@ -483,8 +480,10 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 		}
 		log.Info("container resized in place", "container", a.spec.Name, "cpuShares", a.want.CPUShares, "cpuQuota", a.want.CPUQuota, "memoryLimit", a.want.MemoryLimit)
 	}
-	if !podFirst && len(failed) == 0 {
-		updatePod()
+	if pc != nil && len(failed) == 0 {
+		if err := pc.UpdatePod(allocated); err != nil {
+			failed = append(failed, fmt.Sprintf("pod cgroup: %v", err))
+		}
 	}
 	if len(failed) > 0 {
 		msg := strings.Join(failed, "; ")
@@ -564,22 +563,6 @@ func (w *worker) checkMemoryDecreases(ctx context.Context, allocated *v1.Pod, ob
 		return fmt.Errorf("cannot decrease memory limits: %s", strings.Join(errs, ", "))
 	}
 	return nil
-}
-
-// netGrowth is the sum of the CPU quota and memory limit changes the actions make (their
-// signs only matter): positive when the pod grows.
-func netGrowth(actions []resizeAction) int64 {
-	var cpu, mem int64
-	for _, a := range actions {
-		cpu += a.want.CPUQuota - a.applied.CPUQuota
-		mem += a.want.MemoryLimit - a.applied.MemoryLimit
-	}
-	switch {
-	case cpu < 0 || mem < 0:
-		return -1
-	default:
-		return 1
-	}
 }
 
 func containsKill(kills []killAction, id string) bool {

@@ -179,6 +179,60 @@ func TestPodLevelResize(t *testing.T) {
 		t.Errorf("the container's cpu.cfs_quota_us %d, want the pod's 40000", q)
 	}
 
+	// CPU raised and memory lowered at once: each resource ordered on its own, as the
+	// kubelet orders them (the pod cgroup raised before its containers, lowered after them).
+	// One order for both made the container's CFS quota above its pod's, which cgroup v1
+	// refuses (EINVAL): the resize stayed in progress with Error, tried again at every sync.
+	patch := `{"spec":{"resources":{"requests":{"cpu":"600m","memory":"64Mi"},"limits":{"cpu":"600m","memory":"64Mi"}}}}`
+	if _, err := pods.Patch(ctx, "plr-resize", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+		t.Fatalf("resize to 600m, 64Mi: %v", err)
+	}
+	p = e.waitAPIStatus(t, "plr-resize", "pod-level CPU raised and memory lowered in place", 60*time.Second, func(p *v1.Pod) error {
+		for _, c := range []v1.PodConditionType{v1.PodResizePending, v1.PodResizeInProgress} {
+			if rc := resizeCondition(p.Status, c); rc != nil {
+				return fmt.Errorf("condition %s %s: %s", c, rc.Reason, rc.Message)
+			}
+		}
+		if p.Status.ObservedGeneration != p.Generation {
+			return fmt.Errorf("observedGeneration %d, generation %d", p.Status.ObservedGeneration, p.Generation)
+		}
+		return nil
+	})
+	// Completed without an error on the way (the kubelet reports none): an Error, even one
+	// the next sync mends, is a ResizeError event a user reads as a failure.
+	testenv.Eventually(t, 30*time.Second, "the mixed resize's ResizeCompleted event", func() error {
+		evs, err := e.cp.Admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=plr-resize,reason=ResizeCompleted"})
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs.Items {
+			if strings.Contains(ev.Message, fmt.Sprintf(`"generation":%d`, p.Generation)) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d ResizeCompleted events, none of generation %d", len(evs.Items), p.Generation)
+	})
+	if evs, err := e.cp.Admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=plr-resize,reason=ResizeError"}); err != nil {
+		t.Fatal(err)
+	} else if len(evs.Items) > 0 {
+		t.Errorf("the mixed resize went through an error: %s", evs.Items[0].Message)
+	}
+	cs = p.Status.ContainerStatuses[0]
+	if cs.ContainerID != before.ContainerID || cs.RestartCount != 0 {
+		t.Errorf("after the mixed resize: container %s restartCount %d; want %s, 0", cs.ContainerID, cs.RestartCount, before.ContainerID)
+	}
+	for _, f := range []struct {
+		file       string
+		pod, inner int64
+	}{{"cpu/cpu.cfs_quota_us", 60000, 60000}, {"memory/memory.limit_in_bytes", 64 << 20, 64 << 20}} {
+		if got := e.podCgroupOf(t, cs, f.file); got != f.pod {
+			t.Errorf("the pod cgroup's %s %d after the mixed resize, want %d", f.file, got, f.pod)
+		}
+		if got := e.cgroupOf(t, cs, f.file); got != f.inner {
+			t.Errorf("the container's %s %d after the mixed resize, want the pod's %d", f.file, got, f.inner)
+		}
+	}
+
 	resize("64")
 	e.waitAPIStatus(t, "plr-resize", "Infeasible", 60*time.Second, func(p *v1.Pod) error {
 		if rc := resizeCondition(p.Status, v1.PodResizePending); rc == nil || rc.Reason != v1.PodReasonInfeasible {
@@ -186,7 +240,7 @@ func TestPodLevelResize(t *testing.T) {
 		}
 		return nil
 	})
-	if q := e.podCgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 40000 {
+	if q := e.podCgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 60000 {
 		t.Errorf("an infeasible resize changed the pod cgroup's cpu.cfs_quota_us to %d", q)
 	}
 }
