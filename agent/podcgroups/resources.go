@@ -54,6 +54,15 @@ func SharesMatch(want, got uint64) bool {
 // pageSize is what the kernel rounds a cgroup v1 memory limit down to.
 var pageSize = int64(os.Getpagesize())
 
+// MemoryMatches reports whether a memory limit read back from a cgroup (got) is want: as
+// written, or rounded down to a page, as the kernel keeps it (cgroup v1 and v2 alike). A limit
+// users write in decimal units ("100M") is no whole number of pages: compared byte for byte,
+// it would never be held, and a container whose resizePolicy restarts it for memory would be
+// restarted at every sync.
+func MemoryMatches(want, got int64) bool {
+	return got == want || want > 0 && got == want/pageSize*pageSize
+}
+
 // Holds reports whether a cgroup read back as got holds what want sets: the shares, the CFS
 // quota (none for a quota of -1 or 0) and period, and the memory limit (as written, or rounded
 // down to a page, as cgroup v1 keeps it). What want leaves unset is not judged.
@@ -71,7 +80,7 @@ func Holds(want cgroups.Resources, got cgroups.Settings) bool {
 			return false
 		}
 	}
-	if m := want.Memory; m != nil && got.MemoryLimit != *m && got.MemoryLimit != *m/pageSize*pageSize {
+	if m := want.Memory; m != nil && !MemoryMatches(*m, got.MemoryLimit) {
 		return false
 	}
 	return true

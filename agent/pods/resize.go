@@ -382,7 +382,7 @@ func planResize(allocated *v1.Pod, observed []runtime.Container, applied map[str
 		}
 		target := want(c)
 		cpu := !cpuMatches(target, got)
-		mem := target.MemoryLimit != got.MemoryLimit
+		mem := !podcgroups.MemoryMatches(target.MemoryLimit, got.MemoryLimit)
 		if !cpu && !mem {
 			continue
 		}
@@ -612,7 +612,7 @@ func (w *worker) noteResizeProgress(pod, allocated *v1.Pod, observed []runtime.C
 			continue
 		}
 		latest := attempts[len(attempts)-1]
-		if got, ok := applied[latest.ID]; ok && latest.State == runtime.StateRunning && cpuMatches(want(c), got) && want(c).MemoryLimit == got.MemoryLimit {
+		if got, ok := applied[latest.ID]; ok && latest.State == runtime.StateRunning && cpuMatches(want(c), got) && podcgroups.MemoryMatches(want(c).MemoryLimit, got.MemoryLimit) {
 			delete(w.resizeRestarts, name)
 		}
 	}
@@ -638,7 +638,7 @@ func statusResources(allocated v1.ResourceRequirements, want, got runtime.Resour
 				delete(r.Limits, v1.ResourceCPU)
 			}
 		}
-		if _, ok := r.Limits[v1.ResourceMemory]; ok && got.MemoryLimit != want.MemoryLimit {
+		if _, ok := r.Limits[v1.ResourceMemory]; ok && !podcgroups.MemoryMatches(want.MemoryLimit, got.MemoryLimit) {
 			if got.MemoryLimit > 0 {
 				r.Limits[v1.ResourceMemory] = *resourceBytes(got.MemoryLimit)
 			} else {

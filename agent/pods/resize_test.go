@@ -471,3 +471,30 @@ func TestResizeRunningInitContainerInPlace(t *testing.T) {
 		t.Errorf("the init container's cgroup holds %+v, want quota 30000, memory 128Mi", got)
 	}
 }
+
+// A memory limit that is no whole number of pages ("100M") is held rounded down to a page, as
+// the kernel keeps it (the hollow runtime does too): it is the allocation all the same, and a
+// container whose resizePolicy restarts it for memory is not restarted for it. Before, every
+// sync saw a resize to apply and restarted the container.
+func TestUnalignedMemoryLimitIsNoResize(t *testing.T) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	const mem = 100_000_000 // 100M
+	pod := resizablePod("unaligned", 100, mem, v1.ContainerResizePolicy{ResourceName: v1.ResourceMemory, RestartPolicy: v1.RestartContainer})
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "running with 100M", settled(100, mem))
+	before, res := n.container(t, pod)
+	if res.MemoryLimit == mem {
+		t.Fatalf("the hollow runtime holds the limit unrounded (%d): the test would prove nothing", res.MemoryLimit)
+	}
+	// Syncs go on (a status update is one); the container stays.
+	for i := range 5 {
+		n.mgr.Update(pod)
+		st := n.waitStatus(t, pod, fmt.Sprintf("sync %d settled", i), settled(100, mem))
+		if c, _ := n.container(t, pod); c.ID != before.ID || st.ContainerStatuses[0].RestartCount != 0 {
+			t.Fatalf("sync %d: container %s (restarts %d), want %s running on", i, c.ID, st.ContainerStatuses[0].RestartCount, before.ID)
+		}
+	}
+}

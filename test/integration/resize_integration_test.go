@@ -371,3 +371,33 @@ func TestResizeRegularInitContainer(t *testing.T) {
 		t.Errorf("the pod cgroup's cpu.cfs_quota_us %d, want 40000: it caps the init container at the old limit", q)
 	}
 }
+
+// TestUnalignedMemoryLimitIsHeld: a memory limit that is not a whole number of pages ("100M",
+// as users write it) is held by a cgroup rounded down to a page, on cgroup v1 and v2 alike.
+// The resize machinery compared it byte for byte with the allocation: every sync saw a resize
+// to apply, PodResizeInProgress never ended, and with resizePolicy RestartContainer for
+// memory the container was restarted again and again. Watched over a few syncs: the
+// container keeps running, its status reports the limit as written, no resize in progress.
+func TestUnalignedMemoryLimitIsHeld(t *testing.T) {
+	e := startResizeEnv(t)
+	ctx := context.Background()
+	if _, err := e.cp.Admin.CoreV1().Pods("default").Create(ctx, resizePod("unaligned", "100m", "200m", "100M"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAPIStatus(t, "unaligned", "running with its resources", 90*time.Second, resized("100m", "200m", "100M"))
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		p, err := e.cp.Admin.CoreV1().Pods("default").Get(ctx, "unaligned", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc := resizeCondition(p.Status, v1.PodResizeInProgress); rc != nil {
+			t.Fatalf("a pod never resized is in resize: %+v", rc)
+		}
+		if cs := p.Status.ContainerStatuses; len(cs) != 1 || cs[0].RestartCount != 0 || cs[0].State.Running == nil {
+			t.Fatalf("the container restarted or stopped: %+v", cs)
+		}
+		if err := resized("100m", "200m", "100M")(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -133,7 +134,7 @@ func (r *Runtime) CreateContainer(_ context.Context, cfg runtime.ContainerConfig
 		ID: id, PodUID: cfg.PodUID, PodName: cfg.PodName, PodNamespace: cfg.PodNamespace,
 		Name: cfg.Name, Attempt: cfg.Attempt, Image: cfg.Image, ImageRef: imageDigest(name),
 		SpecHash: cfg.SpecHash, LogPath: cfg.LogPath, Static: cfg.Static, State: runtime.StateCreated, CreatedAt: r.now(),
-	}, resources: cfg.Resources}
+	}, resources: asHeld(cfg.Resources)}
 	argv := append(slices.Clone(cfg.Command), cfg.Args...)
 	if code, ok := exitStatusOf(argv); ok {
 		c.exitCode = &code
@@ -286,8 +287,18 @@ func (r *Runtime) UpdateContainerResources(_ context.Context, id string, res run
 	if err != nil {
 		return err
 	}
+	res = asHeld(res)
 	c.resources.CPUShares, c.resources.CPUQuota, c.resources.CPUPeriod, c.resources.MemoryLimit = res.CPUShares, res.CPUQuota, res.CPUPeriod, res.MemoryLimit
 	return nil
+}
+
+// asHeld is res as a kernel's cgroup holds it: the memory limit rounded down to a page (cgroup
+// v1 and v2 alike), so that the agent's logic meets here what it reads back on a gateway.
+func asHeld(res runtime.Resources) runtime.Resources {
+	if page := int64(os.Getpagesize()); res.MemoryLimit > 0 {
+		res.MemoryLimit = res.MemoryLimit / page * page
+	}
+	return res
 }
 
 // ContainerResources implements runtime.Runtime: what the record says its cgroup holds.
