@@ -36,6 +36,15 @@ func MilliCPUToShares(milliCPU int64) uint64 {
 	return uint64(min(max(shares, MinShares), MaxShares))
 }
 
+// SharesToMilliCPU is the kubelet's SharesToMilliCPU: the CPU request in millicores of
+// cpu.shares read back, rounded up (the least request with these shares); 0 below MinShares.
+func SharesToMilliCPU(shares uint64) int64 {
+	if shares < MinShares {
+		return 0
+	}
+	return int64((shares*MilliCPUToCPU + SharesPerCPU - 1) / SharesPerCPU)
+}
+
 // MilliCPUToQuota is the kubelet's CFS quota of a CPU limit in millicores over period
 // microseconds: 0 for none, at least 1ms.
 func MilliCPUToQuota(milliCPU, period int64) int64 {

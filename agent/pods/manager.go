@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/events/record"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/metrics"
@@ -115,6 +116,8 @@ type PodCgroups interface {
 	// PodHolds reports whether the pod's cgroup holds what pod, as allocated, gives it: a
 	// pod-level resize is applied.
 	PodHolds(pod *v1.Pod) (bool, error)
+	// ReadPod reads back what the pod's cgroup holds (its status reports it).
+	ReadPod(pod *v1.Pod) (cgroups.Settings, error)
 	// CoverPod sets the pod's cgroup to hold its containers as they run and as pod, allocated,
 	// will have them: before they are resized (then UpdatePod).
 	CoverPod(pod *v1.Pod) error

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
+	"github.com/holdfast-dev/holdfast/agent/podcgroups"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/status"
 	"github.com/holdfast-dev/holdfast/internal/podutil"
@@ -81,6 +83,9 @@ type statusInput struct {
 	applied map[string]runtime.Resources
 	want    func(*v1.Container) runtime.Resources
 	resize  []v1.PodCondition
+	// podCgroup is what the pod's cgroup holds, read back, while the pod runs; nil: not read
+	// (no pod cgroups, or the pod does not run), the allocation is reported.
+	podCgroup *cgroups.Settings
 }
 
 // computeStatus derives the pod's status from observed state alone. Condition transition
@@ -91,14 +96,17 @@ func computeStatus(in statusInput) v1.PodStatus {
 	old := pod.Status
 	byName := groupByName(in.observed)
 	// As the kubelet with InPlacePodLevelResourcesVerticalScaling (beta, on by default in 1.37),
-	// for every pod: its effective resources, and its requests as allocated (summed as the
-	// scheduler counts them, the pod-level ones when it has them). The kubelet reads a running
-	// pod's resources back from its cgroup; here they are the allocation, which the pod cgroup
-	// holds once no PodResizeInProgress is reported (resize.go).
+	// for every pod: its requests as allocated (summed as the scheduler counts them, the
+	// pod-level ones when it has them), and its resources: a running pod's read back from its
+	// cgroup, any other's the allocation's.
 	resources := effectivePodResources(pod)
+	allocatedRequests := resources.Requests.DeepCopy()
+	if in.podCgroup != nil && old.Phase == v1.PodRunning {
+		resources = runningPodResources(pod, *in.podCgroup, old.Resources)
+	}
 	st := v1.PodStatus{
 		QOSClass:           podutil.ComputePodQOS(pod),
-		AllocatedResources: resources.Requests.DeepCopy(),
+		AllocatedResources: allocatedRequests,
 		Resources:          resources,
 	}
 	if !in.startTime.IsZero() {
@@ -456,4 +464,70 @@ func findContainerStatus(list []v1.ContainerStatus, name string) *v1.ContainerSt
 		}
 	}
 	return nil
+}
+
+// The kubelet's floors below which a pod cgroup's CPU read back is not reported over the
+// allocation (cm.MinShares, cm.MinMilliCPULimit).
+const (
+	minReportedShares    = podcgroups.MinShares
+	minReportedMilliCPUs = 10
+)
+
+// runningPodResources are a running pod's resources as its pod cgroup holds them (got, read
+// back), as the kubelet's convertToAPIPodLevelResourcesStatus gives them: the pod-level
+// resources as allocated, with the CPU request from the cgroup's shares, the CPU limit from
+// its CFS quota and the memory limit from its limit, where the cgroup has them (a pod's
+// resize not yet applied shows, and a pod whose containers are not all limited has no pod
+// limit); the memory request is the pod's requests added up. Where the cgroup holds the
+// allocation (the shares of its CPU request, its memory limit rounded down to a page) the
+// allocation's value is kept, as the kubelet keeps a CPU request through cgroup v2's rounding.
+// A limit the cgroup does not have keeps the previous status's (old) value, as the kubelet's.
+func runningPodResources(pod *v1.Pod, got cgroups.Settings, old *v1.ResourceRequirements) *v1.ResourceRequirements {
+	r := pod.Spec.Resources.DeepCopy()
+	if r == nil {
+		r = &v1.ResourceRequirements{}
+	}
+	if r.Requests == nil {
+		r.Requests = v1.ResourceList{}
+	}
+	if r.Limits == nil {
+		r.Limits = v1.ResourceList{}
+	}
+	if old == nil {
+		old = &v1.ResourceRequirements{}
+	}
+	keepOld := func(name v1.ResourceName, from, to v1.ResourceList) {
+		if q, ok := from[name]; ok {
+			to[name] = q.DeepCopy()
+		}
+	}
+	if got.CPUShares > 0 {
+		milli := podcgroups.SharesToMilliCPU(got.CPUShares)
+		allocated := r.Requests.Cpu().MilliValue()
+		if (milli > minReportedShares || allocated > minReportedShares) && !podcgroups.SharesMatch(podcgroups.MilliCPUToShares(allocated), got.CPUShares) {
+			r.Requests[v1.ResourceCPU] = *resourceMilli(milli)
+		}
+	} else {
+		keepOld(v1.ResourceCPU, old.Requests, r.Requests)
+	}
+	if _, ok := r.Requests[v1.ResourceMemory]; !ok {
+		if q, ok := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[v1.ResourceMemory]; ok {
+			r.Requests[v1.ResourceMemory] = q
+		}
+	}
+	if got.CPUQuota > 0 && got.CPUPeriod > 0 {
+		if milli := got.CPUQuota * podcgroups.MilliCPUToCPU / got.CPUPeriod; milli > minReportedMilliCPUs || r.Limits.Cpu().MilliValue() > minReportedMilliCPUs {
+			r.Limits[v1.ResourceCPU] = *resourceMilli(milli)
+		}
+	} else {
+		keepOld(v1.ResourceCPU, old.Limits, r.Limits)
+	}
+	if got.MemoryLimit > 0 {
+		if q, ok := r.Limits[v1.ResourceMemory]; !ok || !podcgroups.MemoryMatches(q.Value(), got.MemoryLimit) {
+			r.Limits[v1.ResourceMemory] = *resourceBytes(got.MemoryLimit)
+		}
+	} else {
+		keepOld(v1.ResourceMemory, old.Limits, r.Limits)
+	}
+	return r
 }

@@ -495,6 +495,21 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 	return kills
 }
 
+// readPodCgroup is what the pod's cgroup holds while a container of the pod runs (its status
+// reports it); nil without pod cgroups, when none runs, or when it cannot be read.
+func (w *worker) readPodCgroup(log *slog.Logger, allocated *v1.Pod, observed []runtime.Container) *cgroups.Settings {
+	pc := w.m.cfg.Cgroups
+	if pc == nil || !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
+		return nil
+	}
+	got, err := pc.ReadPod(allocated)
+	if err != nil {
+		log.Debug("read the pod cgroup for the pod's status", "err", err)
+		return nil
+	}
+	return &got
+}
+
 // podCgroupStale reports whether the cgroup of a pod with pod-level resources does not hold
 // them as allocated: a pod-level resize still to apply there (the kubelet compares the pod
 // cgroup's config with the allocation for such pods only). A pod cgroup that cannot be read
@@ -648,7 +663,7 @@ func statusResources(allocated v1.ResourceRequirements, want, got runtime.Resour
 	}
 	if r.Requests != nil {
 		if _, ok := r.Requests[v1.ResourceCPU]; ok && !podcgroups.SharesMatch(want.CPUShares, got.CPUShares) {
-			r.Requests[v1.ResourceCPU] = *resourceMilli(int64((got.CPUShares*podcgroups.MilliCPUToCPU + podcgroups.SharesPerCPU - 1) / podcgroups.SharesPerCPU))
+			r.Requests[v1.ResourceCPU] = *resourceMilli(podcgroups.SharesToMilliCPU(got.CPUShares))
 		}
 	}
 	return r

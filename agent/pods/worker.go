@@ -592,6 +592,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		podIPs: podIPs, hostIPs: hostIPs, startTime: w.startTime, now: w.m.now(),
 		ready: ready, started: started, messages: w.messages,
 		applied: applied, want: w.wantResources(pod), resize: w.resize.conditions(),
+		podCgroup: w.readPodCgroup(log, pod, observed),
 	})
 	if w.startPending && allContainersRunning(pod, st) {
 		w.reportStart(log, w.m.now().Sub(w.seen))

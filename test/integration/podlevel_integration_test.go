@@ -299,4 +299,12 @@ func TestPodLevelMemoryNotLoweredBelowUsage(t *testing.T) {
 	if m := e.podCgroupOf(t, p.Status.ContainerStatuses[0], "memory/memory.limit_in_bytes"); m != 256<<20 {
 		t.Errorf("the pod cgroup's memory limit %d, want the 256Mi it had", m)
 	}
+	// The pod's status reports what its cgroup holds, as the kubelet reads it back, not the
+	// 64Mi allocated and held back; its allocated requests are the allocation's.
+	if r := p.Status.Resources; r == nil || r.Limits.Memory().Value() != 256<<20 {
+		t.Errorf("status.resources %+v, want the pod cgroup's memory limit 256Mi", r)
+	}
+	if m := p.Status.AllocatedResources.Memory().Value(); m != 64<<20 {
+		t.Errorf("status.allocatedResources memory %d, want the allocated 64Mi", m)
+	}
 }
