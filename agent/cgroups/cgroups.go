@@ -334,6 +334,18 @@ type Usage struct {
 	PIDs int64
 }
 
+// MemoryUsageAt is the memory charged to the cgroup at path (in the hierarchy, as Dir takes
+// it), page cache and memory-backed files included: memory.usage_in_bytes (v1, hierarchical),
+// memory.current (v2).
+func (h Hierarchy) MemoryUsageAt(path string) (int64, error) {
+	file := "memory.usage_in_bytes"
+	if h.Mode == Unified {
+		file = "memory.current"
+	}
+	n, err := readUint(filepath.Join(h.Dir(path, "memory"), file))
+	return int64(n), err
+}
+
 // Usage reads the usage of the cgroups process pid is in. Memory is required; CPU and tasks
 // are left at 0 when their controller is not there.
 func (h Hierarchy) Usage(pid int) (Usage, error) {

@@ -165,17 +165,23 @@ func (m *Manager) PodHolds(pod *v1.Pod) (bool, error) {
 	return Holds(m.podResources(pod), got), nil
 }
 
-// PodMemoryLimits are the pod cgroup's memory limit as pod, allocated, sets it
-// (ResourceConfigForPod) and as the cgroup holds it now; 0 for none.
-func (m *Manager) PodMemoryLimits(pod *v1.Pod) (desired, current int64, err error) {
+// PodMemory is the pod cgroup's memory limit as pod, allocated, sets it (ResourceConfigForPod)
+// and as the cgroup holds it now (0 for none), and the memory charged to it: what the pod uses
+// as a whole, as the kubelet reads it (cAdvisor's pod cgroup), its running containers' and
+// what they leave there (an init container's memory-backed emptyDir, page cache) alike.
+func (m *Manager) PodMemory(pod *v1.Pod) (desired, current, used int64, err error) {
 	if r := m.podResources(pod); r.Memory != nil && *r.Memory > 0 {
 		desired = *r.Memory
 	}
 	got, err := m.ReadPod(pod)
 	if err != nil {
-		return desired, 0, err
+		return desired, 0, 0, err
 	}
-	return desired, got.MemoryLimit, nil
+	used, err = m.h.MemoryUsageAt(m.PodDir(pod))
+	if err != nil {
+		return desired, got.MemoryLimit, 0, fmt.Errorf("read pod cgroup's memory usage: %w", err)
+	}
+	return desired, got.MemoryLimit, used, nil
 }
 
 func (m *Manager) podResources(pod *v1.Pod) cgroups.Resources {

@@ -69,7 +69,8 @@ var pageSize = int64(os.Getpagesize())
 // it would never be held, and a container whose resizePolicy restarts it for memory would be
 // restarted at every sync.
 func MemoryMatches(want, got int64) bool {
-	return got == want || want > 0 && got == want/pageSize*pageSize
+	// A limit read back as 0 is none, never a limit below a page rounded down.
+	return got == want || want > 0 && got > 0 && got == want/pageSize*pageSize
 }
 
 // Holds reports whether a cgroup read back as got holds what want sets: the shares, the CFS

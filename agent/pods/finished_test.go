@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
@@ -36,6 +37,8 @@ type hollowNode struct {
 	// records is the store as the manager sees it (nil: store itself): a test wraps it to
 	// hold a call at the moment it is about.
 	records pods.Records
+	// recorder receives the manager's events (nil: none are recorded).
+	recorder record.EventRecorder
 }
 
 func startHollowNode(t *testing.T) *hollowNode {
@@ -59,7 +62,7 @@ func (n *hollowNode) start(t *testing.T, admitter pods.Admitter) {
 		Volumes:        volumes.NewManager(filepath.Join(dir, "state", "pods"), nil, nil, log, volumes.Options{PlainDirs: true}),
 		HostResolvConf: filepath.Join(dir, "resolv.conf"), HostsFile: filepath.Join(dir, "hosts"),
 		Usage: n.usage,
-	}, n.rt, hollow.NewNetwork("gw"), n.status, nil, log)
+	}, n.rt, hollow.NewNetwork("gw"), n.status, n.recorder, log)
 	var records pods.Records = n.store
 	if n.records != nil {
 		records = n.records

@@ -121,9 +121,10 @@ type PodCgroups interface {
 	// CoverPod sets the pod's cgroup to hold its containers as they run and as pod, allocated,
 	// will have them: before they are resized (then UpdatePod).
 	CoverPod(pod *v1.Pod) error
-	// PodMemoryLimits are the pod cgroup's memory limit as pod, allocated, sets it and as it
-	// holds it now (0: none): a resize must not lower it below what the pod uses.
-	PodMemoryLimits(pod *v1.Pod) (desired, current int64, err error)
+	// PodMemory is the pod cgroup's memory limit as pod, allocated, sets it and as it holds
+	// it now (0: none), and the memory charged to it: a resize must not lower the limit below
+	// what the pod uses.
+	PodMemory(pod *v1.Pod) (desired, current, used int64, err error)
 }
 
 // Manager dispatches desired pods to their workers and watches the runtime for changes.

@@ -450,7 +450,7 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 	// both as they run and as they will (per resource the larger), then, once they are
 	// resized, to its allocation exactly.
 	pc := w.m.cfg.Cgroups
-	if err := w.checkMemoryDecreases(ctx, allocated, observed, actions, already); err != nil {
+	if err := w.checkMemoryDecreases(ctx, allocated, actions, already); err != nil {
 		// As the kubelet: nothing of the resize is applied while it would set a limit below
 		// what a container uses (on cgroup v2 the kernel would OOM-kill it); tried again at
 		// the next syncs, the resize in progress with the Error.
@@ -474,6 +474,13 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 		if err := w.m.rt.UpdateContainerResources(ctx, a.container.ID, a.want); err != nil {
 			if ctx.Err() != nil {
 				return kills
+			}
+			if errors.Is(err, runtime.ErrNotFound) {
+				// It exited since it was observed (a regular init container done with its
+				// work): nothing to resize, no error, as containerd's CRI answers the kubelet.
+				// A next attempt starts with the allocation.
+				log.Debug("container gone before its resize", "container", a.spec.Name)
+				continue
 			}
 			failed = append(failed, fmt.Sprintf("failed to update resources of container %q: %v", a.spec.Name, err))
 			continue
@@ -510,13 +517,16 @@ func (w *worker) readPodCgroup(log *slog.Logger, allocated *v1.Pod, observed []r
 	return &got
 }
 
-// podCgroupStale reports whether the cgroup of a pod with pod-level resources does not hold
-// them as allocated: a pod-level resize still to apply there (the kubelet compares the pod
-// cgroup's config with the allocation for such pods only). A pod cgroup that cannot be read
-// is not judged stale: its containers' resize goes on.
+// podCgroupStale reports whether the pod's cgroup does not hold what the pod, as allocated,
+// gives it (ResourceConfigForPod): a pod-level resize still to apply there, a container
+// resized while it did not run (an app container during the init phase, an init container
+// not started yet, one in back-off), which must not start under its pod's old limits (the
+// kubelet's startingResizedContainer updates the pod cgroup first), or a resize cut short by
+// an agent restart between CoverPod and UpdatePod. A pod cgroup that cannot be read (a pod
+// from before pod cgroups) is not judged stale: its containers' resize goes on.
 func (w *worker) podCgroupStale(allocated *v1.Pod) bool {
 	pc := w.m.cfg.Cgroups
-	if pc == nil || podLevelResources(allocated) == nil {
+	if pc == nil {
 		return false
 	}
 	holds, err := pc.PodHolds(allocated)
@@ -532,38 +542,23 @@ func (w *worker) podCgroupStale(allocated *v1.Pod) bool {
 // below what the pod uses as a whole: containers without limits of their own each under a
 // pod-level limit lowered to less than their sum would pass one by one, and the pod cgroup's
 // new limit OOM-kill them (cgroup v2) or be refused half-applied (v1). The pod's usage is its
-// running containers' added up. Without a usage source (Config.Usage) nothing is checked.
-func (w *worker) checkMemoryDecreases(ctx context.Context, allocated *v1.Pod, observed []runtime.Container, actions []resizeAction, already []killAction) error {
-	if w.m.cfg.Usage == nil {
-		return nil
-	}
+// cgroup's, as the kubelet reads it: its running containers' added up would miss what an
+// exited init container left in a memory-backed emptyDir. Without a usage source
+// (Config.Usage) the containers' limits are not checked.
+func (w *worker) checkMemoryDecreases(ctx context.Context, allocated *v1.Pod, actions []resizeAction, already []killAction) error {
 	var errs []string
 	if pc := w.m.cfg.Cgroups; pc != nil {
-		desired, current, err := pc.PodMemoryLimits(allocated)
-		if err != nil {
-			w.m.log.Debug("read the pod cgroup's memory limit", "pod", allocated.UID, "err", err)
-		}
-		if err == nil && desired > 0 && (current == 0 || desired < current) {
-			var used int64
-			for _, c := range observed {
-				if c.State != runtime.StateRunning || containsKill(already, c.ID) {
-					continue
-				}
-				u, err := w.m.cfg.Usage.Usage(ctx, c)
-				if err != nil {
-					errs = append(errs, fmt.Sprintf("missing pod memory usage: container %q: %v", c.Name, err))
-					break
-				}
-				used += u.MemoryUsage
-			}
-			if len(errs) == 0 && used >= desired {
-				errs = append(errs, fmt.Sprintf("attempting to set pod memory limit (%d) below current usage (%d)", desired, used))
-			}
+		desired, current, used, err := pc.PodMemory(allocated)
+		switch {
+		case err != nil:
+			w.m.log.Debug("read the pod cgroup's memory", "pod", allocated.UID, "err", err)
+		case desired > 0 && (current == 0 || desired < current) && used >= desired:
+			errs = append(errs, fmt.Sprintf("attempting to set pod memory limit (%d) below current usage (%d)", desired, used))
 		}
 	}
 	for _, a := range actions {
 		lowered := a.want.MemoryLimit > 0 && (a.applied.MemoryLimit == 0 || a.want.MemoryLimit < a.applied.MemoryLimit)
-		if a.restart || !lowered || containsKill(already, a.container.ID) {
+		if w.m.cfg.Usage == nil || a.restart || !lowered || containsKill(already, a.container.ID) {
 			continue
 		}
 		u, err := w.m.cfg.Usage.Usage(ctx, a.container)

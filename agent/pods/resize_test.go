@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -181,10 +182,11 @@ func TestResizeInfeasibleAndDeferred(t *testing.T) {
 	// Eviction ranks the active pods by what they are allocated, as the kubelet's
 	// (getAllocatedPods): b's deferred 600m is not what it holds.
 	active, _ := n.mgr.ActivePods()
-	for _, p := range active {
-		if p.UID == b.UID && p.Spec.Containers[0].Resources.Requests.Cpu().MilliValue() != 400 {
-			t.Errorf("ActivePods gives b's request as %s, want the allocated 400m", p.Spec.Containers[0].Resources.Requests.Cpu())
-		}
+	i := slices.IndexFunc(active, func(p *v1.Pod) bool { return p.UID == b.UID })
+	if i < 0 {
+		t.Errorf("b is not among the active pods %v", active)
+	} else if cpu := active[i].Spec.Containers[0].Resources.Requests.Cpu(); cpu.MilliValue() != 400 {
+		t.Errorf("ActivePods gives b's request as %s, want the allocated 400m", cpu)
 	}
 	// Admission counts what is allocated, not what a pending resize asks: 500m + 400m + 100m
 	// fit the node (with b's desired 600m they would not).

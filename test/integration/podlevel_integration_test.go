@@ -247,10 +247,13 @@ func TestPodLevelResize(t *testing.T) {
 
 // TestPodLevelMemoryNotLoweredBelowUsage: a pod-level memory limit lowered through pods/resize
 // below what the pod uses as a whole is held back with the kubelet's Error ("attempting to set
-// pod memory limit ... below current usage"), nothing of it applied: two containers without
-// limits of their own each hold 40Mi under a pod-level 256Mi lowered to 64Mi. Each container
-// alone is under the new limit; applied, the pod cgroup's new limit would OOM-kill one on
-// cgroup v2 and be refused half-applied on v1 (found by the attacker review of 1738371).
+// pod memory limit ... below current usage"), nothing of it applied. Under a pod-level 256Mi
+// lowered to 64Mi, the app container (no limits of its own) holds 40Mi, and an init container
+// left 30Mi in a memory-backed emptyDir: the container alone is under the new limit, and so
+// is what the running containers use added up (the check's first cut); the pod cgroup holds
+// more. Applied, the pod cgroup's new limit would OOM-kill on cgroup v2, and on v1 be refused
+// after the container's was lowered: half-applied (found by the attacker reviews of 1738371
+// and 2d157c0).
 func TestPodLevelMemoryNotLoweredBelowUsage(t *testing.T) {
 	e := startResizeEnv(t)
 	ctx := context.Background()
@@ -260,7 +263,11 @@ func TestPodLevelMemoryNotLoweredBelowUsage(t *testing.T) {
 	// 40Mi would go with it.
 	const hold = `x=$(head -c 40m /dev/zero | tr '\0' a); echo held; trap 'exit 0' TERM; sleep 1000000 & wait`
 	// 256Mi: room for the shell's peak while it reads its 40Mi (about twice that).
-	p := podLevelPod("plr-mem", cpuMemory("100m", "256Mi"), cpuMemory("200m", "256Mi"), hold, hold)
+	p := podLevelPod("plr-mem", cpuMemory("100m", "256Mi"), cpuMemory("200m", "256Mi"), hold)
+	p.Spec.Volumes = []v1.Volume{{Name: "cache", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}}}
+	fill := step("fill", "head -c 30m /dev/zero > /cache/f")
+	fill.VolumeMounts = []v1.VolumeMount{{Name: "cache", MountPath: "/cache"}}
+	p.Spec.InitContainers = []v1.Container{fill}
 	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

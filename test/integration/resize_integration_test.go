@@ -370,6 +370,9 @@ func TestResizeRegularInitContainer(t *testing.T) {
 	if q := e.podCgroupOf(t, cs, "cpu/cpu.cfs_quota_us"); q != 40000 {
 		t.Errorf("the pod cgroup's cpu.cfs_quota_us %d, want 40000: it caps the init container at the old limit", q)
 	}
+	if m := e.podCgroupOf(t, cs, "memory/memory.limit_in_bytes"); m != 96<<20 {
+		t.Errorf("the pod cgroup's memory.limit_in_bytes %d, want %d: it caps the init container at the old limit", m, 96<<20)
+	}
 }
 
 // TestUnalignedMemoryLimitIsHeld: a memory limit that is not a whole number of pages ("100M",
