@@ -9,11 +9,40 @@
 # it builds the same binary unstripped for BREAKDOWN_ARCH and sums its symbols per module and
 # per package (hack/binsize, which says what is measured and what is estimated).
 #
+#   hack/binsize.sh --compare BEFORE.md AFTER.md
+#                             prints the per-module tables of two such runs side by side (est.
+#                             stripped), for docs/benchmarks.md: the 12 largest modules of
+#                             BEFORE, and every module whose estimate moved by 0.01 MiB or more
+#
 # Environment: ARCHES (default "amd64 arm64 armv7"), BREAKDOWN_ARCH (default amd64), TOP
 # (packages listed, default 60), OUT (default docs/runs).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
+
+if [[ ${1:-} == --compare ]]; then
+	before=${2:?usage: hack/binsize.sh --compare BEFORE.md AFTER.md} after=${3:?usage: hack/binsize.sh --compare BEFORE.md AFTER.md}
+	# A run's title line is "# Binary size breakdown: LABEL, COMMIT"; its per-module rows follow
+	# "Per module" up to the "**all**" row, est. stripped in the 7th column.
+	awk -v top=12 '
+		FNR == 1 { file++; title = $0; sub(/^# Binary size breakdown: /, "", title); label[file] = title }
+		/^Per module/ { inmod = 1; next }
+		inmod && /^\| \*\*all/ { inmod = 0; next }
+		inmod && /^\| [^-m]/ {
+			split($0, f, "|"); m = f[2]; gsub(/^ +| +$/, "", m); v = f[8]; gsub(/[^0-9.]/, "", v)
+			if (file == 1) { b[m] = v; order[++n] = m } else { a[m] = v; if (!(m in b)) order[++n] = m }
+		}
+		END {
+			printf "| module | est. stripped, %s | est. stripped, %s | change |\n", label[1], label[2]
+			print "| --- | ---: | ---: | ---: |"
+			for (i = 1; i <= n; i++) {
+				m = order[i]; d = a[m] - b[m]
+				if (i <= top || d <= -0.005 || d >= 0.005)
+					printf "| %s | %.2f MiB | %.2f MiB | %+.2f MiB |\n", m, b[m], a[m], d
+			}
+		}' "$before" "$after"
+	exit 0
+fi
 
 label=${1:?usage: hack/binsize.sh LABEL}
 ARCHES=${ARCHES:-amd64 arm64 armv7}

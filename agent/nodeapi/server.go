@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -152,8 +151,8 @@ func (s *Server) ServeLocal(ctx context.Context, path string) error {
 	routes.HandleFunc("GET /describe/{ns}/{pod}", s.describe)
 	// Go's profiles of the agent itself (heap, goroutines, CPU), for measuring its footprint
 	// on the gateway: root's socket only, never the network side.
-	routes.HandleFunc("GET /debug/pprof/", pprof.Index)
-	routes.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	routes.HandleFunc("GET /debug/pprof/", serveProfileIndex)
+	routes.HandleFunc("GET /debug/pprof/profile", serveCPUProfile)
 	s.serve(ctx, ln, nil, "local API", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.active.Add(1)
 		defer s.active.Done()

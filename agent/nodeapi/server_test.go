@@ -436,6 +436,33 @@ func TestLocalSocketServesProfiles(t *testing.T) {
 	if !strings.Contains(body, "heap profile:") || !strings.Contains(body, "# HeapInuse") {
 		t.Errorf("heap profile in text form: %.300s", body)
 	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := client.Get("http://holdfast" + path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, index := get("/debug/pprof/"); code != http.StatusOK || !strings.Contains(index, "\tgoroutine\n") || !strings.Contains(index, "\theap\n") {
+		t.Errorf("index: %d %q", code, index)
+	}
+	if code, b := get("/debug/pprof/goroutine?debug=2"); code != http.StatusOK || !strings.Contains(b, "goroutine ") {
+		t.Errorf("goroutine dump: %d %.300s", code, b)
+	}
+	if code, b := get("/debug/pprof/heap"); code != http.StatusOK || !strings.HasPrefix(b, "\x1f\x8b") {
+		t.Errorf("heap profile, gzipped protobuf: %d %q", code, b[:min(len(b), 16)])
+	}
+	if code, b := get("/debug/pprof/profile?seconds=1"); code != http.StatusOK || !strings.HasPrefix(b, "\x1f\x8b") {
+		t.Errorf("CPU profile, gzipped protobuf: %d %q", code, b[:min(len(b), 16)])
+	}
+	for _, path := range []string{"/debug/pprof/nosuch", "/debug/pprof/heap?seconds=5", "/debug/pprof/profile?seconds=x"} {
+		if code, b := get(path); code == http.StatusOK {
+			t.Errorf("%s: %d %.100s, want an error", path, code, b)
+		}
+	}
 }
 
 // TestReadOnlyCannotExec: exec, attach and port-forward run commands in a pod or open its
