@@ -2,8 +2,6 @@ package podcgroups
 
 import (
 	"os"
-	"path"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -79,21 +77,14 @@ func Holds(want cgroups.Resources, got cgroups.Settings) bool {
 // Kubepods is the name of the cgroup all pods are under, below the cgroup root.
 const Kubepods = "kubepods"
 
-// QOSDir is the path of a QoS class's cgroup below root (the configured cgroupRoot):
-// Guaranteed pods sit in kubepods itself, the other two classes in a level of their own.
-func QOSDir(root string, qos v1.PodQOSClass) string {
-	top := path.Join("/", root, Kubepods)
-	if qos == v1.PodQOSGuaranteed {
-		return top
-	}
-	return path.Join(top, strings.ToLower(string(qos)))
-}
+// QOSDir is the path of a QoS class's cgroup below root (the configured cgroupRoot) on the
+// cgroupfs driver: Guaranteed pods sit in kubepods itself, the other two classes in a level
+// of their own (Layout.QOSDir names them for either driver).
+func QOSDir(root string, qos v1.PodQOSClass) string { return Layout{Root: root}.QOSDir(qos) }
 
-// PodDir is the path of a pod's cgroup below root: its QoS class's directory, then
-// pod<uid> (the kubelet's GetPodCgroupNameSuffix).
-func PodDir(root string, pod *v1.Pod) string {
-	return path.Join(QOSDir(root, podutil.ComputePodQOS(pod)), podDirName(pod.UID))
-}
+// PodDir is the path of a pod's cgroup below root on the cgroupfs driver: its QoS class's
+// directory, then pod<uid> (the kubelet's GetPodCgroupNameSuffix).
+func PodDir(root string, pod *v1.Pod) string { return Layout{Root: root}.PodDir(pod) }
 
 func podDirName(uid types.UID) string { return "pod" + string(uid) }
 
