@@ -48,6 +48,23 @@ func SharesMatch(want, got uint64) bool {
 	return want == got || got == cgroups.WeightToShares(cgroups.SharesToWeight(want))
 }
 
+// QuotaMatch reports whether a CFS quota read back from a cgroup (got) is want over period:
+// equal, or want as systemd keeps it, rounded up to a whole percent of a CPU (runc's systemd
+// cgroup manager writes that rounding for a container's scope, the systemd driver for a pod's
+// slice), so that a 15m limit read back as 20m's quota is not taken for a resize not applied.
+func QuotaMatch(want, got, period int64) bool {
+	if want == got {
+		return true
+	}
+	return want > 0 && period > 0 && got == systemdQuota(want, uint64(period))
+}
+
+// systemdQuota is quota over period as systemd keeps it (systemdResources' rounding).
+func systemdQuota(quota int64, period uint64) int64 {
+	_, applied := systemdResources(cgroups.Resources{CPUQuota: &quota, CPUPeriod: &period}, true, 0)
+	return *applied.CPUQuota
+}
+
 // pageSize is what the kernel rounds a cgroup v1 memory limit down to.
 var pageSize = int64(os.Getpagesize())
 
@@ -64,7 +81,7 @@ func Holds(want cgroups.Resources, got cgroups.Settings) bool {
 			if got.CPUQuota != 0 {
 				return false
 			}
-		case got.CPUQuota != *q || want.CPUPeriod != nil && got.CPUPeriod != int64(*want.CPUPeriod):
+		case !QuotaMatch(*q, got.CPUQuota, got.CPUPeriod) || want.CPUPeriod != nil && got.CPUPeriod != int64(*want.CPUPeriod):
 			return false
 		}
 	}

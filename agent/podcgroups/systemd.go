@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"path"
 	"strconv"
 	"strings"
@@ -80,7 +81,9 @@ func (s *Systemd) call(f func(context.Context, UnitConn) error) error {
 	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
 		if s.conn == nil {
-			c, err := s.dial(ctx)
+			// Not ctx: go-systemd ties the connection's life to the context it is dialled
+			// with, and this one ends with the call. The job signals arrive later on it.
+			c, err := s.dial(context.Background())
 			if err != nil {
 				s.mu.Unlock()
 				return err
@@ -90,7 +93,7 @@ func (s *Systemd) call(f func(context.Context, UnitConn) error) error {
 		c := s.conn
 		s.mu.Unlock()
 		err := f(ctx, c)
-		if attempt > 0 || !errors.Is(err, godbus.ErrClosed) {
+		if attempt > 0 || !disconnected(err) {
 			return err
 		}
 		s.mu.Lock()
@@ -261,6 +264,12 @@ func (s *Systemd) runJob(unit string, start func(context.Context, UnitConn, chan
 	case <-timer.C:
 		return fmt.Errorf("systemd job for %s: no result after %v", unit, s.Timeout)
 	}
+}
+
+// disconnected says err is the connection's end (systemd re-executed, the bus restarted),
+// not systemd's answer.
+func disconnected(err error) bool {
+	return errors.Is(err, godbus.ErrClosed) || errors.Is(err, net.ErrClosed)
 }
 
 func isDBusError(err error, name string) bool {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -400,5 +401,46 @@ func TestCheckDriverSwitch(t *testing.T) {
 	}
 	if err := CheckDriverSwitch(h2, DriverCgroupfs, "/", log); err == nil || !strings.Contains(err.Error(), "/kubepods.slice") {
 		t.Errorf("switch to cgroupfs with running systemd pods: %v, want an error naming /kubepods.slice", err)
+	}
+}
+
+// closingConn is a connection systemd closed: every call fails as go-systemd's does then.
+type closingConn struct{ fakeSystemd }
+
+func (c *closingConn) SetUnitPropertiesContext(context.Context, string, bool, ...sddbus.Property) error {
+	return fmt.Errorf("read unix @->/run/dbus/system_bus_socket: %w", net.ErrClosed)
+}
+
+// TestSystemdConnection: the connection outlives the call that dialled it (go-systemd closes
+// a connection when the context it was dialled with ends, and a job's result arrives on it
+// after the call: the gateway VM's first run waited 30s for every job); a connection systemd
+// closed is dialled again and the call tried once more.
+func TestSystemdConnection(t *testing.T) {
+	h := fakeV2(t)
+	if err := os.MkdirAll(filepath.Join(h.Root, "kubepods.slice"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	live := &fakeSystemd{units: map[string][]sddbus.Property{"kubepods.slice": nil}}
+	var dialled []context.Context
+	conns := []UnitConn{&closingConn{}, live}
+	s := NewSystemd(h, func(ctx context.Context) (UnitConn, error) {
+		dialled = append(dialled, ctx)
+		c := conns[0]
+		conns = conns[1:]
+		return c, nil
+	})
+	if err := s.Update("/kubepods.slice", cgroups.Resources{Memory: ptr(int64(1 << 30))}); err != nil {
+		t.Fatalf("Update over a connection closed under it: %v", err)
+	}
+	if len(dialled) != 2 {
+		t.Fatalf("dialled %d times, want 2 (once more after the close)", len(dialled))
+	}
+	for i, ctx := range dialled {
+		if ctx.Err() != nil {
+			t.Errorf("dial %d's context has ended after the call (%v): the connection would close with it", i, ctx.Err())
+		}
+	}
+	if got := live.property("kubepods.slice", "MemoryMax"); got != uint64(1<<30) {
+		t.Errorf("MemoryMax %v after the retry, want 1Gi", got)
 	}
 }

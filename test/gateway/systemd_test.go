@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -23,19 +24,34 @@ import (
 // slice goes.
 func TestScenario10SystemdCgroupDriver(t *testing.T) {
 	g := startGatewayWith(t, gatewayOptions{setConfig: map[string]string{"cgroupDriver": "systemd"}})
-	if fs := strings.TrimSpace(g.vm.MustSSH("stat -fc %T /sys/fs/cgroup")); fs != "cgroup2fs" {
-		t.Fatalf("the guest's /sys/fs/cgroup is %s, want cgroup2fs", fs)
-	}
+	// On failure, what systemd and the agent said (before the VM goes: cleanups run last first).
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := g.vm.SSH("systemctl list-units --all --no-pager 'kubepods*' 'holdfast-*'; journalctl -u holdfast --no-pager | grep -i -E 'cgroup|slice|systemd|error' | tail -60")
+			t.Logf("the guest's slices and the agent's cgroup log:\n%s", out)
+		}
+	})
 	g.create(resizablePod("resizable"))
 	g.create(burstablePod("burstable"))
 	g.create(sleeperPod("steady"))
 	g.waitAPIRunning(podTimeout, "resizable", "burstable", "steady")
 
+	// sh runs a command in the guest, failing the test or subtest t (not the VM's): tried again
+	// for a while, since an ssh session can time out on a loaded machine under emulation.
+	sh := func(t *testing.T, command string) string {
+		t.Helper()
+		var out string
+		testenv.Eventually(t, 3*time.Minute, "ssh "+command, func() (err error) {
+			out, err = g.vm.SSH(command)
+			return err
+		})
+		return out
+	}
 	// unit reads systemd's view of a unit: `systemctl show` as key=value.
-	unit := func(name string, props ...string) map[string]string {
+	unit := func(t *testing.T, name string, props ...string) map[string]string {
 		t.Helper()
 		props = append(props, "LoadState", "ActiveState", "ControlGroup")
-		out := g.vm.MustSSH("systemctl show " + name + " -p " + strings.Join(props, ","))
+		out := sh(t, "systemctl show "+name+" -p "+strings.Join(props, ","))
 		got := map[string]string{}
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			if k, v, ok := strings.Cut(line, "="); ok {
@@ -59,7 +75,10 @@ func TestScenario10SystemdCgroupDriver(t *testing.T) {
 		unitName = "kubepods-" + qos + "-pod" + uid + ".slice"
 		return unitName, "/kubepods.slice/kubepods-" + qos + ".slice/" + unitName
 	}
-	cat := func(file string) string { return strings.TrimSpace(g.vm.MustSSH("cat " + file)) }
+	cat := func(t *testing.T, file string) string { t.Helper(); return strings.TrimSpace(sh(t, "cat "+file)) }
+	if fs := strings.TrimSpace(sh(t, "stat -fc %T /sys/fs/cgroup")); fs != "cgroup2fs" {
+		t.Fatalf("the guest's /sys/fs/cgroup is %s, want cgroup2fs", fs)
+	}
 
 	t.Run("kubepods and the QoS levels are slices", func(t *testing.T) {
 		for name, cgroup := range map[string]string{
@@ -67,18 +86,18 @@ func TestScenario10SystemdCgroupDriver(t *testing.T) {
 			"kubepods-burstable.slice":  "/kubepods.slice/kubepods-burstable.slice",
 			"kubepods-besteffort.slice": "/kubepods.slice/kubepods-besteffort.slice",
 		} {
-			u := unit(name, "MemoryMax")
+			u := unit(t, name, "MemoryMax")
 			if u["LoadState"] != "loaded" || u["ActiveState"] != "active" || u["ControlGroup"] != cgroup {
 				t.Errorf("%s: %v, want loaded, active, in %s", name, u, cgroup)
 			}
 		}
-		if got := cat("/sys/fs/cgroup/kubepods.slice/memory.max"); got == "max" {
+		if got := cat(t, "/sys/fs/cgroup/kubepods.slice/memory.max"); got == "max" {
 			t.Errorf("kubepods.slice/memory.max = max, want the node allocatable")
 		}
-		if u := unit("kubepods.slice", "MemoryMax"); u["MemoryMax"] == "infinity" || u["MemoryMax"] == "" {
+		if u := unit(t, "kubepods.slice", "MemoryMax"); u["MemoryMax"] == "infinity" || u["MemoryMax"] == "" {
 			t.Errorf("kubepods.slice's MemoryMax %q: want the node allocatable, set through systemd", u["MemoryMax"])
 		}
-		if got := cat("/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/cpu.weight"); got != "1" {
+		if got := cat(t, "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/cpu.weight"); got != "1" {
 			t.Errorf("kubepods-besteffort.slice/cpu.weight = %s, want 1 (2 shares)", got)
 		}
 	})
@@ -92,17 +111,17 @@ func TestScenario10SystemdCgroupDriver(t *testing.T) {
 			{"burstable", "burstable", "max 100000"},
 		} {
 			name, dir := podSlice(tt.pod, tt.qos)
-			u := unit(name, "MemoryMax")
+			u := unit(t, name, "MemoryMax")
 			if u["ActiveState"] != "active" || u["ControlGroup"] != dir {
 				t.Errorf("%s's slice %s: %v, want active in %s", tt.pod, name, u, dir)
 			}
 			if u["MemoryMax"] != strconv.Itoa(64<<20) {
 				t.Errorf("%s MemoryMax = %s, want %d (64Mi)", name, u["MemoryMax"], 64<<20)
 			}
-			if got := cat("/sys/fs/cgroup" + dir + "/memory.max"); got != strconv.Itoa(64<<20) {
+			if got := cat(t, "/sys/fs/cgroup"+dir+"/memory.max"); got != strconv.Itoa(64<<20) {
 				t.Errorf("%s/memory.max = %s, want %d (64Mi)", dir, got, 64<<20)
 			}
-			if got := cat("/sys/fs/cgroup" + dir + "/cpu.max"); got != tt.cpuMax {
+			if got := cat(t, "/sys/fs/cgroup"+dir+"/cpu.max"); got != tt.cpuMax {
 				t.Errorf("%s/cpu.max = %q, want %q", dir, got, tt.cpuMax)
 			}
 			c := g.cgroupDir(tt.pod + "/main")
@@ -117,7 +136,7 @@ func TestScenario10SystemdCgroupDriver(t *testing.T) {
 	})
 
 	t.Run("stats read on the slices", func(t *testing.T) {
-		raw := g.vm.MustSSH("/run/holdfast-payload/tools/guestprobe -stats")
+		raw := sh(t, "/run/holdfast-payload/tools/guestprobe -stats")
 		var sum statsapi.Summary
 		if err := json.Unmarshal([]byte(raw), &sum); err != nil {
 			t.Fatalf("stats summary: %v\n%s", err, raw)
@@ -160,15 +179,15 @@ func TestScenario10SystemdCgroupDriver(t *testing.T) {
 			t.Errorf("container %s pid %d before the resize, %s pid %d after: want the same process", before.ID, before.PID, after.ID, after.PID)
 		}
 		name, dir := podSlice("resizable", "")
-		u := unit(name, "MemoryMax", "CPUQuotaPerSecUSec")
+		u := unit(t, name, "MemoryMax", "CPUQuotaPerSecUSec")
 		if u["MemoryMax"] != strconv.Itoa(96<<20) || u["CPUQuotaPerSecUSec"] != "400ms" {
 			t.Errorf("%s after the resize: %v, want MemoryMax %d and CPUQuotaPerSecUSec 400ms", name, u, 96<<20)
 		}
 		for _, d := range []string{"/sys/fs/cgroup" + dir, g.cgroupDir("resizable/main")} {
-			if got := cat(d + "/cpu.max"); got != "40000 100000" {
+			if got := cat(t, d+"/cpu.max"); got != "40000 100000" {
 				t.Errorf("%s/cpu.max = %q, want \"40000 100000\" (400m)", d, got)
 			}
-			if got := cat(d + "/memory.max"); got != strconv.Itoa(96<<20) {
+			if got := cat(t, d+"/memory.max"); got != strconv.Itoa(96<<20) {
 				t.Errorf("%s/memory.max = %s, want %d (96Mi)", d, got, 96<<20)
 			}
 		}
@@ -188,7 +207,7 @@ func TestScenario10SystemdCgroupDriver(t *testing.T) {
 			}
 			return nil
 		})
-		if u := unit("kubepods-burstable.slice"); u["ActiveState"] != "active" {
+		if u := unit(t, "kubepods-burstable.slice"); u["ActiveState"] != "active" {
 			t.Errorf("kubepods-burstable.slice after its last pod went: %v, want active", u)
 		}
 	})
