@@ -21,7 +21,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/events"
 	"github.com/holdfast-dev/holdfast/agent/events/record"
@@ -164,7 +163,7 @@ func (a *Agent) kubepodsLimits(capacity v1.ResourceList) (v1.ResourceList, error
 // enforceReservedCgroups caps kubeReservedCgroup and systemReservedCgroup at their
 // reservations where enforceNodeAllocatable names them (the kubelet's enforceExistingCgroup):
 // the cgroups must exist, made by whoever runs the agent and the system.
-func (a *Agent) enforceReservedCgroups(h cgroups.Hierarchy) error {
+func (a *Agent) enforceReservedCgroups(h podcgroups.Driver) error {
 	for _, r := range []struct {
 		key, cgroup string
 		reserved    map[string]string
@@ -195,14 +194,15 @@ func (a *Agent) enforceReservedCgroups(h cgroups.Hierarchy) error {
 }
 
 // podCgroupParent is the pod's cgroup for a backend that asks for it when it makes the pod's
-// sandbox (CRI): podcgroups.PodDir, the computation the pod workers' containers get theirs
-// from. nil with cgroupsPerQOS off.
+// sandbox (CRI): the cgroup driver's Layout.PodDir, the computation the pod workers'
+// containers get theirs from (a slice's path with the systemd driver, which containerd's CRI
+// plugin turns into its systemd form, as it does the kubelet's). nil with cgroupsPerQOS off.
 func (a *Agent) podCgroupParent() func(*v1.Pod) string {
 	if a.hollow || !*a.cfg.CgroupsPerQOS {
 		return nil
 	}
-	root := a.cfg.CgroupRoot
-	return func(pod *v1.Pod) string { return podcgroups.PodDir(root, pod) }
+	layout := podcgroups.Layout{Root: a.cfg.CgroupRoot, Systemd: a.cfg.CgroupDriver == podcgroups.DriverSystemd}
+	return layout.PodDir
 }
 
 // evictionManager builds the node-pressure eviction manager: the host's signals against the

@@ -144,6 +144,7 @@ func (a *Agent) criBackend(ctx context.Context, boot *metrics.Boot) (*backend, e
 			LogMaxSize:         cfg.ContainerLogMaxSizeBytes(),
 			LogMaxFiles:        cfg.ContainerLogMaxFiles,
 			PodCgroupParent:    a.podCgroupParent(),
+			CgroupDriver:       cfg.CgroupDriver,
 		}, a.log.With("component", "cri"))
 	})
 	if err != nil {

@@ -302,15 +302,22 @@ func (r *run) buildPodCgroups(capacity v1.ResourceList) error {
 		return err
 	}
 	h := cgroups.Host()
+	driver, err := podCgroupDriver(cfg.CgroupDriver, h)
+	if err != nil {
+		return err
+	}
+	if err := podcgroups.CheckDriverSwitch(h, cfg.CgroupDriver, cfg.CgroupRoot, a.log.With("component", "cgroups")); err != nil {
+		return err
+	}
 	m := podcgroups.NewManager(podcgroups.Config{
-		Hierarchy: h, Root: cfg.CgroupRoot, EnforceCPULimits: *cfg.CPUCFSQuota,
+		Hierarchy: h, Driver: driver, Root: cfg.CgroupRoot, EnforceCPULimits: *cfg.CPUCFSQuota,
 		PodPidsLimit: cfg.PodPidsLimit, Kubepods: kubepods, Log: a.log.With("component", "cgroups"),
 	})
 	if err := m.Start(); err != nil {
-		return fmt.Errorf("pod cgroups (cgroupsPerQOS): %w", err)
+		return fmt.Errorf("pod cgroups (cgroupsPerQOS, cgroupDriver %s): %w", cfg.CgroupDriver, err)
 	}
-	a.log.Info("node allocatable enforced on kubepods", "root", cfg.CgroupRoot, "mode", h.Mode.String(), "memory", kubepods.Memory().String(), "cpu", kubepods.Cpu().String(), "enforceNodeAllocatable", cfg.EnforceNodeAllocatable)
-	if err := a.enforceReservedCgroups(h); err != nil {
+	a.log.Info("node allocatable enforced on kubepods", "cgroup", m.Layout().Kubepods(), "driver", cfg.CgroupDriver, "mode", h.Mode.String(), "memory", kubepods.Memory().String(), "cpu", kubepods.Cpu().String(), "enforceNodeAllocatable", cfg.EnforceNodeAllocatable)
+	if err := a.enforceReservedCgroups(driver); err != nil {
 		return err
 	}
 	withContainers := map[types.UID]bool{}
@@ -324,6 +331,18 @@ func (r *run) buildPodCgroups(capacity v1.ResourceList) error {
 	}
 	r.podCgroups = m
 	return nil
+}
+
+// podCgroupDriver is the cgroupDriver's: the cgroupfs driver writes h; the systemd one talks
+// to systemd over D-Bus, from the first cgroup it makes.
+func podCgroupDriver(name string, h cgroups.Hierarchy) (podcgroups.Driver, error) {
+	switch name {
+	case podcgroups.DriverSystemd:
+		return podcgroups.NewSystemd(h, podcgroups.DialSystemd), nil
+	case podcgroups.DriverCgroupfs, "":
+		return h, nil
+	}
+	return nil, fmt.Errorf("cgroupDriver %q: want %q or %q", name, podcgroups.DriverCgroupfs, podcgroups.DriverSystemd)
 }
 
 // podCgroupsOrNil is the pod cgroups' manager for the workers: a nil interface, not a nil

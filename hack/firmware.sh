@@ -39,7 +39,9 @@ ARCHES=${ARCHES:-amd64 arm64 armv7}
 # 31's target is 30 MiB; a dependency that brings back a template execution or another call of
 # a method by a computed name costs about 6 MiB, and make check's check-reflectmethod names
 # it); the logger, one process per container, 50%, as any growth there is multiplied by the pods.
-HOLDFAST_BUDGET=${HOLDFAST_BUDGET:-$((127 * 256 * 1024))} # 31.75 MiB
+# The systemd cgroup driver (go-systemd's dbus and godbus, +360 KiB, issue 29) was a decision
+# to grow past 31.75 MiB: 31.9 MiB with it (docs/runs/2026-12-06-binsize-merge-*).
+HOLDFAST_BUDGET=${HOLDFAST_BUDGET:-$((128 * 256 * 1024))} # 32.0 MiB
 LOGGER_BUDGET=${LOGGER_BUDGET:-$((3 * 1024 * 1024))}
 
 # The build tags of every holdfast binary. grpcnotrace leaves out grpc's golang.org/x/net/trace,

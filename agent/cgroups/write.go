@@ -293,3 +293,51 @@ func writeFile(path, value string) error {
 	}
 	return nil
 }
+
+// Populated says a process is in the cgroup at path or below it: cgroup.events' "populated"
+// on cgroup v2; on v1, any cgroup.procs in its tree of the cpu and memory hierarchies. A
+// cgroup that is not there holds nothing.
+func (h Hierarchy) Populated(path string) (bool, error) {
+	if h.Mode == Unified {
+		b, err := os.ReadFile(filepath.Join(h.Dir(path, ""), "cgroup.events"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("read cgroup.events of %s: %w", path, err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "populated "); ok {
+				return strings.TrimSpace(v) != "0", nil
+			}
+		}
+		return false, fmt.Errorf("cgroup.events of %s has no populated line", path)
+	}
+	for _, c := range h.controllers() {
+		populated := false
+		err := filepath.WalkDir(h.Dir(path, c), func(p string, d fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil || !d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			if strings.TrimSpace(string(b)) != "" {
+				populated = true
+				return filepath.SkipAll
+			}
+			return nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("processes of cgroup %s: %w", path, err)
+		}
+		if populated {
+			return true, nil
+		}
+	}
+	return false, nil
+}

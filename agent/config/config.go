@@ -153,8 +153,9 @@ type Config struct {
 	CgroupsPerQOS *bool `json:"cgroupsPerQOS,omitempty"`
 	// CgroupRoot is the cgroup kubepods is made below. Defaults to "/".
 	CgroupRoot string `json:"cgroupRoot,omitempty"`
-	// CgroupDriver is how cgroups are made: "cgroupfs", the default and the only one yet
-	// (the kubelet's "systemd" is refused).
+	// CgroupDriver is how cgroups are made, the kubelet's cgroupDriver: "cgroupfs" (the
+	// default) writes them; "systemd" makes them transient slices through systemd's D-Bus API
+	// (kubepods.slice, kubepods-burstable.slice, ...), and runs containers in scopes below them.
 	CgroupDriver string `json:"cgroupDriver,omitempty"`
 	// EnforceNodeAllocatable lists what is capped: "pods" caps kubepods at the node's capacity
 	// less systemReserved and kubeReserved (the eviction thresholds stay inside it, as with the
@@ -813,8 +814,16 @@ func (c *Config) Enforces(key string) bool { return slices.Contains(c.EnforceNod
 
 func (c *Config) validateCgroups() []error {
 	var errs []error
-	if c.CgroupDriver != "cgroupfs" {
-		errs = append(errs, fmt.Errorf("cgroupDriver %q: only \"cgroupfs\" is implemented", c.CgroupDriver))
+	switch c.CgroupDriver {
+	case "cgroupfs":
+	case "systemd":
+		// The kubelet's rule (NewCgroupName): a systemd name writes "-" as "_", so a "_" of
+		// cgroupRoot's own would not read back.
+		if strings.Contains(c.CgroupRoot, "_") {
+			errs = append(errs, fmt.Errorf("cgroupRoot %q: no \"_\" with cgroupDriver systemd (it stands for \"-\" in slice names)", c.CgroupRoot))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("cgroupDriver %q: want \"cgroupfs\" or \"systemd\"", c.CgroupDriver))
 	}
 	if !strings.HasPrefix(c.CgroupRoot, "/") {
 		errs = append(errs, fmt.Errorf("cgroupRoot %q is not an absolute cgroup path", c.CgroupRoot))

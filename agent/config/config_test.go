@@ -279,7 +279,9 @@ func TestCgroupSettings(t *testing.T) {
 	}{
 		{"cgroupsPerQOS: false\nenforceNodeAllocatable: [none]\n", ""},
 		{"cgroupsPerQOS: false\n", "no kubepods to cap"},
-		{"cgroupDriver: systemd\n", "only \"cgroupfs\""},
+		{"cgroupDriver: systemd\n", ""},
+		{"cgroupDriver: systemd\ncgroupRoot: /edge_1\n", "no \"_\""},
+		{"cgroupDriver: slices\n", "want \"cgroupfs\" or \"systemd\""},
 		{"cgroupRoot: edge\n", "not an absolute cgroup path"},
 		{"enforceNodeAllocatable: [pods, kube-reserved]\n", "without kubeReservedCgroup"},
 		{"enforceNodeAllocatable: [pods, system-reserved]\nsystemReservedCgroup: /system.slice\n", ""},

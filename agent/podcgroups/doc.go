@@ -14,5 +14,11 @@
 //	  besteffort/                  2 CPU shares
 //	    pod<uid>/<container>
 //
+// With the systemd driver (systemd.go) the same cgroups are transient slices, named as the
+// kubelet names them (naming.go: kubepods.slice, kubepods-burstable.slice,
+// kubepods-burstable-pod<uid with - as _>.slice) and made and changed through systemd's D-Bus
+// API; the Manager sees both drivers through one seam (Driver, driver.go), so what goes in
+// each cgroup is computed once.
+//
 // Resize (issue 29 item 2) updates a running pod's cgroup with Manager.UpdatePod.
 package podcgroups

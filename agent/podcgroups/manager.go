@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +17,9 @@ import (
 // Config is the node's cgroup configuration, in the kubelet's KubeletConfiguration terms.
 type Config struct {
 	Hierarchy cgroups.Hierarchy
+	// Driver makes the cgroups (the kubelet's cgroupDriver): nil is the cgroupfs driver on
+	// Hierarchy; a *Systemd makes them transient slices, named as the kubelet names them.
+	Driver Driver
 	// Root is the kubelet's cgroupRoot: kubepods is made below it. Defaults to "/".
 	Root string
 	// EnforceCPULimits is the kubelet's cpuCFSQuota: a pod's CPU limits become a CFS quota.
@@ -36,8 +37,9 @@ type Config struct {
 // Manager makes and removes the pod and QoS cgroups. Its methods are safe to call from
 // every pod worker at once.
 type Manager struct {
-	cfg Config
-	h   cgroups.Hierarchy
+	cfg    Config
+	h      Driver
+	layout Layout
 
 	mu sync.Mutex // serializes writes to the QoS levels; protects pods
 	// pods are the pods with a cgroup made by this agent since it started, for the burstable
@@ -56,7 +58,11 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{cfg: cfg, h: cfg.Hierarchy, pods: map[types.UID]*v1.Pod{}}
+	if cfg.Driver == nil {
+		cfg.Driver = cfg.Hierarchy
+	}
+	_, systemd := cfg.Driver.(*Systemd)
+	return &Manager{cfg: cfg, h: cfg.Driver, layout: Layout{Root: cfg.Root, Systemd: systemd}, pods: map[types.UID]*v1.Pod{}}
 }
 
 // Start makes kubepods with its node allocatable limits and the two QoS levels below it, or
@@ -64,7 +70,7 @@ func NewManager(cfg Config) *Manager {
 // kubelet's createNodeAllocatableCgroups, enforceNodeAllocatableCgroups and QoS manager Start.
 // A memory limit below what kubepods already uses fails here, and says so.
 func (m *Manager) Start() error {
-	top := path.Join("/", m.cfg.Root, Kubepods)
+	top := m.layout.Kubepods()
 	if err := m.h.Ensure(top, NodeAllocatableResources(m.cfg.Kubepods)); err != nil {
 		return fmt.Errorf("enforce node allocatable on %s: %w", top, err)
 	}
@@ -81,14 +87,17 @@ func (m *Manager) updateQOSLocked() error {
 	}
 	burstable, besteffort := QOSResources(pods)
 	return errors.Join(
-		m.h.Ensure(QOSDir(m.cfg.Root, v1.PodQOSBurstable), burstable),
-		m.h.Ensure(QOSDir(m.cfg.Root, v1.PodQOSBestEffort), besteffort),
+		m.h.Ensure(m.layout.QOSDir(v1.PodQOSBurstable), burstable),
+		m.h.Ensure(m.layout.QOSDir(v1.PodQOSBestEffort), besteffort),
 	)
 }
 
 // PodDir is the pod's cgroup, the parent of its containers': the backend-neutral cgroup
 // parent the runtime is given (runtime.ContainerConfig.CgroupParent).
-func (m *Manager) PodDir(pod *v1.Pod) string { return PodDir(m.cfg.Root, pod) }
+func (m *Manager) PodDir(pod *v1.Pod) string { return m.layout.PodDir(pod) }
+
+// Layout is how the manager names the cgroups.
+func (m *Manager) Layout() Layout { return m.layout }
 
 // EnsurePod makes the pod's cgroup with its limits before its first container, after
 // counting the pod in its QoS level (the kubelet updates the QoS cgroups before it makes a
@@ -162,7 +171,7 @@ func (m *Manager) PodHolds(pod *v1.Pod) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return Holds(m.podResources(pod), got), nil
+	return Holds(m.applied(m.podResources(pod)), got), nil
 }
 
 // PodMemory is the pod cgroup's memory limit as pod, allocated, sets it (ResourceConfigForPod)
@@ -170,7 +179,7 @@ func (m *Manager) PodHolds(pod *v1.Pod) (bool, error) {
 // as a whole, as the kubelet reads it (cAdvisor's pod cgroup), its running containers' and
 // what they leave there (an init container's memory-backed emptyDir, page cache) alike.
 func (m *Manager) PodMemory(pod *v1.Pod) (desired, current, used int64, err error) {
-	if r := m.podResources(pod); r.Memory != nil && *r.Memory > 0 {
+	if r := m.applied(m.podResources(pod)); r.Memory != nil && *r.Memory > 0 {
 		desired = *r.Memory
 	}
 	got, err := m.ReadPod(pod)
@@ -188,6 +197,17 @@ func (m *Manager) podResources(pod *v1.Pod) cgroups.Resources {
 	return ResourceConfigForPod(pod, m.cfg.EnforceCPULimits, m.cfg.CPUPeriod, m.cfg.PodPidsLimit)
 }
 
+// applied is r as the driver leaves it in the cgroup: the systemd driver rounds a CPU quota
+// to systemd's steps (Systemd.Applied).
+func (m *Manager) applied(r cgroups.Resources) cgroups.Resources {
+	if a, ok := m.h.(interface {
+		Applied(cgroups.Resources) cgroups.Resources
+	}); ok {
+		return a.Applied(r)
+	}
+	return r
+}
+
 // RemovePod removes the pod's cgroup once its containers are gone (the runtime removes each
 // container's own) and takes it out of its QoS level's count. A cgroup that still holds a
 // process is left and the error says so; nothing is killed.
@@ -200,7 +220,7 @@ func (m *Manager) RemovePod(uid types.UID) error {
 func (m *Manager) removeLocked(uid types.UID) error {
 	var errs []error
 	for _, qos := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
-		errs = append(errs, m.h.Remove(path.Join(QOSDir(m.cfg.Root, qos), podDirName(uid))))
+		errs = append(errs, m.h.Remove(m.layout.podDir(qos, uid)))
 	}
 	if _, known := m.pods[uid]; known {
 		delete(m.pods, uid)
@@ -237,13 +257,13 @@ func (m *Manager) Run(ctx context.Context, period time.Duration, active func(typ
 func (m *Manager) Cleanup(active func(types.UID) bool) []types.UID {
 	var removed []types.UID
 	for _, qos := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
-		names, err := m.h.Children(QOSDir(m.cfg.Root, qos))
+		names, err := m.h.Children(m.layout.QOSDir(qos))
 		if err != nil {
 			continue
 		}
 		for _, name := range names {
-			uid, ok := strings.CutPrefix(name, "pod")
-			if !ok || uid == "" {
+			uid, ok := m.layout.PodUID(name)
+			if !ok {
 				continue // burstable, besteffort
 			}
 			m.mu.Lock()

@@ -2,8 +2,6 @@ package podcgroups
 
 import (
 	"os"
-	"path"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -60,6 +58,23 @@ func SharesMatch(want, got uint64) bool {
 	return want == got || got == cgroups.WeightToShares(cgroups.SharesToWeight(want))
 }
 
+// QuotaMatch reports whether a CFS quota read back from a cgroup (got) is want over period:
+// equal, or want as systemd keeps it, rounded up to a whole percent of a CPU (runc's systemd
+// cgroup manager writes that rounding for a container's scope, the systemd driver for a pod's
+// slice), so that a 15m limit read back as 20m's quota is not taken for a resize not applied.
+func QuotaMatch(want, got, period int64) bool {
+	if want == got {
+		return true
+	}
+	return want > 0 && period > 0 && got == systemdQuota(want, uint64(period))
+}
+
+// systemdQuota is quota over period as systemd keeps it (systemdResources' rounding).
+func systemdQuota(quota int64, period uint64) int64 {
+	_, applied := systemdResources(cgroups.Resources{CPUQuota: &quota, CPUPeriod: &period}, true, 0)
+	return *applied.CPUQuota
+}
+
 // pageSize is what the kernel rounds a cgroup v1 memory limit down to.
 var pageSize = int64(os.Getpagesize())
 
@@ -86,7 +101,7 @@ func Holds(want cgroups.Resources, got cgroups.Settings) bool {
 			if got.CPUQuota != 0 {
 				return false
 			}
-		case got.CPUQuota != *q || want.CPUPeriod != nil && got.CPUPeriod != int64(*want.CPUPeriod):
+		case !QuotaMatch(*q, got.CPUQuota, got.CPUPeriod) || want.CPUPeriod != nil && got.CPUPeriod != int64(*want.CPUPeriod):
 			return false
 		}
 	}
@@ -99,21 +114,14 @@ func Holds(want cgroups.Resources, got cgroups.Settings) bool {
 // Kubepods is the name of the cgroup all pods are under, below the cgroup root.
 const Kubepods = "kubepods"
 
-// QOSDir is the path of a QoS class's cgroup below root (the configured cgroupRoot):
-// Guaranteed pods sit in kubepods itself, the other two classes in a level of their own.
-func QOSDir(root string, qos v1.PodQOSClass) string {
-	top := path.Join("/", root, Kubepods)
-	if qos == v1.PodQOSGuaranteed {
-		return top
-	}
-	return path.Join(top, strings.ToLower(string(qos)))
-}
+// QOSDir is the path of a QoS class's cgroup below root (the configured cgroupRoot) on the
+// cgroupfs driver: Guaranteed pods sit in kubepods itself, the other two classes in a level
+// of their own (Layout.QOSDir names them for either driver).
+func QOSDir(root string, qos v1.PodQOSClass) string { return Layout{Root: root}.QOSDir(qos) }
 
-// PodDir is the path of a pod's cgroup below root: its QoS class's directory, then
-// pod<uid> (the kubelet's GetPodCgroupNameSuffix).
-func PodDir(root string, pod *v1.Pod) string {
-	return path.Join(QOSDir(root, podutil.ComputePodQOS(pod)), podDirName(pod.UID))
-}
+// PodDir is the path of a pod's cgroup below root on the cgroupfs driver: its QoS class's
+// directory, then pod<uid> (the kubelet's GetPodCgroupNameSuffix).
+func PodDir(root string, pod *v1.Pod) string { return Layout{Root: root}.PodDir(pod) }
 
 func podDirName(uid types.UID) string { return "pod" + string(uid) }
 

@@ -408,10 +408,11 @@ func isRegularInit(pod *v1.Pod, name string) bool {
 	return false
 }
 
-// cpuMatches reports whether the CPU settings applied are want's: the same CFS quota (and
-// period, when limited), and the same shares, or on cgroup v2 the shares its weight stands for.
+// cpuMatches reports whether the CPU settings applied are want's: the same CFS quota (or the
+// one systemd rounds it to, with the systemd cgroup driver) and period, when limited, and the
+// same shares, or on cgroup v2 the shares its weight stands for.
 func cpuMatches(want, got runtime.Resources) bool {
-	if want.CPUQuota != got.CPUQuota || want.CPUQuota > 0 && want.CPUPeriod != got.CPUPeriod {
+	if !podcgroups.QuotaMatch(want.CPUQuota, got.CPUQuota, got.CPUPeriod) || want.CPUQuota > 0 && want.CPUPeriod != got.CPUPeriod {
 		return false
 	}
 	return podcgroups.SharesMatch(want.CPUShares, got.CPUShares)
@@ -641,7 +642,7 @@ func (w *worker) noteResizeProgress(pod, allocated *v1.Pod, observed []runtime.C
 func statusResources(allocated v1.ResourceRequirements, want, got runtime.Resources) *v1.ResourceRequirements {
 	r := allocated.DeepCopy()
 	if r.Limits != nil {
-		if _, ok := r.Limits[v1.ResourceCPU]; ok && (got.CPUQuota != want.CPUQuota || got.CPUPeriod != want.CPUPeriod) {
+		if _, ok := r.Limits[v1.ResourceCPU]; ok && (!podcgroups.QuotaMatch(want.CPUQuota, got.CPUQuota, got.CPUPeriod) || got.CPUPeriod != want.CPUPeriod) {
 			if got.CPUQuota > 0 && got.CPUPeriod > 0 {
 				r.Limits[v1.ResourceCPU] = *resourceMilli(got.CPUQuota * podcgroups.MilliCPUToCPU / got.CPUPeriod)
 			} else {

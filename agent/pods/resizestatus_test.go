@@ -12,7 +12,8 @@ import (
 
 // For every CPU request and limit in millicores up to 4 CPUs, a container whose cgroup holds
 // what its allocation gives, read back on cgroup v1 (shares as written) or v2 (the least
-// shares of the weight runc wrote), matches it (no endless resize of a container already
+// shares of the weight runc wrote; with the systemd driver the quota rounded as systemd keeps
+// it), matches it (no endless resize of a container already
 // resized) and reports its allocation as is, not a rounded value; one whose cgroup holds
 // another limit (a resize not applied) reports that limit.
 func TestStatusResourcesReadBack(t *testing.T) {
@@ -25,7 +26,11 @@ func TestStatusResourcesReadBack(t *testing.T) {
 		v1read := runtime.Resources{CPUShares: want.CPUShares, CPUQuota: want.CPUQuota, CPUPeriod: want.CPUPeriod}
 		v2read := v1read
 		v2read.CPUShares = cgroups.WeightToShares(cgroups.SharesToWeight(want.CPUShares))
-		for name, got := range map[string]runtime.Resources{"v1": v1read, "v2": v2read} {
+		// With the systemd cgroup driver, runc's scope holds the quota rounded up to a whole
+		// percent of a CPU (15m: 20m's).
+		sdread := v2read
+		sdread.CPUQuota = (want.CPUQuota*10000/want.CPUPeriod + 99) / 100 * want.CPUPeriod / 100
+		for name, got := range map[string]runtime.Resources{"v1": v1read, "v2": v2read, "v2 systemd": sdread} {
 			if !cpuMatches(want, got) {
 				t.Fatalf("%dm on %s: %+v read back does not match %+v", milli, name, got, want)
 			}

@@ -57,6 +57,8 @@ type gateway struct {
 type gatewayOptions struct {
 	// extraConfig is added to the gateway's configuration (PayloadOptions.ExtraConfig).
 	extraConfig string
+	// setConfig replaces keys the firmware's configuration sets (PayloadOptions.SetConfig).
+	setConfig map[string]string
 	// tpmStateDir gives the VM a TPM (VMOptions.TPMStateDir).
 	tpmStateDir string
 }
@@ -94,6 +96,7 @@ func startGatewayWith(t *testing.T, opts gatewayOptions) *gateway {
 		NodeName:            nodeName,
 		BootstrapKubeconfig: GuestKubeconfig(t, cp.WriteBootstrapKubeconfig(token)),
 		ExtraConfig:         opts.extraConfig,
+		SetConfig:           opts.setConfig,
 	})
 	g.vm = StartVM(t, image, VMOptions{Payload: g.payload, TPMStateDir: opts.tpmStateDir})
 	t.Logf("VM started (%s)", g.vm.Accel)

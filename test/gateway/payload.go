@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,9 @@ type PayloadOptions struct {
 	BootstrapKubeconfig []byte
 	// ExtraConfig is appended to firmware/config.yaml: keys the firmware leaves unset.
 	ExtraConfig string
+	// SetConfig gives top-level keys firmware/config.yaml sets another value (a key set
+	// twice is refused by the agent): "cgroupDriver": "systemd".
+	SetConfig map[string]string
 }
 
 // BuildPayload writes the payload disk the VM installs holdfast from and returns its path:
@@ -67,6 +71,13 @@ func BuildPayload(t testing.TB, opts PayloadOptions) string {
 	config, err := os.ReadFile(filepath.Join(root, "firmware", "config.yaml"))
 	if err != nil {
 		t.Fatalf("payload: %v", err)
+	}
+	for key, value := range opts.SetConfig {
+		line := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + `:.*$`)
+		if !line.Match(config) {
+			t.Fatalf("payload: firmware/config.yaml sets no %s to replace", key)
+		}
+		config = line.ReplaceAll(config, []byte(key+": "+value+" # test/gateway"))
 	}
 	site := string(config) + "\n# test/gateway: this gateway\nnodeName: " + opts.NodeName + "\n"
 	if len(opts.BootstrapKubeconfig) > 0 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"path"
 	"slices"
 	"strconv"
 	"syscall"
@@ -217,19 +216,23 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConf
 	if cfg.TTY {
 		labels[LabelTTY] = "true"
 	}
+	containerOpts := []client.NewContainerOpts{
+		client.WithImage(img),
+		client.WithNewSnapshot(id, img),
+		client.WithNewSpec(opts...),
+		client.WithContainerLabels(labels),
+	}
+	if _, systemd := cgroupsPath(cfg.CgroupParent, id); cfg.CgroupParent != "" && systemd {
+		containerOpts = append(containerOpts, withSystemdCgroup())
+	}
+	// Last: the options run in order before the record is made, so this is the window
+	// between the snapshot and the record.
+	containerOpts = append(containerOpts, func(context.Context, *client.Client, *containers.Container) error {
+		failpoint.Inject(failpoint.ContainerBeforeRecord)
+		return nil
+	})
 	newContainer := func() error {
-		_, err := r.client.NewContainer(ctx, id,
-			client.WithImage(img),
-			client.WithNewSnapshot(id, img),
-			client.WithNewSpec(opts...),
-			client.WithContainerLabels(labels),
-			// Last: the options run in order before the record is made, so this is the
-			// window between the snapshot and the record.
-			func(context.Context, *client.Client, *containers.Container) error {
-				failpoint.Inject(failpoint.ContainerBeforeRecord)
-				return nil
-			},
-		)
+		_, err := r.client.NewContainer(ctx, id, containerOpts...)
 		return err
 	}
 	err = newContainer()
@@ -287,7 +290,8 @@ func ContainerSpecOpts(cfg runtime.ContainerConfig, node NodeSecurity) []oci.Spe
 	}
 	opts = append(opts, resourceSpecOpts(cfg.Resources)...)
 	if cfg.CgroupParent != "" {
-		opts = append(opts, oci.WithCgroup(path.Join(cfg.CgroupParent, runtime.ContainerID(cfg.PodUID, cfg.Name, cfg.Attempt))))
+		p, _ := cgroupsPath(cfg.CgroupParent, runtime.ContainerID(cfg.PodUID, cfg.Name, cfg.Attempt))
+		opts = append(opts, oci.WithCgroup(p))
 	}
 	pod := cfg.PodName + "_" + cfg.PodNamespace + "(" + cfg.PodUID + ")"
 	opts = append(opts, securitySpecOpts(cfg.Security, pod, cfg.Name, node)...)
@@ -406,7 +410,7 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 			return fmt.Errorf("%w: container log: %v", runtime.ErrStartContainer, err)
 		}
 	}
-	task, err := c.NewTask(ctx, ioc)
+	task, err := c.NewTask(ctx, ioc, withRecordedRuncOptions(c))
 	if errdefs.IsAlreadyExists(err) {
 		return r.resumeStart(ctx, c, labels)
 	} else if err != nil {

@@ -29,11 +29,14 @@ func oomKilledInCgroup(ctx context.Context, c client.Container) bool {
 }
 
 // oomKillCount returns the oom_kill count of the cgroup at path (cgroupfs layout, as
-// containerd's default "/NAMESPACE/ID") under root: memory.events on the unified hierarchy
-// (cgroup v2), memory.oom_control in the memory controller's (v1). 0 when neither is
-// readable, or for a systemd-style path ("slice:prefix:name").
+// containerd's default "/NAMESPACE/ID", or systemd's "slice:prefix:name", whose scope is
+// looked up below its slice) under root: memory.events on the unified hierarchy (cgroup v2),
+// memory.oom_control in the memory controller's (v1). 0 when neither is readable.
 func oomKillCount(root, path string) int {
-	if path == "" || strings.Contains(path, ":") {
+	if strings.Contains(path, ":") {
+		path = systemdCgroupPath(path)
+	}
+	if path == "" {
 		return 0
 	}
 	for _, f := range []string{

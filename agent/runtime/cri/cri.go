@@ -74,6 +74,9 @@ type Config struct {
 	// runtime.ContainerConfig.CgroupParent (agent/podcgroups Manager.PodDir), asked when the
 	// sandbox is made. nil or "": the runtime's default.
 	PodCgroupParent func(*v1.Pod) string
+	// CgroupDriver is the agent's cgroupDriver, "cgroupfs" or "systemd": with a
+	// PodCgroupParent, Connect fails when the runtime reports another (checkCgroupDriver).
+	CgroupDriver string
 }
 
 // Runtime runs holdfast's pods on a CRI runtime: a sandbox per pod, made by the runtime with
@@ -137,6 +140,16 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error
 	if _, err := r.Version(ctx); err != nil {
 		conn.Close()
 		return nil, err
+	}
+	if cfg.PodCgroupParent != nil && cfg.CgroupDriver != "" {
+		note, err := checkCgroupDriver(ctx, r.rs, cfg.CgroupDriver)
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		if note != "" {
+			log.Warn(note)
+		}
 	}
 	if err := r.loadSandboxes(ctx, ""); err != nil {
 		conn.Close()
