@@ -41,12 +41,15 @@ type hollowNode struct {
 	recorder record.EventRecorder
 }
 
-func startHollowNode(t *testing.T) *hollowNode {
+func startHollowNode(t *testing.T) *hollowNode { return startHollowNodeWith(t, nil) }
+
+// startHollowNodeWith starts a ready node (its static pods read) whose admission is admitter.
+func startHollowNodeWith(t *testing.T, admitter pods.Admitter) *hollowNode {
 	t.Helper()
 	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
 	n.ready.Store(true)
 	n.staticReady.Store(true)
-	n.start(t, nil)
+	n.start(t, admitter)
 	return n
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
@@ -56,12 +55,7 @@ func TestInitContainerExitsMidResize(t *testing.T) {
 	n.waitStatus(t, pod, "init running", func(st v1.PodStatus) bool {
 		return len(st.InitContainerStatuses) == 1 && st.InitContainerStatuses[0].State.Running != nil
 	})
-	next := pod.DeepCopy()
-	next.Generation++
-	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(100, resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(64<<20, resource.BinarySI)}
-	next.Spec.InitContainers[0].Resources = v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
-	n.mgr.Update(next)
+	n.mgr.Update(resizedInit(pod, 100, 64<<20))
 	select {
 	case <-u.fired:
 	case <-time.After(10 * time.Second):

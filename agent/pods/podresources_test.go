@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/holdfast-dev/holdfast/agent/cgroups"
 )
@@ -13,16 +12,6 @@ import (
 // the kubelet's convertToAPIPodLevelResourcesStatus reads them, the allocation's values kept
 // where the cgroup holds them.
 func TestRunningPodResources(t *testing.T) {
-	list := func(cpu, mem string) v1.ResourceList {
-		l := v1.ResourceList{}
-		if cpu != "" {
-			l[v1.ResourceCPU] = resource.MustParse(cpu)
-		}
-		if mem != "" {
-			l[v1.ResourceMemory] = resource.MustParse(mem)
-		}
-		return l
-	}
 	podLevel := func(req, lim v1.ResourceList) *v1.Pod {
 		return &v1.Pod{Spec: v1.PodSpec{Resources: &v1.ResourceRequirements{Requests: req, Limits: lim},
 			Containers: []v1.Container{{Name: "c"}}}}
@@ -41,32 +30,32 @@ func TestRunningPodResources(t *testing.T) {
 		old        *v1.ResourceRequirements
 		req, limit v1.ResourceList
 	}{
-		{"pod-level, applied", podLevel(list("200m", "96Mi"), list("200m", "96Mi")),
+		{"pod-level, applied", podLevel(resourceList("200m", "96Mi"), resourceList("200m", "96Mi")),
 			cgroups.Settings{CPUShares: 204, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 96 << 20}, nil,
-			list("200m", "96Mi"), list("200m", "96Mi")},
-		{"pod-level, a resize not applied yet: the cgroup's values", podLevel(list("400m", "64Mi"), list("400m", "64Mi")),
+			resourceList("200m", "96Mi"), resourceList("200m", "96Mi")},
+		{"pod-level, a resize not applied yet: the cgroup's values", podLevel(resourceList("400m", "64Mi"), resourceList("400m", "64Mi")),
 			cgroups.Settings{CPUShares: 204, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 96 << 20}, nil,
-			list("200m", "64Mi"), list("200m", "96Mi")},
-		{"pod-level memory limit of no whole number of pages, held rounded down", podLevel(list("200m", "100M"), list("200m", "100M")),
+			resourceList("200m", "64Mi"), resourceList("200m", "96Mi")},
+		{"pod-level memory limit of no whole number of pages, held rounded down", podLevel(resourceList("200m", "100M"), resourceList("200m", "100M")),
 			cgroups.Settings{CPUShares: 204, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 99999744}, nil,
-			list("200m", "100M"), list("200m", "100M")},
+			resourceList("200m", "100M"), resourceList("200m", "100M")},
 		{"containers' resources added up", containers(
-			v1.ResourceRequirements{Requests: list("100m", "32Mi"), Limits: list("100m", "32Mi")},
-			v1.ResourceRequirements{Requests: list("200m", "64Mi"), Limits: list("200m", "64Mi")}),
+			v1.ResourceRequirements{Requests: resourceList("100m", "32Mi"), Limits: resourceList("100m", "32Mi")},
+			v1.ResourceRequirements{Requests: resourceList("200m", "64Mi"), Limits: resourceList("200m", "64Mi")}),
 			cgroups.Settings{CPUShares: 307, CPUQuota: 30000, CPUPeriod: 100000, MemoryLimit: 96 << 20}, nil,
-			list("300m", "96Mi"), list("300m", "96Mi")},
+			resourceList("300m", "96Mi"), resourceList("300m", "96Mi")},
 		{"a container without limits: the pod cgroup has none, nor its status", containers(
-			v1.ResourceRequirements{Requests: list("100m", "32Mi"), Limits: list("100m", "32Mi")},
-			v1.ResourceRequirements{Requests: list("200m", "64Mi")}),
+			v1.ResourceRequirements{Requests: resourceList("100m", "32Mi"), Limits: resourceList("100m", "32Mi")},
+			v1.ResourceRequirements{Requests: resourceList("200m", "64Mi")}),
 			cgroups.Settings{CPUShares: 307}, nil,
-			list("300m", "96Mi"), list("", "")},
+			resourceList("300m", "96Mi"), resourceList("", "")},
 		{"no limit in the cgroup keeps the previous status's", containers(
-			v1.ResourceRequirements{Requests: list("100m", "")}),
-			cgroups.Settings{CPUShares: 102}, &v1.ResourceRequirements{Limits: list("500m", "1Gi")},
-			list("100m", ""), list("500m", "1Gi")},
+			v1.ResourceRequirements{Requests: resourceList("100m", "")}),
+			cgroups.Settings{CPUShares: 102}, &v1.ResourceRequirements{Limits: resourceList("500m", "1Gi")},
+			resourceList("100m", ""), resourceList("500m", "1Gi")},
 		{"BestEffort: the least shares, no request reported", containers(v1.ResourceRequirements{}),
 			cgroups.Settings{CPUShares: 2}, nil,
-			list("", ""), list("", "")},
+			resourceList("", ""), resourceList("", "")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := runningPodResources(tc.pod, tc.got, tc.old)

@@ -61,6 +61,17 @@ func resized(pod *v1.Pod, cpu, mem int64) *v1.Pod {
 	return p
 }
 
+// resizedInit is pod with its first init container's resources resized (request = limit),
+// the next generation.
+func resizedInit(pod *v1.Pod, cpu, mem int64) *v1.Pod {
+	p := pod.DeepCopy()
+	p.Generation++
+	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
+	p.Spec.InitContainers[0].Resources = v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
+	return p
+}
+
 // container is the pod's latest attempt of its container, with what its cgroup holds (zero
 // when it does not run).
 func (n *hollowNode) container(t *testing.T, pod *v1.Pod) (runtime.Container, runtime.Resources) {
@@ -106,10 +117,7 @@ func settled(cpu, mem int64) func(v1.PodStatus) bool {
 // place: same container, same attempt, its quota and shares the new ones, read back into the
 // status. Before, holdfast applied nothing and said so in an event.
 func TestResizeCPUInPlace(t *testing.T) {
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	n := startHollowNodeWith(t, nodeOf{cpu: 2000, mem: 1 << 30})
 	pod := resizablePod("cpu", 100, 64<<20)
 	n.mgr.Update(pod)
 	n.waitStatus(t, pod, "running with 100m", settled(100, 64<<20))
@@ -129,10 +137,7 @@ func TestResizeCPUInPlace(t *testing.T) {
 // A memory resize whose policy is RestartContainer restarts the container (the next attempt,
 // its restart count 1) with the new limit.
 func TestResizeMemoryRestartsContainer(t *testing.T) {
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	n := startHollowNodeWith(t, nodeOf{cpu: 2000, mem: 1 << 30})
 	pod := resizablePod("mem", 100, 64<<20, v1.ContainerResizePolicy{ResourceName: v1.ResourceMemory, RestartPolicy: v1.RestartContainer})
 	n.mgr.Update(pod)
 	n.waitStatus(t, pod, "running with 64Mi", settled(100, 64<<20))
@@ -148,10 +153,7 @@ func TestResizeMemoryRestartsContainer(t *testing.T) {
 // A resize beyond the node's allocatable is Infeasible and changes nothing; one that fits the
 // node but not beside another pod is Deferred until that pod goes, then applied.
 func TestResizeInfeasibleAndDeferred(t *testing.T) {
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nodeOf{cpu: 1000, mem: 1 << 30})
+	n := startHollowNodeWith(t, nodeOf{cpu: 1000, mem: 1 << 30})
 	a, b := resizablePod("a", 500, 64<<20), resizablePod("b", 400, 64<<20)
 	n.mgr.Update(a)
 	n.mgr.Update(b)
@@ -298,10 +300,7 @@ func TestResizeSequencesKeepTheNodesInvariants(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	t.Logf("seed %d", seed)
 	const allocatable = 1000
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nodeOf{cpu: allocatable, mem: 1 << 30})
+	n := startHollowNodeWith(t, nodeOf{cpu: allocatable, mem: 1 << 30})
 	desired := []int64{300, 300, 300}
 	podsOf := make([]*v1.Pod, len(desired))
 	for i := range podsOf {
@@ -390,10 +389,7 @@ func podLevelPod(uid string, cpu, mem int64) *v1.Pod {
 // without limits of its own resized in place with the pod's. Before, the pod's new
 // resources were taken as allocated at once, judged by nothing.
 func TestResizePodLevelDeferred(t *testing.T) {
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nodeOf{cpu: 1000, mem: 1 << 30})
+	n := startHollowNodeWith(t, nodeOf{cpu: 1000, mem: 1 << 30})
 	a, b := resizablePod("a", 500, 64<<20), podLevelPod("b", 400, 64<<20)
 	n.mgr.Update(a)
 	n.mgr.Update(b)
@@ -436,10 +432,7 @@ func TestResizePodLevelDeferred(t *testing.T) {
 // and the resize completes while it still runs. Before, only sidecars were resizable: the
 // init container kept its old cgroup and the status its old allocation.
 func TestResizeRunningInitContainerInPlace(t *testing.T) {
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	n := startHollowNodeWith(t, nodeOf{cpu: 2000, mem: 1 << 30})
 	pod := resizablePod("init", 100, 64<<20)
 	pod.Spec.InitContainers = []v1.Container{*pod.Spec.Containers[0].DeepCopy()}
 	pod.Spec.InitContainers[0].Name = "init"
@@ -458,12 +451,7 @@ func TestResizeRunningInitContainerInPlace(t *testing.T) {
 	n.waitStatus(t, pod, "init container running with 100m", initSettled(100, 64<<20))
 	before, _ := n.container(t, pod)
 
-	next := pod.DeepCopy()
-	next.Generation++
-	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(300, resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(128<<20, resource.BinarySI)}
-	next.Spec.InitContainers[0].Resources = v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
-	n.mgr.Update(next)
+	n.mgr.Update(resizedInit(pod, 300, 128<<20))
 	st := n.waitStatus(t, pod, "init container resized to 300m, 128Mi", initSettled(300, 128<<20))
 	after, got := n.container(t, pod)
 	if after.ID != before.ID || after.Name != "init" || st.InitContainerStatuses[0].RestartCount != 0 {
@@ -479,10 +467,7 @@ func TestResizeRunningInitContainerInPlace(t *testing.T) {
 // container whose resizePolicy restarts it for memory is not restarted for it. Before, every
 // sync saw a resize to apply and restarted the container.
 func TestUnalignedMemoryLimitIsNoResize(t *testing.T) {
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	n := startHollowNodeWith(t, nodeOf{cpu: 2000, mem: 1 << 30})
 	const mem = 100_000_000 // 100M
 	pod := resizablePod("unaligned", 100, mem, v1.ContainerResizePolicy{ResourceName: v1.ResourceMemory, RestartPolicy: v1.RestartContainer})
 	n.mgr.Update(pod)
