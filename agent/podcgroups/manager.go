@@ -164,14 +164,10 @@ func (m *Manager) ReadPod(pod *v1.Pod) (cgroups.Settings, error) {
 	return s, nil
 }
 
-// PodHolds reports whether pod's cgroup holds the limits pod, as allocated, gives it
-// (ResourceConfigForPod): false while a resize of the pod is not applied to it.
-func (m *Manager) PodHolds(pod *v1.Pod) (bool, error) {
-	got, err := m.ReadPod(pod)
-	if err != nil {
-		return false, err
-	}
-	return Holds(m.applied(m.podResources(pod)), got), nil
+// PodHolds reports whether a pod cgroup read back as got (ReadPod) holds the limits pod, as
+// allocated, gives it (ResourceConfigForPod): false while a resize of the pod is not applied.
+func (m *Manager) PodHolds(pod *v1.Pod, got cgroups.Settings) bool {
+	return Holds(m.applied(m.podResources(pod)), got)
 }
 
 // PodMemory is the pod cgroup's memory limit as pod, allocated, sets it (ResourceConfigForPod)

@@ -113,9 +113,9 @@ type PodCgroups interface {
 	// resize. The workers call it after the containers' updates, CoverPod before them, so
 	// that it always holds them whichever way each resource moves.
 	UpdatePod(pod *v1.Pod) error
-	// PodHolds reports whether the pod's cgroup holds what pod, as allocated, gives it: a
-	// pod-level resize is applied.
-	PodHolds(pod *v1.Pod) (bool, error)
+	// PodHolds reports whether the pod's cgroup, read back as got (ReadPod), holds what pod,
+	// as allocated, gives it: a resize is applied at the pod level.
+	PodHolds(pod *v1.Pod, got cgroups.Settings) bool
 	// ReadPod reads back what the pod's cgroup holds (its status reports it).
 	ReadPod(pod *v1.Pod) (cgroups.Settings, error)
 	// CoverPod sets the pod's cgroup to hold its containers as they run and as pod, allocated,

@@ -434,9 +434,9 @@ func restartPolicy(c *v1.Container, resource v1.ResourceName) bool {
 // kills, which apply carries out; the plan of the next sync starts the new attempt with the
 // allocation). already are the containers this sync kills anyway. A failed update is the
 // PodResizeInProgress condition's Error, with a ResizeError event.
-func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, allocated *v1.Pod, observed []runtime.Container, already []killAction) []killAction {
+func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, allocated *v1.Pod, observed []runtime.Container, podCgroup *cgroups.Settings, already []killAction) []killAction {
 	actions := planResize(allocated, observed, w.readApplied(ctx, observed), w.wantResources(allocated))
-	if len(actions) == 0 && !w.podCgroupStale(allocated) {
+	if len(actions) == 0 && !w.podCgroupStale(allocated, podCgroup) {
 		return nil
 	}
 	if w.resize.inProgress == nil {
@@ -503,19 +503,29 @@ func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, alloc
 	return kills
 }
 
-// readPodCgroup is what the pod's cgroup holds while a container of the pod runs (its status
-// reports it); nil without pod cgroups, when none runs, or when it cannot be read.
-func (w *worker) readPodCgroup(log *slog.Logger, allocated *v1.Pod, observed []runtime.Container) *cgroups.Settings {
+// readPodCgroup is what the pod's cgroup holds, read once a sync: judged against the
+// allocation by the resize, reported in the status while the pod runs. nil without pod
+// cgroups, or when it cannot be read (a pod from before pod cgroups).
+func (w *worker) readPodCgroup(log *slog.Logger, allocated *v1.Pod) *cgroups.Settings {
 	pc := w.m.cfg.Cgroups
-	if pc == nil || !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
+	if pc == nil {
 		return nil
 	}
 	got, err := pc.ReadPod(allocated)
 	if err != nil {
-		log.Debug("read the pod cgroup for the pod's status", "err", err)
+		log.Debug("read the pod cgroup", "err", err)
 		return nil
 	}
 	return &got
+}
+
+// runningPodCgroup is podCgroup while a container of the pod runs (the status reports a
+// running pod's cgroup), else nil (its allocation is reported).
+func runningPodCgroup(podCgroup *cgroups.Settings, observed []runtime.Container) *cgroups.Settings {
+	if !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
+		return nil
+	}
+	return podCgroup
 }
 
 // podCgroupStale reports whether the pod's cgroup does not hold what the pod, as allocated,
@@ -523,19 +533,11 @@ func (w *worker) readPodCgroup(log *slog.Logger, allocated *v1.Pod, observed []r
 // resized while it did not run (an app container during the init phase, an init container
 // not started yet, one in back-off), which must not start under its pod's old limits (the
 // kubelet's startingResizedContainer updates the pod cgroup first), or a resize cut short by
-// an agent restart between CoverPod and UpdatePod. A pod cgroup that cannot be read (a pod
-// from before pod cgroups) is not judged stale: its containers' resize goes on.
-func (w *worker) podCgroupStale(allocated *v1.Pod) bool {
-	pc := w.m.cfg.Cgroups
-	if pc == nil {
-		return false
-	}
-	holds, err := pc.PodHolds(allocated)
-	if err != nil {
-		w.m.log.Debug("read the pod cgroup's applied resources", "pod", allocated.UID, "err", err)
-		return false
-	}
-	return !holds
+// an agent restart between CoverPod and UpdatePod. got is the pod cgroup read back
+// (readPodCgroup); one that could not be read (nil) is not judged stale: its containers'
+// resize goes on.
+func (w *worker) podCgroupStale(allocated *v1.Pod, got *cgroups.Settings) bool {
+	return got != nil && !w.m.cfg.Cgroups.PodHolds(allocated, *got)
 }
 
 // checkMemoryDecreases refuses, as the kubelet's validateMemoryResizeAction, memory limits
@@ -612,7 +614,7 @@ func (w *worker) readApplied(ctx context.Context, observed []runtime.Container) 
 // noteResizeProgress ends the PodResizeInProgress condition, with the kubelet's
 // ResizeCompleted event, once every running container's cgroup holds its allocation and no
 // container restarted for the resize is still to run again.
-func (w *worker) noteResizeProgress(pod, allocated *v1.Pod, observed []runtime.Container, applied map[string]runtime.Resources) {
+func (w *worker) noteResizeProgress(pod, allocated *v1.Pod, observed []runtime.Container, applied map[string]runtime.Resources, podCgroup *cgroups.Settings) {
 	want := w.wantResources(allocated)
 	byName := groupByName(observed)
 	for name := range w.resizeRestarts {
@@ -627,7 +629,7 @@ func (w *worker) noteResizeProgress(pod, allocated *v1.Pod, observed []runtime.C
 			delete(w.resizeRestarts, name)
 		}
 	}
-	if w.resize.inProgress == nil || len(w.resizeRestarts) > 0 || len(planResize(allocated, observed, applied, want)) > 0 || w.podCgroupStale(allocated) {
+	if w.resize.inProgress == nil || len(w.resizeRestarts) > 0 || len(planResize(allocated, observed, applied, want)) > 0 || w.podCgroupStale(allocated, podCgroup) {
 		return
 	}
 	generation := w.resize.inProgress.ObservedGeneration

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-dev/holdfast/agent/admission"
+	"github.com/holdfast-dev/holdfast/agent/cgroups"
 	"github.com/holdfast-dev/holdfast/agent/credentials"
 	"github.com/holdfast-dev/holdfast/agent/logs"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
@@ -560,8 +561,10 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 	p := computePlan(pod, observed, w.m.backoff, w.startedFunc(pod))
 	p.kill = append(p.kill, w.probeKills(pod, observed, p.kill)...)
 	p.kill = append(p.kill, w.restartKills(observed, p.kill)...)
+	var podCgroup *cgroups.Settings
 	if ok {
-		p.kill = append(p.kill, w.actuateResize(ctx, log, desired, pod, observed, p.kill)...)
+		podCgroup = w.readPodCgroup(log, pod)
+		p.kill = append(p.kill, w.actuateResize(ctx, log, desired, pod, observed, podCgroup, p.kill)...)
 		next = min(next, w.apply(ctx, log, pod, observed, p, podIPs, hostIPs, vols))
 	}
 	for name, d := range p.backOff {
@@ -583,7 +586,11 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 	w.lastPodIPs = podIPs
 	ready, started := w.updateProber(pod, observed, podIPs, hostIPs)
 	applied := w.readApplied(ctx, observed)
-	w.noteResizeProgress(desired, pod, observed, applied)
+	if !ok || w.resize.inProgress != nil {
+		// Not read this sync, or changed by the resize since: read (again).
+		podCgroup = w.readPodCgroup(log, pod)
+	}
+	w.noteResizeProgress(desired, pod, observed, applied, podCgroup)
 	if w.resize.inProgress != nil {
 		next = min(next, resizeProgressCheck)
 	}
@@ -592,7 +599,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		podIPs: podIPs, hostIPs: hostIPs, startTime: w.startTime, now: w.m.now(),
 		ready: ready, started: started, messages: w.messages,
 		applied: applied, want: w.wantResources(pod), resize: w.resize.conditions(),
-		podCgroup: w.readPodCgroup(log, pod, observed),
+		podCgroup: runningPodCgroup(podCgroup, observed),
 	})
 	if w.startPending && allContainersRunning(pod, st) {
 		w.reportStart(log, w.m.now().Sub(w.seen))
