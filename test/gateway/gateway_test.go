@@ -194,6 +194,26 @@ func (g *gateway) waitNodeReady(timeout time.Duration) {
 	})
 }
 
+// resized returns the pod's first container's status once it reports the CPU and memory
+// limits given and no resize is pending or in progress; an error saying what it reports
+// until then.
+func (g *gateway) resized(name, cpu, memory string) (v1.ContainerStatus, error) {
+	p, err := g.apiPod(name)
+	if err != nil {
+		return v1.ContainerStatus{}, err
+	}
+	cs := p.Status.ContainerStatuses[0]
+	if cs.Resources == nil || cs.Resources.Limits.Cpu().String() != cpu || cs.Resources.Limits.Memory().String() != memory {
+		return cs, fmt.Errorf("status resources %+v", cs.Resources)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodResizePending || c.Type == v1.PodResizeInProgress {
+			return cs, fmt.Errorf("condition %s %s: %s", c.Type, c.Reason, c.Message)
+		}
+	}
+	return cs, nil
+}
+
 // apiPod returns pod default/name as the API shows it.
 func (g *gateway) apiPod(name string) (*v1.Pod, error) {
 	return g.api.CoreV1().Pods("default").Get(g.ctx, name, metav1.GetOptions{})

@@ -880,18 +880,9 @@ func TestScenario9ResizeAndAllocatable(t *testing.T) {
 		// resize that changes the QoS class).
 		g.resize("resizable", `{"limits":{"cpu":"400m","memory":"96Mi"},"requests":{"cpu":"400m","memory":"96Mi"}}`)
 		testenv.Eventually(t, podTimeout, "the resize reported done", func() error {
-			p, err := g.apiPod("resizable")
+			cs, err := g.resized("resizable", "400m", "96Mi")
 			if err != nil {
 				return err
-			}
-			cs := p.Status.ContainerStatuses[0]
-			if cs.Resources == nil || cs.Resources.Limits.Cpu().String() != "400m" || cs.Resources.Limits.Memory().String() != "96Mi" {
-				return fmt.Errorf("status resources %+v", cs.Resources)
-			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == v1.PodResizePending || c.Type == v1.PodResizeInProgress {
-					return fmt.Errorf("condition %s %s: %s", c.Type, c.Reason, c.Message)
-				}
 			}
 			if cs.RestartCount != 0 {
 				t.Errorf("restartCount %d after a resize whose policy is NotRequired", cs.RestartCount)

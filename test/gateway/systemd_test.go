@@ -157,20 +157,8 @@ func TestScenario10SystemdCgroupDriver(t *testing.T) {
 		before := st.containers["resizable/main"]
 		g.resize("resizable", `{"limits":{"cpu":"400m","memory":"96Mi"},"requests":{"cpu":"400m","memory":"96Mi"}}`)
 		testenv.Eventually(t, podTimeout, "the resize reported done", func() error {
-			p, err := g.apiPod("resizable")
-			if err != nil {
-				return err
-			}
-			cs := p.Status.ContainerStatuses[0]
-			if cs.Resources == nil || cs.Resources.Limits.Cpu().String() != "400m" || cs.Resources.Limits.Memory().String() != "96Mi" {
-				return fmt.Errorf("status resources %+v", cs.Resources)
-			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == v1.PodResizePending || c.Type == v1.PodResizeInProgress {
-					return fmt.Errorf("condition %s %s: %s", c.Type, c.Reason, c.Message)
-				}
-			}
-			return nil
+			_, err := g.resized("resizable", "400m", "96Mi")
+			return err
 		})
 		container := "/sys/fs/cgroup" + st.cgroup["resizable/main"]
 		after := g.guestState(t, sh, []string{resizableUnit}, []string{
