@@ -383,10 +383,16 @@ func planResize(allocated *v1.Pod, observed []runtime.Container, applied map[str
 		target := want(c)
 		cpu := !cpuMatches(target, got)
 		mem := !podcgroups.MemoryMatches(target.MemoryLimit, got.MemoryLimit)
-		if !cpu && !mem {
+		// The memory request is in no cgroup: it changes nothing in place, but a container
+		// whose memory policy is RestartContainer runs again with it (the kubelet compares
+		// it with its actuated request); one created before holdfast recorded it is taken
+		// to run with its allocation.
+		memRequest := latest.MemoryRequest != nil && *latest.MemoryRequest != c.Resources.Requests.Memory().Value() &&
+			restartPolicy(c, v1.ResourceMemory)
+		if !cpu && !mem && !memRequest {
 			continue
 		}
-		restart := cpu && restartPolicy(c, v1.ResourceCPU) || mem && restartPolicy(c, v1.ResourceMemory)
+		restart := cpu && restartPolicy(c, v1.ResourceCPU) || (mem || memRequest) && restartPolicy(c, v1.ResourceMemory)
 		if restart && isRegularInit(allocated, c.Name) {
 			// API validation refuses RestartContainer on a regular init container (killed, it
 			// would fail the pod, not start again); a spec that did not go through it (a

@@ -150,6 +150,47 @@ func TestResizeMemoryRestartsContainer(t *testing.T) {
 	}
 }
 
+// A resize of the memory request alone, which no cgroup holds, restarts the container where
+// the memory resizePolicy is RestartContainer, as the kubelet compares it with the request the
+// container was started with (its actuated resources); with NotRequired nothing is to apply and
+// the container runs on. Before, only the cgroup was compared: the request's change was taken
+// for done, and the restart the policy asks for never came.
+func TestResizeMemoryRequestAlone(t *testing.T) {
+	for _, policy := range []v1.ResourceResizeRestartPolicy{v1.RestartContainer, v1.NotRequired} {
+		t.Run(string(policy), func(t *testing.T) {
+			n := startHollowNodeWith(t, nodeOf{cpu: 2000, mem: 1 << 30})
+			pod := resizablePod("memreq", 100, 128<<20, v1.ContainerResizePolicy{ResourceName: v1.ResourceMemory, RestartPolicy: policy})
+			// Burstable (a request below the limit), as the resize must keep it: the API
+			// refuses a resize that changes the pod's QoS class.
+			pod.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = *resource.NewQuantity(96<<20, resource.BinarySI)
+			n.mgr.Update(pod)
+			n.waitStatus(t, pod, "running with 128Mi", settled(100, 128<<20))
+			before, _ := n.container(t, pod)
+
+			next := pod.DeepCopy()
+			next.Generation++
+			next.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = *resource.NewQuantity(64<<20, resource.BinarySI)
+			n.mgr.Update(next)
+			wantRestarts := int32(0)
+			if policy == v1.RestartContainer {
+				wantRestarts = 1
+			}
+			st := n.waitStatus(t, pod, "the request of 64Mi allocated and the resize done", func(st v1.PodStatus) bool {
+				return settled(100, 128<<20)(st) && st.ContainerStatuses[0].AllocatedResources.Memory().Value() == 64<<20 &&
+					st.ContainerStatuses[0].RestartCount == wantRestarts
+			})
+			after, _ := n.container(t, pod)
+			if restarted := after.ID != before.ID; restarted != (policy == v1.RestartContainer) {
+				t.Errorf("container %s attempt %d after the resize (before: %s), restarts %d; want a restart only with RestartContainer",
+					after.ID, after.Attempt, before.ID, st.ContainerStatuses[0].RestartCount)
+			}
+			if r := st.ContainerStatuses[0].Resources; r == nil || r.Requests.Memory().Value() != 64<<20 {
+				t.Errorf("status resources %+v, want the request of 64Mi", r)
+			}
+		})
+	}
+}
+
 // A resize beyond the node's allocatable is Infeasible and changes nothing; one that fits the
 // node but not beside another pod is Deferred until that pod goes, then applied.
 func TestResizeInfeasibleAndDeferred(t *testing.T) {

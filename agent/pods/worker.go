@@ -1239,8 +1239,10 @@ func (w *worker) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		TTY:          c.TTY,
 		Resources:    containerResources(pod, c, w.m.cfg.MemoryCapacity, w.m.cfg.NoSwap),
 		Security:     containerSecurity(pod, c),
-		Pod:          pod,
-		CgroupParent: w.cgroupParent(pod),
+
+		MemoryRequest: c.Resources.Requests.Memory().Value(),
+		Pod:           pod,
+		CgroupParent:  w.cgroupParent(pod),
 
 		TerminationMessagePath: c.TerminationMessagePath,
 	}

@@ -63,6 +63,9 @@ type Container struct {
 	Pid        uint32
 	// Recorded: the exit is written in the container's labels and its task deleted.
 	Recorded bool
+	// MemoryRequest is the memory request it was created with (ContainerConfig.MemoryRequest);
+	// nil for a container created before holdfast recorded it.
+	MemoryRequest *int64
 }
 
 // ContainerConfig is everything needed to create one container of a pod.
@@ -107,6 +110,11 @@ type ContainerConfig struct {
 	PIDNamespaceOfPid uint32
 	// Resources are the container's cgroup settings and OOM score.
 	Resources Resources
+	// MemoryRequest is the container's memory request in bytes (0: none), recorded with it:
+	// the one resource a resize changes that no cgroup holds, so that a container whose
+	// memory resizePolicy is RestartContainer is restarted when only its request changed, as
+	// the kubelet compares it with its actuated resources.
+	MemoryRequest int64
 	// CgroupParent is the pod's cgroup the container is made in ("/kubepods/burstable/pod<uid>",
 	// a path in the cgroupfs hierarchy, agent/podcgroups); each backend translates it once:
 	// containerd's OCI cgroupsPath below it, the CRI sandbox's cgroup_parent. Empty: the

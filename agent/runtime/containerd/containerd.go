@@ -203,6 +203,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, cfg runtime.ContainerConf
 		LabelLogPath:       cfg.LogPath,
 		LabelSpecHash:      cfg.SpecHash,
 		LabelImageID:       imageID(img),
+		LabelMemoryRequest: strconv.FormatInt(cfg.MemoryRequest, 10),
 	}
 	if cfg.Static {
 		labels[LabelStatic] = "true"
@@ -726,6 +727,8 @@ func fromRecord(rec containers.Container, task *tasktypes.Process) runtime.Conta
 		ExitCode:     int32(parseInt(l[LabelExitCode])),
 		ImageRef:     l[LabelImageID],
 		Static:       l[LabelStatic] == "true",
+
+		MemoryRequest: parseBytes(l[LabelMemoryRequest]),
 	}
 	switch {
 	case !c.FinishedAt.IsZero():

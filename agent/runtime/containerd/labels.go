@@ -29,6 +29,9 @@ const (
 	LabelTTY   = labelPrefix + "container.tty"
 	// LabelStatic is "true" on a static pod's container (runtime.ContainerConfig.Static).
 	LabelStatic = labelPrefix + "pod.static"
+	// LabelMemoryRequest is the container's memory request in bytes
+	// (runtime.ContainerConfig.MemoryRequest).
+	LabelMemoryRequest = labelPrefix + "container.memory-request"
 )
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
@@ -39,6 +42,16 @@ func parseTime(s string) time.Time {
 		return time.Time{}
 	}
 	return t
+}
+
+// parseBytes is a count of bytes a label holds, nil where it holds none (a container created
+// before the label was).
+func parseBytes(s string) *int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return nil
+	}
+	return &n
 }
 
 func parseInt(s string) int {

@@ -81,6 +81,8 @@ func (r *Runtime) containerConfig(ctx context.Context, sb *sandbox, cfg runtime.
 		annotationSpecHash:     cfg.SpecHash,
 		annotationImage:        cfg.Image,
 		annotationRestartCount: strconv.Itoa(cfg.Attempt),
+
+		annotationMemoryRequest: strconv.FormatInt(cfg.MemoryRequest, 10),
 	}
 	if cfg.Static {
 		annotations[annotationStatic] = "true"
@@ -310,6 +312,9 @@ func toContainer(cs *containerStatus) runtime.Container {
 		Pid:          cs.pid,
 		// The runtime keeps exits itself: there is never one left to record.
 		Recorded: true,
+	}
+	if n, err := strconv.ParseInt(st.Annotations[annotationMemoryRequest], 10, 64); err == nil {
+		c.MemoryRequest = &n
 	}
 	if c.Image == "" && st.Image != nil {
 		c.Image = st.Image.Image

@@ -41,6 +41,9 @@ const (
 	annotationStdin = "io.holdfast.container.stdin"
 	// annotationStatic is "true" on a static pod's container (runtime.ContainerConfig.Static).
 	annotationStatic = "io.holdfast.pod.static"
+	// annotationMemoryRequest is the container's memory request in bytes
+	// (runtime.ContainerConfig.MemoryRequest).
+	annotationMemoryRequest = "io.holdfast.container.memory-request"
 )
 
 // maxMsgSize bounds a message from the runtime (an exec's output, a long list), as the

@@ -134,6 +134,7 @@ func (r *Runtime) CreateContainer(_ context.Context, cfg runtime.ContainerConfig
 		ID: id, PodUID: cfg.PodUID, PodName: cfg.PodName, PodNamespace: cfg.PodNamespace,
 		Name: cfg.Name, Attempt: cfg.Attempt, Image: cfg.Image, ImageRef: imageDigest(name),
 		SpecHash: cfg.SpecHash, LogPath: cfg.LogPath, Static: cfg.Static, State: runtime.StateCreated, CreatedAt: r.now(),
+		MemoryRequest: &cfg.MemoryRequest,
 	}, resources: asHeld(cfg.Resources)}
 	argv := append(slices.Clone(cfg.Command), cfg.Args...)
 	if code, ok := exitStatusOf(argv); ok {

@@ -110,6 +110,7 @@ func Run(t *testing.T, name string, be Backend) {
 	}
 	cfg := config("app", 0, "sh", "-c", "echo started; exec sleep 3600")
 	cfg.Static = true // read back: the container says it is a static pod's without the state store
+	cfg.MemoryRequest = 96 << 20
 	id, err := rt.CreateContainer(ctx, cfg)
 	if err != nil {
 		t.Fatalf("create: %v", err)
@@ -119,7 +120,7 @@ func Run(t *testing.T, name string, be Backend) {
 	}
 	c := find(t, rt, pod, id)
 	if c.State != runtime.StateCreated || c.Name != "app" || c.Attempt != 0 || c.SpecHash != "hash-app" || c.PodUID != string(pod.UID) ||
-		c.PodName != pod.Name || c.PodNamespace != pod.Namespace || !c.Static {
+		c.PodName != pod.Name || c.PodNamespace != pod.Namespace || !c.Static || c.MemoryRequest == nil || *c.MemoryRequest != 96<<20 {
 		t.Errorf("created container %+v", c)
 	}
 	if err := rt.StartContainer(ctx, id); err != nil {
