@@ -576,12 +576,11 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 	}
 	if len(p.start)+len(p.kill)+len(p.remove) > 0 {
 		var err error
-		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
+		if observed, err = w.observe(ctx, log, pod); err != nil {
 			log.Warn("observe pod containers", "err", err)
 			w.syncErr = err
 			return time.Second
 		}
-		w.readTerminationMessages(pod, observed)
 	}
 	w.lastPodIPs = podIPs
 	ready, started := w.updateProber(pod, observed, podIPs, hostIPs)
@@ -680,16 +679,31 @@ func (w *worker) admitOnce(ctx context.Context, log *slog.Logger, pod *v1.Pod, o
 	return r
 }
 
+// observe lists the pod's containers again after the sync changed them, with their exits
+// recorded and their termination messages read: a container started by this sync may have
+// exited already, and its message is read only once its exit is recorded.
+func (w *worker) observe(ctx context.Context, log *slog.Logger, pod *v1.Pod) ([]runtime.Container, error) {
+	observed, err := w.m.rt.ListPod(ctx, string(pod.UID))
+	if err != nil {
+		return nil, err
+	}
+	w.recordExits(ctx, log, observed)
+	w.readTerminationMessages(pod, observed)
+	return observed, nil
+}
+
 // recordExits writes the exits the runtime reports on the containers themselves, and takes
-// the reason recorded into observed (an OOM kill found in the container's cgroup, which the
-// task list cannot tell).
+// what was recorded into observed: that it was (Recorded), and the reason (an OOM kill found
+// in the container's cgroup, which the task list cannot tell).
 func (w *worker) recordExits(ctx context.Context, log *slog.Logger, observed []runtime.Container) {
 	for i, c := range observed {
 		if c.State == runtime.StateExited && !c.Recorded {
 			reason, err := w.m.rt.RecordExit(ctx, c.ID)
 			if err != nil {
 				log.Warn("record container exit", "container", c.Name, "err", err)
+				continue
 			}
+			observed[i].Recorded = true
 			if reason != "" {
 				observed[i].Reason = reason
 			}
@@ -698,12 +712,15 @@ func (w *worker) recordExits(ctx context.Context, log *slog.Logger, observed []r
 }
 
 // readTerminationMessages reads the termination message of each container attempt once, when
-// it is first seen exited; the messages of attempts no longer observed are forgotten.
+// its exit is first seen recorded; the messages of attempts no longer observed are forgotten.
+// Not before: until the task is deleted its log may lack the last of the output (containerd's
+// shim holds the logger's pipes open until then, and a last line with no newline waits in the
+// logger for the end of the stream), and a message read once is never read again.
 func (w *worker) readTerminationMessages(pod *v1.Pod, observed []runtime.Container) {
 	seen := make(map[string]bool, len(observed))
 	for _, c := range observed {
 		seen[c.ID] = true
-		if _, ok := w.messages[c.ID]; ok || c.State != runtime.StateExited {
+		if _, ok := w.messages[c.ID]; ok || c.State != runtime.StateExited || !c.Recorded {
 			continue
 		}
 		if spec := findContainer(pod, c.Name); spec != nil {
@@ -779,13 +796,11 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 		w.m.retryDeferredResizes(pod.UID) // what it held is free for a deferred resize
 		log.Info("pod finished; its network and volumes are released", "reason", why)
 		var err error
-		if observed, err = w.m.rt.ListPod(ctx, string(pod.UID)); err != nil {
+		if observed, err = w.observe(ctx, log, pod); err != nil {
 			log.Warn("observe pod containers", "err", err)
 			w.syncErr = err
 			return time.Second
 		}
-		w.recordExits(ctx, log, observed)
-		w.readTerminationMessages(pod, observed)
 	}
 	podIPs := w.lastPodIPs
 	if podIPs == nil {
