@@ -528,7 +528,7 @@ func (w *worker) readPodCgroup(log *slog.Logger, allocated *v1.Pod) *cgroups.Set
 // runningPodCgroup is podCgroup while a container of the pod runs (the status reports a
 // running pod's cgroup), else nil (its allocation is reported).
 func runningPodCgroup(podCgroup *cgroups.Settings, observed []runtime.Container) *cgroups.Settings {
-	if !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
+	if !slices.ContainsFunc(observed, isRunning) {
 		return nil
 	}
 	return podCgroup

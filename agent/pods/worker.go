@@ -403,7 +403,7 @@ func (w *worker) sync(ctx context.Context) time.Duration {
 // now. One the relist adopts while this looks counts by its orphan worker's pod, which says
 // whether it is a static pod's.
 func (w *worker) previousStaticVersion(ctx context.Context, pod *v1.Pod, observed []runtime.Container) types.UID {
-	if !manifest.IsStatic(pod) || slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning }) {
+	if !manifest.IsStatic(pod) || slices.ContainsFunc(observed, isRunning) {
 		return ""
 	}
 	for _, other := range w.m.workerList() {
@@ -496,7 +496,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 		w.startTime = w.m.now()
 		// A pod none of whose containers runs is started (a new pod, or a pod cached across
 		// a reboot); one whose containers run was adopted from a previous run of the agent.
-		w.startPending = !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning })
+		w.startPending = !slices.ContainsFunc(observed, isRunning)
 	}
 	if w.phase == phaseAdmitting && finishedInItsSource(pod, observed) {
 		// As the kubelet: a pod its source reports finished (Succeeded or Failed: the node
@@ -802,14 +802,8 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 			return time.Second
 		}
 	}
-	podIPs := w.lastPodIPs
-	if podIPs == nil {
-		for _, ip := range pod.Status.PodIPs {
-			podIPs = append(podIPs, ip.IP)
-		}
-	}
 	st := computeStatus(statusInput{
-		pod: w.allocatedPod(pod), observed: observed, waiting: w.waiting, podIPs: podIPs, hostIPs: w.m.hostIPs(),
+		pod: w.allocatedPod(pod), observed: observed, waiting: w.waiting, podIPs: w.reportedPodIPs(pod), hostIPs: w.m.hostIPs(),
 		startTime: w.startTime, terminated: true, now: w.m.now(), messages: w.messages,
 		deadlineExceeded: w.deadlineExceeded, evicted: w.evicted,
 	})
@@ -831,7 +825,7 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 // finishedInItsSource reports whether the pod's source says it finished (its status phase
 // Succeeded or Failed) and none of its containers runs here.
 func finishedInItsSource(pod *v1.Pod, observed []runtime.Container) bool {
-	return podutil.IsTerminal(pod.Status.Phase) && !slices.ContainsFunc(observed, func(c runtime.Container) bool { return c.State == runtime.StateRunning })
+	return podutil.IsTerminal(pod.Status.Phase) && !slices.ContainsFunc(observed, isRunning)
 }
 
 // prepare sets up the pod's network and volumes before any container starts. ok is false
@@ -1351,10 +1345,7 @@ func (w *worker) writeResolvConf(pod *v1.Pod, path string) error {
 // interrupted termination resumes on the next sync.
 func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.Container, reason string) error {
 	log := w.m.log.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
-	if w.m.prober != nil {
-		w.m.prober.RemovePod(pod.UID) // a pod on its way out is not probed any more
-	}
-	if err := w.stopRunning(ctx, pod, observed, gracePeriod(pod), reason); err != nil {
+	if err := w.stopDraining(ctx, pod, observed, reason); err != nil {
 		return err
 	}
 	final, err := w.m.rt.ListPod(ctx, string(pod.UID))
@@ -1431,6 +1422,76 @@ func (w *worker) stopRunning(ctx context.Context, pod *v1.Pod, observed []runtim
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// stopDraining stops the deleted pod's running containers (stopRunning, with its grace
+// period) as the kubelet's SyncTerminatingPod does: liveness and startup probes end first,
+// readiness probes go on while the containers shut down, and the pod's status is reported
+// again each time the worker is signalled meanwhile (a readiness result changed, a container
+// exited). A pod whose readiness fails once it is asked to stop (its handler draining
+// connections) is then reported unready while it drains, and Services stop sending it
+// traffic; reported only once its last container was gone, it stayed Ready for its whole
+// grace period. Once the containers are stopped, the pod is no longer probed.
+func (w *worker) stopDraining(ctx context.Context, pod *v1.Pod, observed []runtime.Container, reason string) error {
+	pr := w.m.prober
+	if pr == nil || !slices.ContainsFunc(observed, isRunning) {
+		// Nothing to drain (a pod rejected, finished, or not started yet): no status to
+		// report meanwhile, which would say Pending over the one it has.
+		err := w.stopRunning(ctx, pod, observed, gracePeriod(pod), reason)
+		if pr != nil && err == nil {
+			pr.RemovePod(pod.UID)
+		}
+		return err
+	}
+	pr.StopLivenessAndStartup(pod.UID)
+	w.reportDraining(pod, observed)
+	done := make(chan error, 1)
+	go func() { done <- w.stopRunning(ctx, pod, observed, gracePeriod(pod), reason) }()
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				pr.RemovePod(pod.UID)
+			}
+			return err
+		case <-w.signal:
+			// Signals that meant something else (a shorter grace period, the pod gone from
+			// its source) are seen by the sync that follows the termination.
+			if now, err := w.m.rt.ListPod(ctx, string(pod.UID)); err == nil && slices.ContainsFunc(now, isRunning) {
+				w.reportDraining(pod, now)
+			}
+		}
+	}
+}
+
+func isRunning(c runtime.Container) bool { return c.State == runtime.StateRunning }
+
+// reportDraining reports the status of a pod whose containers are being stopped: what runs,
+// ready as its readiness probes say. An orphan (no source claims it) has no status to report.
+func (w *worker) reportDraining(pod *v1.Pod, observed []runtime.Container) {
+	if w.isOrphan() {
+		return
+	}
+	podIPs, hostIPs := w.reportedPodIPs(pod), w.m.hostIPs()
+	ready, started := w.updateProber(pod, observed, podIPs, hostIPs)
+	st := computeStatus(statusInput{
+		pod: w.allocatedPod(pod), observed: observed, waiting: w.waiting, podIPs: podIPs, hostIPs: hostIPs,
+		startTime: w.startTime, now: w.m.now(), ready: ready, started: started, messages: w.messages,
+	})
+	w.m.status.SetPodStatus(pod, st)
+}
+
+// reportedPodIPs are the pod's addresses as this run of the agent set them up, else as its
+// status reported them before (a pod adopted at an agent restart).
+func (w *worker) reportedPodIPs(pod *v1.Pod) []string {
+	if w.lastPodIPs != nil {
+		return w.lastPodIPs
+	}
+	var ips []string
+	for _, ip := range pod.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	return ips
 }
 
 // cgroupParent is the pod's cgroup its containers are made in; "" without pod cgroups.

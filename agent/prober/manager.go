@@ -103,6 +103,9 @@ type podState struct {
 	podIP   string
 	running map[string]ContainerInfo
 	workers map[workerKey]*worker
+	// terminating: the pod's containers are being stopped (StopLivenessAndStartup); only its
+	// readiness probes run, and UpdatePod starts no other.
+	terminating bool
 }
 
 type workerKey struct {
@@ -200,6 +203,9 @@ func (m *Manager) UpdatePod(pod *v1.Pod, podIP string, running map[string]Contai
 	want := map[workerKey]*v1.Probe{}
 	for _, c := range probedContainers(pod) {
 		for _, k := range kinds {
+			if ps.terminating && k != Readiness {
+				continue
+			}
 			if p := probeOf(c, k); p != nil {
 				want[workerKey{uid: pod.UID, container: c.Name, kind: k}] = p
 			}
@@ -230,6 +236,34 @@ func (m *Manager) UpdatePod(pod *v1.Pod, podIP string, running map[string]Contai
 			}
 			w.poke()
 		}
+	}
+}
+
+// StopLivenessAndStartup is the kubelet's of the same name, called as the pod's containers are
+// about to be stopped: its liveness and startup probes end for good (a container asked to
+// stop, its handler removing what they check, is not killed again for failing them), and its
+// readiness probes go on while the containers shut down, so that a pod whose readiness fails
+// once it is asked to stop is reported unready while it drains. A container that had not
+// passed its startup probe counts as started, as the kubelet sets that result to success.
+// RemovePod ends the rest once the containers are stopped.
+func (m *Manager) StopLivenessAndStartup(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ps := m.pods[uid]
+	if ps == nil {
+		// Not probed yet since the agent started: the UpdatePod that follows starts only
+		// the readiness probes.
+		ps = &podState{workers: map[workerKey]*worker{}}
+		m.pods[uid] = ps
+	}
+	ps.terminating = true
+	for key, w := range ps.workers {
+		if key.kind != Readiness {
+			m.stopLocked(ps, w)
+		}
+	}
+	for _, w := range ps.workers {
+		w.poke() // one gated on the startup probe may run now
 	}
 }
 

@@ -689,3 +689,54 @@ func TestRunningContainersPicksTheLatestRunningAttempt(t *testing.T) {
 		t.Errorf("RunningContainers = %+v", got)
 	}
 }
+
+// TestStopLivenessAndStartup: once the pod's containers are being stopped, its liveness and
+// startup probes end and an UpdatePod (the pod worker reports each observation) does not
+// start them again; readiness goes on, no longer gated by the startup probe that had not
+// passed (the kubelet sets its result to success), so the pod's readiness follows its probe
+// while it drains.
+func TestStopLivenessAndStartup(t *testing.T) {
+	f := newFixture(t)
+	pod := testPod(v1.Container{
+		Name:           "app",
+		StartupProbe:   execProbe(periodic(1)),
+		LivenessProbe:  execProbe(func(p *v1.Probe) { p.PeriodSeconds, p.FailureThreshold = 1, 1 }),
+		ReadinessProbe: execProbe(periodic(1)),
+	})
+	f.h.set("app", Startup, Failure)
+	f.h.set("app", Liveness, Failure)
+	f.run(pod, map[string]string{"app": "c1"})
+	f.tick(pod, "app", time.Second)
+	if f.h.count("app", Readiness) != 0 {
+		t.Fatal("readiness ran before the startup probe passed")
+	}
+
+	f.m.StopLivenessAndStartup(pod.UID)
+	f.run(pod, map[string]string{"app": "c1"})
+	f.m.mu.Lock()
+	for key := range f.m.pods[pod.UID].workers {
+		if key.kind != Readiness {
+			t.Errorf("a %s worker runs after StopLivenessAndStartup", key.kind)
+		}
+	}
+	f.m.mu.Unlock()
+	for range 3 {
+		f.tick(pod, "app", time.Second)
+	}
+	if n, u := f.h.count("app", Liveness), len(f.unhealthyCalls()); n != 0 || u != 0 {
+		t.Errorf("liveness ran %d times (%d kills) after StopLivenessAndStartup", n, u)
+	}
+	if n := f.h.count("app", Readiness); n != 3 {
+		t.Errorf("readiness ran %d times, want 3", n)
+	}
+	if !f.m.Ready(pod.UID, "app") {
+		t.Error("not ready while its readiness probe passes")
+	}
+	f.h.set("app", Readiness, Failure)
+	for range 3 { // the default failureThreshold
+		f.tick(pod, "app", time.Second)
+	}
+	if f.m.Ready(pod.UID, "app") {
+		t.Error("ready after its readiness probe failed while draining")
+	}
+}

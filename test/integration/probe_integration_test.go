@@ -400,3 +400,66 @@ func TestReadinessKeptAcrossAgentRestart(t *testing.T) {
 	}
 	t.Logf("%d status writes watched after the restart, all ready", writes)
 }
+
+// TestTerminatingPodGoesUnreadyWhileItDrains: a deleted pod whose readiness probe fails once
+// it is asked to stop goes unready while its container still runs (its SIGTERM handler drains
+// for 15 s), as the kubelet reports it: its readiness probe goes on during the termination,
+// its liveness probe does not, and a liveness probe failing then kills nothing (the upstream
+// "should mark readiness on pods to false and disable liveness probes while pod is in
+// progress of terminating"). Before, the agent stopped every probe at the deletion and the
+// pod stayed Ready until its container was gone.
+func TestTerminatingPodGoesUnreadyWhileItDrains(t *testing.T) {
+	e := startProbeEnv(t)
+	drain := `trap 'rm -f /tmp/ready /tmp/healthy; sleep 15; exit 0' TERM; touch /tmp/ready /tmp/healthy; while true; do sleep 1; done`
+	pod := probePod("draining", drain, func(c *v1.Container) {
+		c.ReadinessProbe = &v1.Probe{ProbeHandler: execAction("cat", "/tmp/ready"), PeriodSeconds: 1, FailureThreshold: 1}
+		c.LivenessProbe = &v1.Probe{ProbeHandler: execAction("cat", "/tmp/healthy"), PeriodSeconds: 1, FailureThreshold: 1}
+	})
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	e.create(pod)
+	cs := e.running("draining")
+	testenv.Eventually(t, 30*time.Second, "ready", func() error {
+		p, s, err := e.status("draining")
+		if err != nil {
+			return err
+		}
+		if !s.Ready || readyCondition(p, v1.PodReady) != v1.ConditionTrue {
+			return fmt.Errorf("container ready %v, conditions %+v", s.Ready, p.Status.Conditions)
+		}
+		return nil
+	})
+
+	if err := e.cp.Admin.CoreV1().Pods("default").Delete(context.Background(), "draining", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Within the 15 s its handler drains: unready, the same container still running.
+	testenv.Eventually(t, 10*time.Second, "unready while it drains", func() error {
+		p, s, err := e.status("draining")
+		if err != nil {
+			return err
+		}
+		if s.Ready || readyCondition(p, v1.PodReady) != v1.ConditionFalse {
+			return fmt.Errorf("container ready %v, conditions %+v", s.Ready, p.Status.Conditions)
+		}
+		if s.State.Running == nil || s.ContainerID != cs.ContainerID {
+			return fmt.Errorf("not the draining container any more: %+v", s)
+		}
+		return nil
+	})
+	testenv.Eventually(t, 60*time.Second, "the pod gone", func() error {
+		_, err := e.cp.Admin.CoreV1().Pods("default").Get(context.Background(), "draining", metav1.GetOptions{})
+		if err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+	evs, err := e.cp.Admin.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=draining"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs.Items {
+		if strings.Contains(ev.Message, "failed liveness probe") || strings.HasPrefix(ev.Message, "Liveness probe") {
+			t.Errorf("liveness probed while the pod terminated: %s: %s", ev.Reason, ev.Message)
+		}
+	}
+}
