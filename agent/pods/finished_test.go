@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/admission"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/agent/pods"
+	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/runtime/hollow"
 	"github.com/holdfast-dev/holdfast/agent/status"
@@ -39,6 +40,14 @@ type hollowNode struct {
 	records pods.Records
 	// recorder receives the manager's events (nil: none are recorded).
 	recorder record.EventRecorder
+	// probes, when set, runs the pods' probes (a prober the node starts with the manager);
+	// nil: no prober.
+	probes prober.Handler
+	// wrap, when set, is the runtime the manager is given in place of rt (a test changes what
+	// some of its calls answer).
+	wrap func(*hollow.Runtime) runtime.Runtime
+	// stateDir is the manager's state directory of the current run (pod directories below).
+	stateDir string
 }
 
 func startHollowNode(t *testing.T) *hollowNode { return startHollowNodeWith(t, nil) }
@@ -58,6 +67,7 @@ func startHollowNodeWith(t *testing.T, admitter pods.Admitter) *hollowNode {
 func (n *hollowNode) start(t *testing.T, admitter pods.Admitter) {
 	t.Helper()
 	dir := t.TempDir()
+	n.stateDir = filepath.Join(dir, "state")
 	log := slog.New(slog.DiscardHandler)
 	n.status = status.NewManager(nil, n.store, "gw", log)
 	n.mgr = pods.NewManager(pods.Config{
@@ -65,7 +75,7 @@ func (n *hollowNode) start(t *testing.T, admitter pods.Admitter) {
 		Volumes:        volumes.NewManager(filepath.Join(dir, "state", "pods"), nil, nil, log, volumes.Options{PlainDirs: true}),
 		HostResolvConf: filepath.Join(dir, "resolv.conf"), HostsFile: filepath.Join(dir, "hosts"),
 		Usage: n.usage,
-	}, n.rt, hollow.NewNetwork("gw"), n.status, n.recorder, log)
+	}, n.runtime(), hollow.NewNetwork("gw"), n.status, n.recorder, log)
 	var records pods.Records = n.store
 	if n.records != nil {
 		records = n.records
@@ -77,6 +87,15 @@ func (n *hollowNode) start(t *testing.T, admitter pods.Admitter) {
 	n.mgr.SetSourcesReady(n.ready.Load)
 	n.mgr.SetStaticSourceReady(n.staticReady.Load)
 	ctx, cancel := context.WithCancel(context.Background())
+	var probing chan error
+	if n.probes != nil {
+		mgr := n.mgr
+		pm := prober.NewManager(prober.Config{Handler: n.probes, OnStatusChange: mgr.Resync,
+			OnContainerUnhealthy: func(uid types.UID, _, _, _ string) { mgr.Resync(uid) }})
+		n.mgr.SetProber(pm, nil)
+		probing = make(chan error, 1)
+		go func() { probing <- pm.Run(ctx) }()
+	}
 	done := make(chan error)
 	go func() { done <- n.mgr.Run(ctx) }()
 	stopped := false
@@ -89,8 +108,19 @@ func (n *hollowNode) start(t *testing.T, admitter pods.Admitter) {
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
+		if probing != nil {
+			<-probing
+		}
 	}
 	t.Cleanup(n.stop)
+}
+
+// runtime is the runtime the manager is given.
+func (n *hollowNode) runtime() runtime.Runtime {
+	if n.wrap != nil {
+		return n.wrap(n.rt)
+	}
+	return n.rt
 }
 
 // running is the pod UIDs with a running container.
