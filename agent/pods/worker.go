@@ -1348,7 +1348,9 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	if err := w.stopDraining(ctx, pod, observed, reason); err != nil {
 		return err
 	}
-	final, err := w.m.rt.ListPod(ctx, string(pod.UID))
+	// Through observe: the exits recorded and the messages read, as on every listing; the
+	// final status reports the termination messages the statuses before it did.
+	final, err := w.observe(ctx, log, pod)
 	if err != nil {
 		return err
 	}
@@ -1356,7 +1358,7 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 	if !orphan {
 		st := computeStatus(statusInput{
 			pod: w.allocatedPod(pod), observed: final, waiting: w.waiting, hostIPs: w.m.hostIPs(),
-			startTime: w.startTime, terminated: true, now: w.m.now(),
+			startTime: w.startTime, terminated: true, now: w.m.now(), messages: w.messages,
 		})
 		w.m.status.SetPodStatus(pod, st)
 	}
