@@ -123,3 +123,64 @@ func TestFinalStatusKeepsTerminationMessage(t *testing.T) {
 		t.Errorf("final status: app terminated %+v, want message %q as reported before the deletion", got, "bye")
 	}
 }
+
+// A shorter grace period arriving while the pod drains (the drain loop takes the worker's
+// signal) still cuts the termination short.
+func TestDrainShorterGracePeriod(t *testing.T) {
+	testDrainShorter(t, true)
+}
+
+func TestNoProberShorterGracePeriod(t *testing.T) {
+	testDrainShorter(t, false)
+}
+
+func testDrainShorter(t *testing.T, probes bool) {
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil),
+		probes: prober.HandlerFunc(func(context.Context, prober.Target) (prober.Outcome, string, error) { return prober.Success, "", nil })}
+	if !probes {
+		n.probes = nil
+	}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nil)
+	pod := drainingPod("shorter", 30)
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "ready", func(st v1.PodStatus) bool { return st.Phase == v1.PodRunning && isReady(st) })
+	n.mgr.Update(deleted(pod, 30))
+	time.Sleep(500 * time.Millisecond)
+	began := time.Now()
+	n.mgr.Update(deleted(pod, 1))
+	eventually(t, 5*time.Second, "the pod stopped with the shorter grace period", func() bool { return !n.running(t)[pod.UID] })
+	t.Logf("stopped %v after the shorter grace period", time.Since(began))
+}
+
+// An agent restart in the middle of a drain: the new run drains again, reports the pod's
+// readiness meanwhile, and ends the termination.
+func TestDrainAcrossAgentRestart(t *testing.T) {
+	var failing atomic.Bool
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil),
+		probes: prober.HandlerFunc(func(context.Context, prober.Target) (prober.Outcome, string, error) {
+			if failing.Load() {
+				return prober.Failure, "draining", nil
+			}
+			return prober.Success, "", nil
+		})}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nil)
+	n.rt.SetTermWait(func(time.Duration) time.Duration { return 3 * time.Second })
+	pod := drainingPod("restart", 30)
+	n.mgr.Update(pod)
+	st := n.waitStatus(t, pod, "ready", func(st v1.PodStatus) bool { return st.Phase == v1.PodRunning && isReady(st) })
+	gone := deleted(pod, 30)
+	n.mgr.Update(gone)
+	time.Sleep(300 * time.Millisecond)
+	n.stop()
+	failing.Store(true)
+	gone = gone.DeepCopy()
+	gone.Status = st
+	n.start(t, nil)
+	n.mgr.Update(gone)
+	n.waitStatus(t, pod, "unready while it drains after the restart", func(st v1.PodStatus) bool { return !isReady(st) && st.Phase == v1.PodRunning })
+	eventually(t, 8*time.Second, "terminated", func() bool { cs, _ := n.rt.ListPod(context.Background(), string(pod.UID)); return len(cs) == 0 })
+}
