@@ -184,3 +184,32 @@ func TestDrainAcrossAgentRestart(t *testing.T) {
 	n.waitStatus(t, pod, "unready while it drains after the restart", func(st v1.PodStatus) bool { return !isReady(st) && st.Phase == v1.PodRunning })
 	eventually(t, 8*time.Second, "terminated", func() bool { cs, _ := n.rt.ListPod(context.Background(), string(pod.UID)); return len(cs) == 0 })
 }
+
+// The statuses reported while a pod drains keep what its running containers' statuses said
+// of their resources (allocatedResources, resources), as the kubelet's do: reportDraining
+// computes them without the allocation's and the cgroup's, and they vanish for the drain.
+func TestDrainKeepsContainerResources(t *testing.T) {
+	var failing atomic.Bool
+	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil),
+		probes: prober.HandlerFunc(func(context.Context, prober.Target) (prober.Outcome, string, error) {
+			if failing.Load() {
+				return prober.Failure, "draining", nil
+			}
+			return prober.Success, "", nil
+		})}
+	n.ready.Store(true)
+	n.staticReady.Store(true)
+	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	n.rt.SetTermWait(func(time.Duration) time.Duration { return 3 * time.Second })
+	pod := resizablePod("drain-res", 100, 128<<20)
+	pod.Spec.Containers[0].Command = []string{"sh", "-c", "trap '' TERM; sleep 3600"}
+	pod.Spec.Containers[0].ReadinessProbe = drainingPod("x", 1).Spec.Containers[0].ReadinessProbe
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "running with its resources", func(st v1.PodStatus) bool { return settled(100, 128<<20)(st) && isReady(st) })
+	failing.Store(true)
+	n.mgr.Update(deleted(pod, 30))
+	st := n.waitStatus(t, pod, "unready while it drains", func(st v1.PodStatus) bool { return !isReady(st) })
+	if cs := st.ContainerStatuses[0]; cs.Resources == nil || cs.AllocatedResources == nil {
+		t.Errorf("while it drains: running %v, resources %v, allocatedResources %v; want them as before the deletion", cs.State.Running != nil, cs.Resources, cs.AllocatedResources)
+	}
+}
