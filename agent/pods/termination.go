@@ -54,8 +54,12 @@ func terminationLogMount(podDir string, c *v1.Container, attempt int) (*specs.Mo
 
 // terminationMessage is what kubelet reports as an exited container's termination message:
 // the last 4 KiB of its termination log; with FallbackToLogsOnError, when that is empty and
-// the container failed, the last 2 KiB of the last 80 lines of its log.
-func terminationMessage(podDir string, c *v1.Container, ctr runtime.Container) string {
+// the container failed, the last 2 KiB of the last 80 lines of its log. ok is false while the
+// message is to come from the log and the exit is not recorded yet: until the task is deleted
+// the log may lack the last of the output (containerd's shim holds the logger's pipes open,
+// and a last line with no newline waits in the logger for the end of the stream). The file is
+// complete once the process has exited, recorded or not.
+func terminationMessage(podDir string, c *v1.Container, ctr runtime.Container) (msg string, ok bool) {
 	fallback := c.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError && ctr.ExitCode != 0
 	if c.TerminationMessagePath != "" {
 		path := terminationLogPath(podDir, c.Name, ctr.Attempt)
@@ -63,19 +67,22 @@ func terminationMessage(podDir string, c *v1.Container, ctr runtime.Container) s
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
-			return fmt.Sprintf("Error on reading termination log %s: %v", path, err)
+			return fmt.Sprintf("Error on reading termination log %s: %v", path, err), true
 		case len(data) > 0 || !fallback:
-			return string(data)
+			return string(data), true
 		}
 	}
 	if !fallback || ctr.LogPath == "" {
-		return ""
+		return "", true
+	}
+	if !ctr.Recorded {
+		return "", false
 	}
 	msg, err := logTail(ctr.LogPath)
 	if err != nil {
-		return fmt.Sprintf("Error on reading termination message from logs: %v", err)
+		return fmt.Sprintf("Error on reading termination message from logs: %v", err), true
 	}
-	return msg
+	return msg, true
 }
 
 // readTail returns the last max bytes of the file at path.

@@ -30,7 +30,7 @@ func TestTerminationMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &v1.Container{Name: "c", TerminationMessagePath: "/dev/termination-log", TerminationMessagePolicy: v1.TerminationMessageReadFile}
-	failed := runtime.Container{Name: "c", Attempt: 0, ExitCode: 1, LogPath: logPath}
+	failed := runtime.Container{Name: "c", Attempt: 0, ExitCode: 1, LogPath: logPath, Recorded: true}
 
 	mount, err := terminationLogMount(podDir, c, 0)
 	if err != nil || mount.Destination != "/dev/termination-log" {
@@ -39,18 +39,23 @@ func TestTerminationMessage(t *testing.T) {
 	if fi, err := os.Stat(mount.Source); err != nil || fi.Mode().Perm() != 0o666 {
 		t.Fatalf("termination log %v %v, want an empty file anyone may write", fi, err)
 	}
-	if got := terminationMessage(podDir, c, failed); got != "" {
-		t.Errorf("empty file, policy File: %q", got)
+	if got, ok := terminationMessage(podDir, c, failed); got != "" || !ok {
+		t.Errorf("empty file, policy File: %q, %v", got, ok)
 	}
 
 	c.TerminationMessagePolicy = v1.TerminationMessageFallbackToLogsOnError
-	got := terminationMessage(podDir, c, failed)
+	unrecorded := failed
+	unrecorded.Recorded = false
+	if got, ok := terminationMessage(podDir, c, unrecorded); ok {
+		t.Errorf("log fallback before the exit is recorded (the log may be incomplete): %q, want none yet", got)
+	}
+	got, _ := terminationMessage(podDir, c, failed)
 	if len(got) != maxLogMessageBytes || !strings.HasSuffix(got, "line 099 "+strings.Repeat("x", 20)+"\npartial end\n") {
 		t.Errorf("log fallback: %d bytes %q", len(got), got)
 	}
 	succeeded := failed
 	succeeded.ExitCode = 0
-	if got := terminationMessage(podDir, c, succeeded); got != "" {
+	if got, ok := terminationMessage(podDir, c, succeeded); got != "" || !ok {
 		t.Errorf("a container that succeeded does not fall back to its log: %q", got)
 	}
 
@@ -58,8 +63,11 @@ func TestTerminationMessage(t *testing.T) {
 	if err := os.WriteFile(mount.Source, []byte("head"+strings.Repeat("m", 5000)), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if got := terminationMessage(podDir, c, failed); got != strings.Repeat("m", 4096) {
+	if got, _ := terminationMessage(podDir, c, failed); got != strings.Repeat("m", 4096) {
 		t.Errorf("file message of %d bytes, want its last 4096", len(got))
+	}
+	if got, ok := terminationMessage(podDir, c, unrecorded); !ok || got != strings.Repeat("m", 4096) {
+		t.Errorf("the file's message of an exit not recorded yet: %d bytes, %v; want it at once (the file is complete)", len(got), ok)
 	}
 
 	// Only the last 80 lines of the log count.
@@ -71,7 +79,7 @@ func TestTerminationMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := &v1.Container{Name: "other", TerminationMessagePolicy: v1.TerminationMessageFallbackToLogsOnError}
-	if got := terminationMessage(podDir, other, failed); !strings.HasPrefix(got, "20\n21\n") || !strings.HasSuffix(got, "\n99\n") {
+	if got, _ := terminationMessage(podDir, other, failed); !strings.HasPrefix(got, "20\n21\n") || !strings.HasSuffix(got, "\n99\n") {
 		t.Errorf("last 80 lines: %q", got)
 	}
 }

@@ -712,19 +712,19 @@ func (w *worker) recordExits(ctx context.Context, log *slog.Logger, observed []r
 }
 
 // readTerminationMessages reads the termination message of each container attempt once, when
-// its exit is first seen recorded; the messages of attempts no longer observed are forgotten.
-// Not before: until the task is deleted its log may lack the last of the output (containerd's
-// shim holds the logger's pipes open until then, and a last line with no newline waits in the
-// logger for the end of the stream), and a message read once is never read again.
+// it is first seen exited, or, for a message to come from its log, first seen with its exit
+// recorded (terminationMessage); the messages of attempts no longer observed are forgotten.
 func (w *worker) readTerminationMessages(pod *v1.Pod, observed []runtime.Container) {
 	seen := make(map[string]bool, len(observed))
 	for _, c := range observed {
 		seen[c.ID] = true
-		if _, ok := w.messages[c.ID]; ok || c.State != runtime.StateExited || !c.Recorded {
+		if _, ok := w.messages[c.ID]; ok || c.State != runtime.StateExited {
 			continue
 		}
 		if spec := findContainer(pod, c.Name); spec != nil {
-			w.messages[c.ID] = terminationMessage(w.m.podDir(pod.UID), spec, c)
+			if msg, ok := terminationMessage(w.m.podDir(pod.UID), spec, c); ok {
+				w.messages[c.ID] = msg
+			}
 		}
 	}
 	for id := range w.messages {
