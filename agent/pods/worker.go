@@ -813,13 +813,21 @@ func (w *worker) syncFinished(ctx context.Context, log *slog.Logger, pod *v1.Pod
 		// shows can say more than the status its source has, and a phase never goes back
 		// from Succeeded or Failed (the kubelet's status manager refuses it too).
 		st = *pod.Status.DeepCopy()
-	case podutil.IsTerminal(pod.Status.Phase) && (st.Phase != pod.Status.Phase || st.Reason == ""):
-		// Stopped because another writer set its phase: that phase stays, with its reason,
-		// as the kubelet keeps the API's terminal phase; the containers say how they ended.
-		st.Phase, st.Reason, st.Message = pod.Status.Phase, pod.Status.Reason, pod.Status.Message
+	case st.Phase != pod.Status.Phase || st.Reason == "":
+		// Stopped because another writer set its phase: the containers say how they ended.
+		keepSourceTerminalPhase(pod, &st)
 	}
 	w.m.status.SetPodStatus(pod, st)
 	return resyncPeriod
+}
+
+// keepSourceTerminalPhase sets st's phase, reason and message to the pod's when its source
+// says it is Succeeded or Failed (another writer set it): a phase never goes back from there,
+// and the kubelet keeps the API's terminal phase over what its containers show.
+func keepSourceTerminalPhase(pod *v1.Pod, st *v1.PodStatus) {
+	if podutil.IsTerminal(pod.Status.Phase) {
+		st.Phase, st.Reason, st.Message = pod.Status.Phase, pod.Status.Reason, pod.Status.Message
+	}
 }
 
 // finishedInItsSource reports whether the pod's source says it finished (its status phase
@@ -1360,6 +1368,7 @@ func (w *worker) terminate(ctx context.Context, pod *v1.Pod, observed []runtime.
 			pod: w.allocatedPod(pod), observed: final, waiting: w.waiting, hostIPs: w.m.hostIPs(),
 			startTime: w.startTime, terminated: true, now: w.m.now(), messages: w.messages,
 		})
+		keepSourceTerminalPhase(pod, &st)
 		w.m.status.SetPodStatus(pod, st)
 	}
 	for _, c := range final {
@@ -1479,7 +1488,9 @@ func (w *worker) reportDraining(pod *v1.Pod, observed []runtime.Container) {
 	st := computeStatus(statusInput{
 		pod: w.allocatedPod(pod), observed: observed, waiting: w.waiting, podIPs: podIPs, hostIPs: hostIPs,
 		startTime: w.startTime, now: w.m.now(), ready: ready, started: started, messages: w.messages,
+		deadlineExceeded: w.deadlineExceeded, evicted: w.evicted,
 	})
+	keepSourceTerminalPhase(pod, &st) // a pod set Failed by another writer, then deleted
 	w.m.status.SetPodStatus(pod, st)
 }
 
