@@ -367,7 +367,7 @@ type resizeAction struct {
 // its cgroup: applied, by container ID) with its allocated pod's, and says what to do (the
 // kubelet's computePodResizeAction): nothing where they match, an update in place, or a
 // restart where a changed resource's resizePolicy asks for one. Pure.
-func planResize(allocated *v1.Pod, observed []runtime.Container, applied map[string]runtime.Resources, want func(*v1.Container) runtime.Resources) []resizeAction {
+func planResize(allocated *v1.Pod, observed []runtime.Container, applied map[string]runtime.Resources, want func(*v1.Container) runtime.Resources, memoryRequest func(runtime.Container) (int64, bool)) []resizeAction {
 	byName := groupByName(observed)
 	var out []resizeAction
 	for _, c := range resizableContainers(allocated) {
@@ -385,10 +385,9 @@ func planResize(allocated *v1.Pod, observed []runtime.Container, applied map[str
 		mem := !podcgroups.MemoryMatches(target.MemoryLimit, got.MemoryLimit)
 		// The memory request is in no cgroup: it changes nothing in place, but a container
 		// whose memory policy is RestartContainer runs again with it (the kubelet compares
-		// it with its actuated request); one created before holdfast recorded it is taken
-		// to run with its allocation.
-		memRequest := latest.MemoryRequest != nil && *latest.MemoryRequest != c.Resources.Requests.Memory().Value() &&
-			restartPolicy(c, v1.ResourceMemory)
+		// it with its actuated request).
+		req, known := memoryRequest(latest)
+		memRequest := known && req != c.Resources.Requests.Memory().Value() && restartPolicy(c, v1.ResourceMemory)
 		if !cpu && !mem && !memRequest {
 			continue
 		}
@@ -402,6 +401,41 @@ func planResize(allocated *v1.Pod, observed []runtime.Container, applied map[str
 		out = append(out, resizeAction{container: latest, spec: c, want: target, applied: got, restart: restart})
 	}
 	return out
+}
+
+// memoryRequestOf is the memory request container c runs with: the one recorded with it, else
+// (a container created before holdfast recorded requests) its allocation's when this run of
+// the agent first saw it (noteUnrecordedRequests); unknown (false) when neither says.
+func (w *worker) memoryRequestOf(c runtime.Container) (int64, bool) {
+	if c.MemoryRequest != nil {
+		return *c.MemoryRequest, true
+	}
+	r, ok := w.unrecordedRequests[c.ID]
+	return r, ok
+}
+
+// noteUnrecordedRequests takes, for each running container seen for the first time with no
+// memory request recorded (created by an agent from before the record), its request in the
+// allocation a, before the sync allocates a resize: the agent before applied every allocation
+// but a change of the request alone, which it took for done, so that is what it runs with. A
+// later resize of the request alone then restarts it where its policy says so, as it does a
+// container with the record. Containers no longer observed are forgotten.
+func (w *worker) noteUnrecordedRequests(a allocation, observed []runtime.Container) {
+	seen := make(map[string]bool, len(observed))
+	for _, c := range observed {
+		seen[c.ID] = true
+		if _, ok := w.unrecordedRequests[c.ID]; ok || c.MemoryRequest != nil || c.State != runtime.StateRunning {
+			continue
+		}
+		if r, ok := a[c.Name]; ok {
+			w.unrecordedRequests[c.ID] = r.Requests.Memory().Value()
+		}
+	}
+	for id := range w.unrecordedRequests {
+		if !seen[id] {
+			delete(w.unrecordedRequests, id)
+		}
+	}
 }
 
 // isRegularInit reports whether name is one of pod's init containers other than a sidecar.
@@ -441,7 +475,7 @@ func restartPolicy(c *v1.Container, resource v1.ResourceName) bool {
 // allocation). already are the containers this sync kills anyway. A failed update is the
 // PodResizeInProgress condition's Error, with a ResizeError event.
 func (w *worker) actuateResize(ctx context.Context, log *slog.Logger, pod, allocated *v1.Pod, observed []runtime.Container, podCgroup *cgroups.Settings, already []killAction) []killAction {
-	actions := planResize(allocated, observed, w.readApplied(ctx, observed), w.wantResources(allocated))
+	actions := planResize(allocated, observed, w.readApplied(ctx, observed), w.wantResources(allocated), w.memoryRequestOf)
 	if len(actions) == 0 && !w.podCgroupStale(allocated, podCgroup) {
 		return nil
 	}
@@ -635,7 +669,7 @@ func (w *worker) noteResizeProgress(pod, allocated *v1.Pod, observed []runtime.C
 			delete(w.resizeRestarts, name)
 		}
 	}
-	if w.resize.inProgress == nil || len(w.resizeRestarts) > 0 || len(planResize(allocated, observed, applied, want)) > 0 || w.podCgroupStale(allocated, podCgroup) {
+	if w.resize.inProgress == nil || len(w.resizeRestarts) > 0 || len(planResize(allocated, observed, applied, want, w.memoryRequestOf)) > 0 || w.podCgroupStale(allocated, podCgroup) {
 		return
 	}
 	generation := w.resize.inProgress.ObservedGeneration

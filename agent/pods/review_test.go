@@ -60,12 +60,12 @@ func TestResizeMemoryRequestOfAContainerFromBeforeTheRecord(t *testing.T) {
 	next.Generation++
 	next.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = *resource.NewQuantity(64<<20, resource.BinarySI)
 	n.mgr.Update(next)
-	n.waitStatus(t, pod, "the request of 64Mi allocated and the resize done", func(st v1.PodStatus) bool {
-		return settled(100, 128<<20)(st) && st.ContainerStatuses[0].AllocatedResources.Memory().Value() == 64<<20
+	n.waitStatus(t, pod, "restarted for the request of 64Mi, the resize done", func(st v1.PodStatus) bool {
+		return settled(100, 128<<20)(st) && st.ContainerStatuses[0].AllocatedResources.Memory().Value() == 64<<20 &&
+			st.ContainerStatuses[0].RestartCount == 1
 	})
-	time.Sleep(500 * time.Millisecond)
 	if after, _ := n.container(t, pod); after.ID == before.ID {
-		t.Errorf("the memory request resized 96Mi -> 64Mi with RestartContainer, the resize reported done, and container %s never restarted", after.ID)
+		t.Errorf("the memory request resized 96Mi -> 64Mi with RestartContainer, and container %s never restarted", after.ID)
 	}
 }
 

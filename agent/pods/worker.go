@@ -116,6 +116,11 @@ type worker struct {
 	// Owned by the worker's goroutine.
 	resize         resizeState
 	resizeRestarts map[string]bool
+	// unrecordedRequests is, by container ID, the memory request a running container created
+	// before holdfast recorded requests with its containers (runtime.Container.MemoryRequest
+	// nil) runs with: its allocation's when this run of the agent first saw it, before any
+	// resize this run allocated. Owned by the worker's goroutine.
+	unrecordedRequests map[string]int64
 	// hasDeferredResize: the pod's resize waits for resources (Deferred); read by other
 	// workers to poke this one when resources are freed.
 	hasDeferredResize atomic.Bool
@@ -127,7 +132,7 @@ const startRetryDelay = retryInitial
 
 func newWorker(m *Manager, pod *v1.Pod) *worker {
 	return &worker{m: m, pod: pod, signal: make(chan struct{}, 1), waiting: map[string]waitingInfo{}, messages: map[string]string{},
-		startFailed: map[string]*startBackOff{}, seen: m.now(), resizeRestarts: map[string]bool{}}
+		startFailed: map[string]*startBackOff{}, seen: m.now(), resizeRestarts: map[string]bool{}, unrecordedRequests: map[string]int64{}}
 }
 
 // startBackOff is a container's failed starts, for the spec (containerHash) they failed with.
@@ -547,7 +552,7 @@ func (w *worker) syncRunning(ctx context.Context, log *slog.Logger, pod *v1.Pod,
 
 	// The spec's resources are desired; the containers run with the allocated ones.
 	desired := pod
-	w.loadAllocation(log, desired)
+	w.noteUnrecordedRequests(w.loadAllocation(log, desired), observed)
 	if retry := w.handleResize(log, desired); retry > 0 {
 		next = min(next, retry)
 		w.hasDeferredResize.Store(true)
