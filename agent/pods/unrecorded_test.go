@@ -1,5 +1,8 @@
 package pods_test
 
+// What a runtime did not record: the memory request of a container created before holdfast
+// recorded it, and an exit it could not record. Both must still come out right.
+
 import (
 	"context"
 	"errors"
