@@ -12,10 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/holdfast-dev/holdfast/agent/pods"
 	"github.com/holdfast-dev/holdfast/agent/prober"
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/runtime/hollow"
-	"github.com/holdfast-dev/holdfast/offline"
 )
 
 func drainingPod(uid string, grace int64) *v1.Pod {
@@ -42,17 +42,7 @@ func deleted(pod *v1.Pod, grace int64) *v1.Pod {
 // manager keeps the API's phase only in the patch of an API pod: the node API's /pods, the
 // offline outbox and a static pod's mirror get Running).
 func TestDrainKeepsTerminalPhase(t *testing.T) {
-	var failing atomic.Bool
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil),
-		probes: prober.HandlerFunc(func(context.Context, prober.Target) (prober.Outcome, string, error) {
-			if failing.Load() {
-				return prober.Failure, "draining", nil
-			}
-			return prober.Success, "", nil
-		})}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nil)
+	n, failing := drainingNode(t, nil)
 	n.rt.SetTermWait(func(time.Duration) time.Duration { return 4 * time.Second })
 	pod := drainingPod("failed-drain", 30)
 	n.mgr.Update(pod)
@@ -71,6 +61,21 @@ func TestDrainKeepsTerminalPhase(t *testing.T) {
 	if st.Phase != v1.PodFailed {
 		t.Errorf("while it drains, a pod its source says Failed is reported %s (reason %q)", st.Phase, st.Reason)
 	}
+}
+
+// drainingNode starts a node whose probes pass until failing is set, as a server's readiness
+// fails once it drains its connections.
+func drainingNode(t *testing.T, admitter pods.Admitter) (n *hollowNode, failing *atomic.Bool) {
+	t.Helper()
+	failing = new(atomic.Bool)
+	n = &hollowNode{rt: hollow.NewRuntime(),
+		probes: prober.HandlerFunc(func(context.Context, prober.Target) (prober.Outcome, string, error) {
+			if failing.Load() {
+				return prober.Failure, "draining", nil
+			}
+			return prober.Success, "", nil
+		})}
+	return startReady(t, n, admitter), failing
 }
 
 func isReady(st v1.PodStatus) bool {
@@ -135,14 +140,12 @@ func TestNoProberShorterGracePeriod(t *testing.T) {
 }
 
 func testDrainShorter(t *testing.T, probes bool) {
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil),
-		probes: prober.HandlerFunc(func(context.Context, prober.Target) (prober.Outcome, string, error) { return prober.Success, "", nil })}
-	if !probes {
-		n.probes = nil
+	var n *hollowNode
+	if probes {
+		n, _ = drainingNode(t, nil)
+	} else {
+		n = startHollowNode(t)
 	}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nil)
 	pod := drainingPod("shorter", 30)
 	n.mgr.Update(pod)
 	n.waitStatus(t, pod, "ready", func(st v1.PodStatus) bool { return st.Phase == v1.PodRunning && isReady(st) })
@@ -157,17 +160,7 @@ func testDrainShorter(t *testing.T, probes bool) {
 // An agent restart in the middle of a drain: the new run drains again, reports the pod's
 // readiness meanwhile, and ends the termination.
 func TestDrainAcrossAgentRestart(t *testing.T) {
-	var failing atomic.Bool
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil),
-		probes: prober.HandlerFunc(func(context.Context, prober.Target) (prober.Outcome, string, error) {
-			if failing.Load() {
-				return prober.Failure, "draining", nil
-			}
-			return prober.Success, "", nil
-		})}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nil)
+	n, failing := drainingNode(t, nil)
 	n.rt.SetTermWait(func(time.Duration) time.Duration { return 3 * time.Second })
 	pod := drainingPod("restart", 30)
 	n.mgr.Update(pod)
@@ -189,17 +182,7 @@ func TestDrainAcrossAgentRestart(t *testing.T) {
 // of their resources (allocatedResources, resources), as the kubelet's do: reportDraining
 // computes them without the allocation's and the cgroup's, and they vanish for the drain.
 func TestDrainKeepsContainerResources(t *testing.T) {
-	var failing atomic.Bool
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil),
-		probes: prober.HandlerFunc(func(context.Context, prober.Target) (prober.Outcome, string, error) {
-			if failing.Load() {
-				return prober.Failure, "draining", nil
-			}
-			return prober.Success, "", nil
-		})}
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	n, failing := drainingNode(t, nodeOf{cpu: 2000, mem: 1 << 30})
 	n.rt.SetTermWait(func(time.Duration) time.Duration { return 3 * time.Second })
 	pod := resizablePod("drain-res", 100, 128<<20)
 	pod.Spec.Containers[0].Command = []string{"sh", "-c", "trap '' TERM; sleep 3600"}

@@ -55,7 +55,16 @@ func startHollowNode(t *testing.T) *hollowNode { return startHollowNodeWith(t, n
 // startHollowNodeWith starts a ready node (its static pods read) whose admission is admitter.
 func startHollowNodeWith(t *testing.T, admitter pods.Admitter) *hollowNode {
 	t.Helper()
-	n := &hollowNode{rt: hollow.NewRuntime(), store: offline.NewMemStore(nil)}
+	return startReady(t, &hollowNode{rt: hollow.NewRuntime()}, admitter)
+}
+
+// startReady starts n, a node a test set up (its probes, a wrapped runtime), ready and its
+// static pods read, with a store in memory unless it has one.
+func startReady(t *testing.T, n *hollowNode, admitter pods.Admitter) *hollowNode {
+	t.Helper()
+	if n.store == nil {
+		n.store = offline.NewMemStore(nil)
+	}
 	n.ready.Store(true)
 	n.staticReady.Store(true)
 	n.start(t, admitter)

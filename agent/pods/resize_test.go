@@ -154,11 +154,22 @@ func TestResizeMemoryRestartsContainer(t *testing.T) {
 // the memory resizePolicy is RestartContainer, as the kubelet compares it with the request the
 // container was started with (its actuated resources); with NotRequired nothing is to apply and
 // the container runs on. Before, only the cgroup was compared: the request's change was taken
-// for done, and the restart the policy asks for never came.
+// for done, and the restart the policy asks for never came. A container created before the
+// request was recorded with it (an agent upgraded under running pods: unrecordedMemory) is
+// restarted too, and only once; a first fix took it to run with its allocation for good.
 func TestResizeMemoryRequestAlone(t *testing.T) {
-	for _, policy := range []v1.ResourceResizeRestartPolicy{v1.RestartContainer, v1.NotRequired} {
-		t.Run(string(policy), func(t *testing.T) {
-			n := startHollowNodeWith(t, nodeOf{cpu: 2000, mem: 1 << 30})
+	for _, tc := range []struct {
+		name   string
+		policy v1.ResourceResizeRestartPolicy
+		wrap   func(*hollow.Runtime) runtime.Runtime
+	}{
+		{"RestartContainer", v1.RestartContainer, nil},
+		{"NotRequired", v1.NotRequired, nil},
+		{"RestartContainer, created before the record", v1.RestartContainer, func(r *hollow.Runtime) runtime.Runtime { return unrecordedMemory{r} }},
+	} {
+		policy := tc.policy
+		t.Run(tc.name, func(t *testing.T) {
+			n := startReady(t, &hollowNode{rt: hollow.NewRuntime(), wrap: tc.wrap}, nodeOf{cpu: 2000, mem: 1 << 30})
 			pod := resizablePod("memreq", 100, 128<<20, v1.ContainerResizePolicy{ResourceName: v1.ResourceMemory, RestartPolicy: policy})
 			// Burstable (a request below the limit), as the resize must keep it: the API
 			// refuses a resize that changes the pod's QoS class.

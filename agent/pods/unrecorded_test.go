@@ -14,12 +14,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/holdfast-dev/holdfast/agent/runtime"
 	"github.com/holdfast-dev/holdfast/agent/runtime/hollow"
-	"github.com/holdfast-dev/holdfast/offline"
 )
 
 // unrecordedMemory is a runtime whose containers were created before holdfast recorded the
@@ -40,36 +38,6 @@ func (r unrecordedMemory) ListPod(ctx context.Context, uid string) ([]runtime.Co
 		cs[i].MemoryRequest = nil
 	}
 	return cs, err
-}
-
-// A container created before the memory request was recorded (a0335d0: "taken to run with its
-// allocation") is taken so for good: every later resize of its memory request alone, with the
-// memory resizePolicy RestartContainer, is reported done with no restart, the very bug the
-// commit fixes, for every pod that was running at the upgrade, until the container restarts
-// for some other reason. The kubelet restarts it (its actuated resources are checkpointed).
-func TestResizeMemoryRequestOfAContainerFromBeforeTheRecord(t *testing.T) {
-	n := &hollowNode{rt: hollow.NewRuntime(), wrap: func(r *hollow.Runtime) runtime.Runtime { return unrecordedMemory{r} }}
-	n.store = offline.NewMemStore(nil)
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	n.start(t, nodeOf{cpu: 2000, mem: 1 << 30})
-	pod := resizablePod("memreq-old", 100, 128<<20, v1.ContainerResizePolicy{ResourceName: v1.ResourceMemory, RestartPolicy: v1.RestartContainer})
-	pod.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = *resource.NewQuantity(96<<20, resource.BinarySI)
-	n.mgr.Update(pod)
-	n.waitStatus(t, pod, "running with 128Mi", settled(100, 128<<20))
-	before, _ := n.container(t, pod)
-
-	next := pod.DeepCopy()
-	next.Generation++
-	next.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = *resource.NewQuantity(64<<20, resource.BinarySI)
-	n.mgr.Update(next)
-	n.waitStatus(t, pod, "restarted for the request of 64Mi, the resize done", func(st v1.PodStatus) bool {
-		return settled(100, 128<<20)(st) && st.ContainerStatuses[0].AllocatedResources.Memory().Value() == 64<<20 &&
-			st.ContainerStatuses[0].RestartCount == 1
-	})
-	if after, _ := n.container(t, pod); after.ID == before.ID {
-		t.Errorf("the memory request resized 96Mi -> 64Mi with RestartContainer, and container %s never restarted", after.ID)
-	}
 }
 
 // failingRecord is a runtime that cannot record one container's exit (containerd: the task's
@@ -120,15 +88,10 @@ func (r *failingRecord) RecordExit(ctx context.Context, id string) (string, erro
 // 92ab780 the file was read at the first sight of the exit; the kubelet reads it too.
 func TestTerminationMessageOfAnExitNotRecorded(t *testing.T) {
 	n := &hollowNode{rt: hollow.NewRuntime()}
-	n.store = offline.NewMemStore(nil)
-	n.ready.Store(true)
-	n.staticReady.Store(true)
-	var fr *failingRecord
 	n.wrap = func(r *hollow.Runtime) runtime.Runtime {
-		fr = &failingRecord{Runtime: r, stateDir: n.stateDir, cfgs: map[string]runtime.ContainerConfig{}}
-		return fr
+		return &failingRecord{Runtime: r, stateDir: n.stateDir, cfgs: map[string]runtime.ContainerConfig{}}
 	}
-	n.start(t, nil)
+	startReady(t, n, nil)
 	pod := jobPod("unrecorded", "sh", "-c", "exit 3")
 	pod.Spec.Containers[0].TerminationMessagePath = "/dev/termination-log"
 	pod.ObjectMeta.CreationTimestamp = metav1.Now()
