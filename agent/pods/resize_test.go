@@ -42,22 +42,25 @@ func (n nodeOf) AdmitResize(pod *v1.Pod, others []*v1.Pod) admission.ResizeVerdi
 // resizablePod is a pod whose one container asks for cpu millicores (request = limit) and
 // memory bytes (request = limit), with the resize policies given.
 func resizablePod(uid string, cpu, mem int64, policies ...v1.ContainerResizePolicy) *v1.Pod {
-	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p-" + uid, UID: types.UID(uid), Generation: 1},
 		Spec: v1.PodSpec{NodeName: "gw", Containers: []v1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"},
-			Resources: v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}, ResizePolicy: policies}}},
+			Resources: guaranteed(cpu, mem), ResizePolicy: policies}}},
 	}
+}
+
+// guaranteed is cpu millicores and memory bytes, requested and limited alike.
+func guaranteed(cpu, mem int64) v1.ResourceRequirements {
+	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
+	return v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
 }
 
 // resized is pod as the resize subresource leaves it: new resources, the next generation.
 func resized(pod *v1.Pod, cpu, mem int64) *v1.Pod {
 	p := pod.DeepCopy()
 	p.Generation++
-	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
-	p.Spec.Containers[0].Resources = v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
+	p.Spec.Containers[0].Resources = guaranteed(cpu, mem)
 	return p
 }
 
@@ -66,9 +69,7 @@ func resized(pod *v1.Pod, cpu, mem int64) *v1.Pod {
 func resizedInit(pod *v1.Pod, cpu, mem int64) *v1.Pod {
 	p := pod.DeepCopy()
 	p.Generation++
-	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
-	p.Spec.InitContainers[0].Resources = v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
+	p.Spec.InitContainers[0].Resources = guaranteed(cpu, mem)
 	return p
 }
 
@@ -429,9 +430,8 @@ func TestResizeSequencesKeepTheNodesInvariants(t *testing.T) {
 func podLevelPod(uid string, cpu, mem int64) *v1.Pod {
 	p := resizablePod(uid, 0, 0)
 	p.Spec.Containers[0].Resources = v1.ResourceRequirements{}
-	res := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpu, resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
-	p.Spec.Resources = &v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
+	r := guaranteed(cpu, mem)
+	p.Spec.Resources = &r
 	return p
 }
 
