@@ -416,6 +416,10 @@ func TestTerminatingPodGoesUnreadyWhileItDrains(t *testing.T) {
 		c.LivenessProbe = &v1.Probe{ProbeHandler: execAction("cat", "/tmp/healthy"), PeriodSeconds: 1, FailureThreshold: 1}
 	})
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	// As users write it: the service-account token the API mounts by default, whose volume is
+	// torn down only once the drain is over.
+	pod.Spec.AutomountServiceAccountToken = nil
+	publishRootCA(t, e.env, "default")
 	e.create(pod)
 	cs := e.running("draining")
 	testenv.Eventually(t, 30*time.Second, "ready", func() error {
