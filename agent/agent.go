@@ -86,6 +86,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	r.recordEvents(ctx)
 	defer r.broadcaster.Shutdown()
+	defer r.closePodCgroups()
 	if err := r.buildPods(); err != nil {
 		return err
 	}

@@ -314,10 +314,12 @@ func (r *run) buildPodCgroups(capacity v1.ResourceList) error {
 		PodPidsLimit: cfg.PodPidsLimit, Kubepods: kubepods, Log: a.log.With("component", "cgroups"),
 	})
 	if err := m.Start(); err != nil {
+		m.Close()
 		return fmt.Errorf("pod cgroups (cgroupsPerQOS, cgroupDriver %s): %w", cfg.CgroupDriver, err)
 	}
 	a.log.Info("node allocatable enforced on kubepods", "cgroup", m.Layout().Kubepods(), "driver", cfg.CgroupDriver, "mode", h.Mode.String(), "memory", kubepods.Memory().String(), "cpu", kubepods.Cpu().String(), "enforceNodeAllocatable", cfg.EnforceNodeAllocatable)
 	if err := a.enforceReservedCgroups(driver); err != nil {
+		m.Close()
 		return err
 	}
 	withContainers := map[types.UID]bool{}
@@ -331,6 +333,14 @@ func (r *run) buildPodCgroups(capacity v1.ResourceList) error {
 	}
 	r.podCgroups = m
 	return nil
+}
+
+// closePodCgroups releases what the pod cgroups' driver holds, once the agent stops: the
+// systemd driver's D-Bus connection, whose reader goroutine would otherwise outlive Run.
+func (r *run) closePodCgroups() {
+	if r.podCgroups != nil {
+		r.podCgroups.Close()
+	}
 }
 
 // podCgroupDriver is the cgroupDriver's: the cgroupfs driver writes h; the systemd one talks

@@ -96,6 +96,14 @@ func (m *Manager) updateQOSLocked() error {
 // parent the runtime is given (runtime.ContainerConfig.CgroupParent).
 func (m *Manager) PodDir(pod *v1.Pod) string { return m.layout.PodDir(pod) }
 
+// Close releases what the driver holds (the systemd driver's D-Bus connection); the
+// cgroups stay. The agent closes it when it stops.
+func (m *Manager) Close() {
+	if c, ok := m.h.(interface{ Close() }); ok {
+		c.Close()
+	}
+}
+
 // Layout is how the manager names the cgroups.
 func (m *Manager) Layout() Layout { return m.layout }
 

@@ -221,7 +221,11 @@ func (f *fakeSystemd) StopUnitContext(_ context.Context, name, mode string, ch c
 
 func (f *fakeSystemd) ResetFailedUnitContext(context.Context, string) error { return nil }
 func (f *fakeSystemd) GetManagerProperty(string) (string, error)            { return `"252.36-1~deb12u1"`, nil }
-func (f *fakeSystemd) Close()                                               { f.closed = true }
+func (f *fakeSystemd) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+}
 
 // property is the last value unit was given for name.
 func (f *fakeSystemd) property(unit, name string) any {
@@ -357,6 +361,18 @@ func TestManagerSystemd(t *testing.T) {
 	sd.mu.Unlock()
 	if there {
 		t.Errorf("the pod's slice was not stopped: calls %v", sd.calls)
+	}
+
+	// The agent stops: the connection to systemd is closed, the slices stay.
+	m.Close()
+	sd.mu.Lock()
+	closed, units := sd.closed, len(sd.units)
+	sd.mu.Unlock()
+	if !closed {
+		t.Errorf("Close left the connection to systemd open")
+	}
+	if units == 0 {
+		t.Errorf("Close stopped the slices")
 	}
 }
 
