@@ -106,6 +106,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	r.startAPI(ctx, g)
 	r.runPods(ctx, g)
 	r.serve(ctx, g)
+	r.trimMemory(ctx, g)
 	r.boot.Done("start")
 	a.log.Info("holdfast running", "node", a.cfg.NodeName, "version", a.version, "standalone", a.cfg.Standalone(),
 		"manifests", a.cfg.ManifestDir, "containerd", a.cfg.Containerd.Address)

@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-dev/holdfast/agent/gc"
 	"github.com/holdfast-dev/holdfast/agent/identity"
 	"github.com/holdfast-dev/holdfast/agent/kube"
+	"github.com/holdfast-dev/holdfast/agent/memtrim"
 	"github.com/holdfast-dev/holdfast/agent/metrics"
 	"github.com/holdfast-dev/holdfast/agent/network"
 	"github.com/holdfast-dev/holdfast/agent/node"
@@ -333,6 +334,17 @@ func (r *run) buildPodCgroups(capacity v1.ResourceList) error {
 	}
 	r.podCgroups = m
 	return nil
+}
+
+// trimMemory gives back to the kernel, once the boot has settled, the memory the start used
+// and the steady state does not (memoryTrimAfter, agent/memtrim). Not in a process of hollow
+// nodes: they share one executable, and a fleet simulation measures nothing of it.
+func (r *run) trimMemory(ctx context.Context, g *errgroup.Group) {
+	if r.a.hollow || r.cfg.MemoryTrimAfter == nil || r.cfg.MemoryTrimAfter.Duration == 0 {
+		return
+	}
+	log := r.a.log.With("component", "memtrim")
+	g.Go(func() error { return memtrim.Run(ctx, memtrim.Config{After: r.cfg.MemoryTrimAfter.Duration, Log: log}) })
 }
 
 // closePodCgroups releases what the pod cgroups' driver holds, once the agent stops: the

@@ -173,6 +173,12 @@ type Config struct {
 	// CPUCFSQuota turns CPU limits into CFS quotas, for pods and containers alike. Defaults
 	// to true.
 	CPUCFSQuota *bool `json:"cpuCFSQuota,omitempty"`
+	// MemoryTrimAfter is how long after its start the agent gives back to the kernel the
+	// memory its start used and its steady state does not (agent/memtrim): the pages of its
+	// executable that only the start ran or read, and the Go heap's idle pages; then again
+	// when its executable's resident pages grew by 8 MiB, at most every 5 minutes. Defaults
+	// to 1m; 0s never trims.
+	MemoryTrimAfter *Duration `json:"memoryTrimAfter,omitempty"`
 
 	// Runtime chooses the backend pods run on: "containerd" (the default) drives containerd
 	// through its Go client, in its own namespace, with holdfast's CNI and logger and no pause
@@ -466,6 +472,9 @@ func (c *Config) applyDefaults() {
 	if c.CgroupsPerQOS == nil {
 		c.CgroupsPerQOS = ptrTo(true)
 	}
+	if c.MemoryTrimAfter == nil {
+		c.MemoryTrimAfter = &Duration{time.Minute}
+	}
 	if c.CPUCFSQuota == nil {
 		c.CPUCFSQuota = ptrTo(true)
 	}
@@ -666,6 +675,9 @@ func (c *Config) Validate() error {
 		if d.Duration <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, d))
 		}
+	}
+	if c.MemoryTrimAfter != nil && c.MemoryTrimAfter.Duration < 0 {
+		errs = append(errs, fmt.Errorf("memoryTrimAfter %s is negative (0s never trims)", c.MemoryTrimAfter))
 	}
 	if c.UplinkProfile != UplinkKubelet && c.UplinkProfile != UplinkMetered {
 		errs = append(errs, fmt.Errorf("uplinkProfile %q: want %q or %q", c.UplinkProfile, UplinkKubelet, UplinkMetered))

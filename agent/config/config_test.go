@@ -267,6 +267,40 @@ func TestStateKeyCredential(t *testing.T) {
 	}
 }
 
+// memoryTrimAfter defaults to a minute; 0s is never, not the default; a negative one is
+// refused.
+func TestMemoryTrimAfter(t *testing.T) {
+	if d := Default(); d.MemoryTrimAfter == nil || d.MemoryTrimAfter.Duration != time.Minute {
+		t.Errorf("default memoryTrimAfter %v, want 1m", d.MemoryTrimAfter)
+	}
+	for _, tt := range []struct {
+		yaml    string
+		want    time.Duration
+		wantErr string
+	}{
+		{"", time.Minute, ""},
+		{"memoryTrimAfter: 0s\n", 0, ""},
+		{"memoryTrimAfter: 5m\n", 5 * time.Minute, ""},
+		{"memoryTrimAfter: -1s\n", 0, "memoryTrimAfter -1s is negative"},
+	} {
+		p := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(p, []byte("nodeName: gw-1\n"+tt.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(p)
+		switch {
+		case tt.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q: error %v, want one saying %q", tt.yaml, err, tt.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tt.yaml, err)
+		case c.MemoryTrimAfter.Duration != tt.want:
+			t.Errorf("%q: memoryTrimAfter %v, want %v", tt.yaml, c.MemoryTrimAfter, tt.want)
+		}
+	}
+}
+
 // The cgroup settings as the kubelet's: its defaults, and the combinations it refuses.
 func TestCgroupSettings(t *testing.T) {
 	d := Default()

@@ -25,6 +25,9 @@ type Process struct {
 	// RSS is VmRSS in bytes; PSS the proportional set size (shared pages divided among the
 	// processes sharing them), which sums correctly over a set of processes.
 	RSS, PSS uint64
+	// RSSFile and RSSAnon split RSS (full only): pages of files (the executable's, the
+	// libraries', mapped files') and anonymous pages (the heap, stacks).
+	RSSFile, RSSAnon uint64
 	// WriteBytes is /proc/PID/io write_bytes: bytes this process caused to be written to
 	// storage (page cache pages it dirtied), the figure that wears flash.
 	WriteBytes uint64
@@ -61,6 +64,8 @@ func ReadProcess(pid int, full bool) (Process, error) {
 	}
 	s.RSS = KBField(filepath.Join(dir, "status"), "VmRSS:")
 	s.PSS = KBField(filepath.Join(dir, "smaps_rollup"), "Pss:")
+	s.RSSFile = KBField(filepath.Join(dir, "status"), "RssFile:")
+	s.RSSAnon = KBField(filepath.Join(dir, "status"), "RssAnon:")
 	if io, err := os.ReadFile(filepath.Join(dir, "io")); err == nil {
 		for _, line := range strings.Split(string(io), "\n") {
 			if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {

@@ -474,11 +474,13 @@ func (e *env) steady(pods int) *Steady {
 	t0, a0, set0 := read()
 	log0 := logSize()
 	link0 := e.relay.mark()
-	var rss, pss []float64
+	var rss, rssFile, rssAnon, pss []float64
 	for {
 		time.Sleep(interval)
 		now, a, set := read()
 		rss = append(rss, float64(a.RSS))
+		rssFile = append(rssFile, float64(a.RSSFile))
+		rssAnon = append(rssAnon, float64(a.RSSAnon))
 		var sum uint64
 		for _, s := range set {
 			sum += s.PSS
@@ -524,6 +526,8 @@ func (e *env) steady(pods int) *Steady {
 		Pods:                pods,
 		AgentRSSMiB:         mean(rss) / (1 << 20),
 		AgentRSSMaxMiB:      maxOf(rss) / (1 << 20),
+		AgentRSSFileMiB:     mean(rssFile) / (1 << 20),
+		AgentRSSAnonMiB:     mean(rssAnon) / (1 << 20),
 		AgentCPUMillicores:  1000 * cores(a1.CPUTicks-a0.CPUTicks),
 		AgentWriteKiBPerMin: float64(a1.WriteBytes-a0.WriteBytes) / 1024 * perMin,
 		AgentLogKiBPerMin:   float64(log1-log0) / 1024 * perMin,
