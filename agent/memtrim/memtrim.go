@@ -142,6 +142,12 @@ func Trim() (Result, error) {
 			return res, fmt.Errorf("madvise MADV_RANDOM on %#x-%#x: %w", m.start, m.end, err)
 		}
 		if err := madvise(m.start, length, unix.MADV_PAGEOUT); err != nil {
+			// A kernel without MADV_PAGEOUT (before 5.4) gives nothing back: the mapping
+			// must not stay MADV_RANDOM, which would turn off readahead for every later
+			// fault of the agent's code.
+			if err2 := madvise(m.start, length, unix.MADV_NORMAL); err2 != nil {
+				err = errors.Join(err, fmt.Errorf("madvise MADV_NORMAL: %w", err2))
+			}
 			return res, fmt.Errorf("madvise MADV_PAGEOUT on %#x-%#x: %w", m.start, m.end, err)
 		}
 	}
@@ -266,7 +272,10 @@ func parseMapsLine(fields []string) (mapping, fileID, error) {
 	return m, fileID{major: uint32(maj), minor: uint32(mnr), inode: inode}, nil
 }
 
-func madvise(start, length uintptr, advice int) error {
+// madvise is sysMadvise; tests replace it.
+var madvise = sysMadvise
+
+func sysMadvise(start, length uintptr, advice int) error {
 	if _, _, errno := unix.Syscall(unix.SYS_MADVISE, start, length, uintptr(advice)); errno != 0 {
 		return errno
 	}
