@@ -17,8 +17,9 @@
 // Reading a page back costs one read of the flash (no write: flash wear is not affected).
 //
 // Run trims once the boot has settled, then again only when the executable's resident pages
-// have grown by Growth since (new code paths: an exec, a burst of pods), at most every
-// MinInterval: a quiet steady state is never trimmed twice, and reads nothing back.
+// have grown by Growth past what the steady state faulted back in during the MinInterval
+// after the last trim (new code paths: an exec, a burst of pods), at most every
+// MinInterval: a quiet steady state is never trimmed twice.
 package memtrim
 
 import (
@@ -45,10 +46,12 @@ type Config struct {
 	After time.Duration
 	// Period is how often the executable's resident size is read. Defaults to a minute.
 	Period time.Duration
-	// Growth is how much the executable's resident size must grow past the last trim's for
-	// another. Defaults to 8 MiB.
+	// Growth is how much the executable's resident size must grow, past what the steady
+	// state faulted back in during the MinInterval after the last trim, for another.
+	// Defaults to 8 MiB.
 	Growth int64
-	// MinInterval is the least time between two trims. Defaults to 5 minutes.
+	// MinInterval is the least time between two trims. Defaults to 5 minutes; longer than
+	// Period, or the steady state's pages faulted back in are counted as growth.
 	MinInterval time.Duration
 	// Log receives a line per trim.
 	Log *slog.Logger
@@ -84,7 +87,12 @@ func Run(ctx context.Context, cfg Config) error {
 	timer := time.NewTimer(cfg.After)
 	defer timer.Stop()
 	var last time.Time
-	var lastAfter int64
+	// settled is the executable's resident bytes the steady state faulted back in after the
+	// last trim: the trim leaves only the pages it ran itself, and what the agent runs
+	// faults back in over the next minutes. Growth is counted from there, not from right
+	// after the trim, or a quiet steady state whose code is Growth would be trimmed (and
+	// read back from the flash, page by page) every MinInterval.
+	var settled int64
 	for {
 		select {
 		case <-ctx.Done():
@@ -93,19 +101,20 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		timer.Reset(cfg.Period)
 		if !last.IsZero() {
-			if time.Since(last) < cfg.MinInterval {
-				continue
-			}
-			resident, err := ExecutableResident()
+			resident, err := executableResident()
 			if err != nil {
 				cfg.Log.Warn("memory trim: read the executable's resident size; trimming stops", "err", err)
 				return nil
 			}
-			if resident-lastAfter < cfg.Growth {
+			if time.Since(last) < cfg.MinInterval {
+				settled = max(settled, resident)
+				continue
+			}
+			if resident-settled < cfg.Growth {
 				continue
 			}
 		}
-		res, err := Trim()
+		res, err := trim()
 		if errors.Is(err, unix.EINVAL) {
 			cfg.Log.Warn("memory trim: this kernel has no MADV_PAGEOUT (Linux 5.4 and later); trimming stops", "err", err)
 			return nil
@@ -114,11 +123,17 @@ func Run(ctx context.Context, cfg Config) error {
 			cfg.Log.Warn("memory trim failed; trimming stops", "err", err)
 			return nil
 		}
-		last, lastAfter = time.Now(), res.ExecutableAfter
+		last, settled = time.Now(), res.ExecutableAfter
 		cfg.Log.Info("memory trimmed: the executable's pages only the start used, and the heap's idle pages, given back to the kernel",
 			"executableResidentBefore", res.ExecutableBefore, "executableResidentAfter", res.ExecutableAfter, "heapReleased", res.HeapReleased)
 	}
 }
+
+// trim and executableResident are Trim and ExecutableResident; tests replace them.
+var (
+	trim               = Trim
+	executableResident = ExecutableResident
+)
 
 // Trim gives back the executable's pages and the heap's idle pages now (see the package
 // comment).
