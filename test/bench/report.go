@@ -269,8 +269,8 @@ func (r *Report) finish() {
 	}
 	row(sec, "agent binary size (stripped)", "MiB", func(a *AgentResult) (float64, bool) { return a.BinaryMiB, a.BinaryMiB > 0 })
 	row(sec, "agent RSS (avg)", "MiB", steady(func(s *Steady) float64 { return s.AgentRSSMiB }))
-	row(sec, "of which pages of files: the executable's, libraries' (avg)", "MiB", steady(func(s *Steady) float64 { return s.AgentRSSFileMiB }))
-	row(sec, "of which anonymous: heap, stacks (avg)", "MiB", steady(func(s *Steady) float64 { return s.AgentRSSAnonMiB }))
+	row(sec, "  of which pages of files: the executable's, libraries' (avg)", "MiB", steady(func(s *Steady) float64 { return s.AgentRSSFileMiB }))
+	row(sec, "  of which anonymous: heap, stacks (avg)", "MiB", steady(func(s *Steady) float64 { return s.AgentRSSAnonMiB }))
 	row(sec, "agent CPU (avg)", "millicores", steady(func(s *Steady) float64 { return s.AgentCPUMillicores }))
 	row(sec, "agent disk writes", "KiB/min", steady(func(s *Steady) float64 { return s.AgentWriteKiBPerMin }))
 	row(sec, "  of which the agent's own log", "KiB/min", steady(func(s *Steady) float64 { return s.AgentLogKiBPerMin }))
