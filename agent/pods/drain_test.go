@@ -196,3 +196,23 @@ func TestDrainKeepsContainerResources(t *testing.T) {
 		t.Errorf("while it drains: running %v, resources %v, allocatedResources %v; want them as before the deletion", cs.State.Running != nil, cs.Resources, cs.AllocatedResources)
 	}
 }
+
+// The e2e "reduce GracePeriodSeconds during runtime": a pod with a preStop sleep longer than
+// the grace period its deletion gives (the spec's is longer still) is stopped when that grace
+// period ends, the sleep cut short; the whole run of 2026-12-07 saw it run the sleep out.
+func TestDeletionGraceCutsPreStopSleep(t *testing.T) {
+	n := startHollowNode(t)
+	grace := int64(60)
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "prestop-sleep", UID: "prestop-sleep"},
+		Spec: v1.PodSpec{NodeName: "gw", TerminationGracePeriodSeconds: &grace,
+			Containers: []v1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "3600"},
+				Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 20}}}}}},
+	}
+	n.mgr.Update(pod)
+	n.waitStatus(t, pod, "running", func(st v1.PodStatus) bool { return st.Phase == v1.PodRunning && isReady(st) })
+	began := time.Now()
+	n.mgr.Update(deleted(pod, 2))
+	eventually(t, 10*time.Second, "the pod stopped when the deletion's grace period of 2s ended", func() bool { return !n.running(t)[pod.UID] })
+	t.Logf("stopped %v after the deletion", time.Since(began))
+}

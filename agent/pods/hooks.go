@@ -20,20 +20,25 @@ const minKillGrace = 2 * time.Second
 
 // runHook runs a lifecycle handler (exec, httpGet, tcpSocket or sleep) against a running
 // container, with the probe handlers, so hooks and probes share one implementation.
+//
+// timeout bounds every kind, the sleep too: a preStop hook gets the grace period, however
+// long it sleeps (the kubelet's executePreStopHook), and a sleep cut short is a failed hook.
 func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, containerID string, pid uint32, h *v1.LifecycleHandler, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	if h.Sleep != nil {
+		sleep := time.NewTimer(time.Duration(h.Sleep.Seconds) * time.Second)
+		defer sleep.Stop()
 		select {
-		case <-time.After(time.Duration(h.Sleep.Seconds) * time.Second):
+		case <-sleep.C:
 			return nil
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("sleep of %ds cut short: %w", h.Sleep.Seconds, ctx.Err())
 		}
 	}
 	if m.hooks == nil {
 		return errors.New("no hook handler on this node")
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	probe := &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: h.Exec, HTTPGet: h.HTTPGet, TCPSocket: h.TCPSocket}}
 	outcome, out, err := m.hooks.Probe(ctx, prober.Target{
 		Pod: pod, Container: c, ContainerID: containerID, Kind: prober.Liveness, Probe: probe,
