@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -49,6 +50,7 @@ type gateway struct {
 	vm      *VM
 	image   Image
 	payload string // the payload disk it was installed from (BuildPayload)
+	cri     bool   // holdfast runs on its CRI backend (gatewayOptions.cri)
 	api     kubernetes.Interface
 	ctx     context.Context
 }
@@ -61,6 +63,33 @@ type gatewayOptions struct {
 	setConfig map[string]string
 	// tpmStateDir gives the VM a TPM (VMOptions.TPMStateDir).
 	tpmStateDir string
+	// cri runs holdfast on its CRI backend (runtime: cri) against the guest containerd's CRI
+	// plugin, which the site configures (guestCRIConfig) with the agent's cgroup driver.
+	cri bool
+	// kernelArgs are added to the guest kernel's command line (VMOptions.KernelArgs).
+	kernelArgs []string
+}
+
+// guestCRIConfig is the guest containerd's configuration for a site on holdfast's CRI backend:
+// the CRI plugin's runc with the systemd cgroup driver when the agent has it (runc then takes
+// the pod's slice and makes each container a cri-containerd-<id>.scope below it), the sandbox
+// image the payload preloads, and the CNI plugins where Debian installs them with the
+// firmware's network.
+func guestCRIConfig(systemdCgroup bool) string {
+	return fmt.Sprintf(`version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = %t
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+    max_conf_num = 1
+`, testenv.PauseImage, systemdCgroup)
 }
 
 // startGateway boots a gateway and waits until its Node is Ready in the API.
@@ -87,18 +116,27 @@ func startGatewayWith(t *testing.T, opts gatewayOptions) *gateway {
 	cp := testenv.StartControlPlane(t, testenv.ControlPlaneOptions{ClusterCA: true, BootstrapTokenAuth: true})
 	cp.StartControllerManager(testenv.ControllerManagerOptions{})
 	token := cp.CreateBootstrapToken()
-	g := &gateway{t: t, cp: cp, image: image, api: cp.Admin, ctx: context.Background()}
+	g := &gateway{t: t, cp: cp, image: image, api: cp.Admin, ctx: context.Background(), cri: opts.cri}
 	// What kube-controller-manager's root CA publisher does: every service account token
 	// volume projects this ConfigMap.
 	g.create(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: "default"},
 		Data: map[string]string{"ca.crt": string(cp.CAData())}})
-	g.payload = BuildPayload(t, PayloadOptions{
+	payload := PayloadOptions{
 		NodeName:            nodeName,
 		BootstrapKubeconfig: GuestKubeconfig(t, cp.WriteBootstrapKubeconfig(token)),
 		ExtraConfig:         opts.extraConfig,
 		SetConfig:           opts.setConfig,
-	})
-	g.vm = StartVM(t, image, VMOptions{Payload: g.payload, TPMStateDir: opts.tpmStateDir})
+	}
+	if opts.cri {
+		payload.SetConfig = maps.Clone(opts.setConfig)
+		if payload.SetConfig == nil {
+			payload.SetConfig = map[string]string{}
+		}
+		payload.SetConfig["runtime"] = "cri"
+		payload.ContainerdConfig = guestCRIConfig(opts.setConfig["cgroupDriver"] == "systemd")
+	}
+	g.payload = BuildPayload(t, payload)
+	g.vm = StartVM(t, image, VMOptions{Payload: g.payload, TPMStateDir: opts.tpmStateDir, KernelArgs: opts.kernelArgs})
 	t.Logf("VM started (%s)", g.vm.Accel)
 	t.Cleanup(g.dumpOnFailure)
 	g.vm.WaitSSH(bootTimeout)
@@ -324,22 +362,58 @@ type Container struct {
 	PID    uint32            `json:"pid"`
 }
 
-func (c Container) pod() string       { return c.Labels[containerd.LabelPodName] }
-func (c Container) container() string { return c.Labels[containerd.LabelContainerName] }
+// The kubelet's labels, which containerd's CRI plugin puts on the containers it makes for
+// holdfast's CRI backend, and the plugin's own label telling sandboxes from containers.
+const (
+	criLabelPodName       = "io.kubernetes.pod.name"
+	criLabelContainerName = "io.kubernetes.container.name"
+	criLabelKind          = "io.cri-containerd.kind"
+)
+
+// pod and container name a container by holdfast's labels (its containerd backend) or by the
+// kubelet's (its CRI backend).
+func (c Container) pod() string { return c.label(containerd.LabelPodName, criLabelPodName) }
+func (c Container) container() string {
+	return c.label(containerd.LabelContainerName, criLabelContainerName)
+}
+
+func (c Container) label(holdfast, cri string) string {
+	if v, ok := c.Labels[holdfast]; ok {
+		return v
+	}
+	return c.Labels[cri]
+}
+
+// sandbox says whether the container is a CRI pod sandbox (the pause container).
+func (c Container) sandbox() bool { return c.Labels[criLabelKind] == "sandbox" }
+
+// probeCommand is guestprobe's command line in the guest listing the backend's containers:
+// holdfast's namespace, or the CRI plugin's.
+func (g *gateway) probeCommand() string {
+	if g.cri {
+		return "/run/holdfast-payload/tools/guestprobe -namespace k8s.io"
+	}
+	return "/run/holdfast-payload/tools/guestprobe"
+}
 
 // containers lists holdfast's containers in the guest's containerd (guestprobe, from the
-// payload disk).
+// payload disk), CRI sandboxes left out.
 func (g *gateway) containers() []Container {
 	g.t.Helper()
 	var cs []Container
 	testenv.Eventually(g.t, 2*time.Minute, "list the guest's containers", func() error {
-		out, err := g.vm.SSH("/run/holdfast-payload/tools/guestprobe")
+		out, err := g.vm.SSH(g.probeCommand())
 		if err != nil {
 			return err
 		}
 		return json.Unmarshal([]byte(out), &cs)
 	})
-	return cs
+	return withoutSandboxes(cs)
+}
+
+// withoutSandboxes is cs less the CRI pod sandboxes.
+func withoutSandboxes(cs []Container) []Container {
+	return slices.DeleteFunc(cs, Container.sandbox)
 }
 
 // running returns the running containers by "pod/container", failing the test if one has

@@ -31,6 +31,10 @@ type PayloadOptions struct {
 	// SetConfig gives top-level keys firmware/config.yaml sets another value (a key set
 	// twice is refused by the agent): "cgroupDriver": "systemd".
 	SetConfig map[string]string
+	// ContainerdConfig, when set, becomes the guest's /etc/containerd/config.toml (installed
+	// before containerd starts), as a site running holdfast's CRI backend configures
+	// containerd's CRI plugin.
+	ContainerdConfig string
 }
 
 // BuildPayload writes the payload disk the VM installs holdfast from and returns its path:
@@ -39,6 +43,7 @@ type PayloadOptions struct {
 //	bundle/holdfast-VERSION-linux-amd64.tar.gz   this checkout's firmware bundle (hack/firmware.sh)
 //	images/*.tar                                 the test images, preloaded as a gateway image would
 //	site/config.yaml, site/bootstrap-kubeconfig  this gateway's configuration and join token
+//	site/containerd.toml                         containerd's configuration, if ContainerdConfig
 //	tools/guestprobe                             what the tests run in the guest
 //	install.sh                                   hack/vm/payload-install.sh
 //	id                                           a fresh id: the guest installs each payload once
@@ -85,6 +90,9 @@ func BuildPayload(t testing.TB, opts PayloadOptions) string {
 		writeFile(t, filepath.Join(dir, "site", "bootstrap-kubeconfig"), opts.BootstrapKubeconfig, 0o600)
 	}
 	site += opts.ExtraConfig
+	if opts.ContainerdConfig != "" {
+		writeFile(t, filepath.Join(dir, "site", "containerd.toml"), []byte(opts.ContainerdConfig), 0o644)
+	}
 	writeFile(t, filepath.Join(dir, "site", "config.yaml"), []byte(site), 0o644)
 	id := make([]byte, 8)
 	_, _ = rand.Read(id)

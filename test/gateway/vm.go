@@ -73,6 +73,9 @@ type VMOptions struct {
 	Disk string
 	// UplinkDown powers the VM on with its uplink cut.
 	UplinkDown bool
+	// KernelArgs are added to the guest kernel's command line at every boot, e.g.
+	// systemd.unified_cgroup_hierarchy=0 for systemd's cgroup v1 (legacy) hierarchy.
+	KernelArgs []string
 }
 
 // VM is a qemu virtual machine booted from a copy-on-write overlay of an Image (or from
@@ -177,7 +180,7 @@ func (vm *VM) argv() []string {
 		"-serial", "file:" + filepath.Join(vm.dir, "console.log"),
 		"-kernel", filepath.Join(vm.image.Dir, "vmlinuz"),
 		"-initrd", filepath.Join(vm.image.Dir, "initrd.img"),
-		"-append", "root=/dev/vda rw console=ttyS0 loglevel=4 panic=1",
+		"-append", strings.Join(append([]string{"root=/dev/vda rw console=ttyS0 loglevel=4 panic=1"}, vm.opts.KernelArgs...), " "),
 		// cache=writeback: what the guest wrote but did not flush is lost when qemu is killed,
 		// as in a power cut; what it flushed is on the host.
 		"-drive", "file=" + vm.overlay + ",if=virtio,format=qcow2,cache=writeback",
