@@ -38,6 +38,11 @@ var Causes = []Cause{
 		Means:   "an image was not pulled: the message names it; the harness's registry holds only the images it builds (test/conformance/images.go)",
 	},
 	{
+		Name:    "oom_score_adj above the QoS class's",
+		Pattern: regexp.MustCompile(`oom_score_adj value -?[0-9]+ not equal to expected -?[0-9]+`),
+		Means:   "the test reads the container's oom_score_adj and wants the kubelet's score for its QoS class (-997 for Guaranteed); a process without CAP_SYS_RESOURCE (this machine's, when it has none: `grep CapEff /proc/self/status`) may not lower a score below its own, so the harness's containerd runs with restrict_oom_score_adj and both agents' containers keep the runtime's score (0)",
+	},
+	{
 		Name:    "timed out",
 		Pattern: regexp.MustCompile(`(?i)timed out|context deadline exceeded`),
 		Means:   "the pod did not reach the state the test waits for in its time: read the test and the agent's log",

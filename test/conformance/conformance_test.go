@@ -22,7 +22,7 @@ var (
 	docPath     = flag.String("conformance.doc", "", "the page TestConformance writes (default ../../docs/conformance.md for the whole selection, ../../docs/conformance-runs/NAME.md for a run with another -conformance.focus, NAME the last element of -conformance.out)")
 	procs       = flag.Int("conformance.procs", 6, "ginkgo processes running tests in parallel (the tests mostly wait for containers)")
 	focus       = flag.String("conformance.focus", Focus, "the tests TestConformance runs (ginkgo --focus)")
-	timeout     = flag.Duration("conformance.timeout", 60*time.Minute, "bound of each agent's suite")
+	timeout     = flag.Duration("conformance.timeout", 110*time.Minute, "bound of each agent's suite") // the whole selection took 1h28m and 1h31m on 2 cores, both agents at once (2026-12-06); an hour cut the run of 2026-12-07 short by some 60 tests each
 	reportOnly  = flag.Bool("conformance.report-only", false, "with -conformance.full: only write the page from the JUnit reports already in -conformance.out")
 	runTogether = flag.Bool("conformance.parallel-agents", true, "run the agents' suites at the same time, each in its own cluster (faster, noisier)")
 	slow        = flag.Bool("conformance.slow", false, "also run upstream's [Slow] tests (more than five minutes each) besides the in-place resize and pod-level resource ones, which run either way")
