@@ -315,7 +315,7 @@ type guestSnapshot struct {
 }
 
 // guestState reads, in two ssh sessions, the running containers and their cgroups, the units'
-// properties (systemctl show, with LoadState, ActiveState, ControlGroup, MemoryMax,
+// properties (systemctl show, with LoadState, ActiveState, ControlGroup, MemoryMax, MemoryLimit,
 // CPUQuotaPerSecUSec) and the files.
 func (g *gateway) guestState(t *testing.T, sh func(*testing.T, string) string, units, files []string) guestSnapshot {
 	t.Helper()
@@ -335,7 +335,7 @@ func (g *gateway) guestState(t *testing.T, sh func(*testing.T, string) string, u
 		}
 	}
 	for _, u := range units {
-		fmt.Fprintf(&script, "echo '@unit %s'; systemctl show %s -p LoadState,ActiveState,ControlGroup,MemoryMax,CPUQuotaPerSecUSec; ", u, u)
+		fmt.Fprintf(&script, "echo '@unit %s'; systemctl show %s -p LoadState,ActiveState,ControlGroup,MemoryMax,MemoryLimit,CPUQuotaPerSecUSec; ", u, u)
 	}
 	for _, f := range files {
 		fmt.Fprintf(&script, "echo '@file %s'; cat %s; ", f, f)
