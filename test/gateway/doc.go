@@ -16,6 +16,9 @@
 // on the host per VM, whose state directory is the chip, so that a copy of a VM's disk
 // (CopyDisk) booted in another VM meets another TPM, as a stolen disk does.
 //
-// The scenarios (scenarios_test.go) run only with -gateway.vm (make gateway-test; make test
-// runs the first two): each boots its own VM, which takes minutes under software emulation.
+// The scenarios (scenarios_test.go; the systemd cgroup driver's, 10 to 12, in systemd_test.go)
+// run only with -gateway.vm (make gateway-test; make test runs the first two): each boots its
+// own VM, which takes minutes under software emulation. A scenario may boot the guest with
+// kernel arguments of its own (VMOptions.KernelArgs: scenario 12's cgroup v1) and give it a
+// containerd configuration (PayloadOptions.ContainerdConfig: scenario 11's CRI plugin).
 package gateway
