@@ -50,10 +50,12 @@ func TestTrimGivesThePagesBack(t *testing.T) {
 	if res.ExecutableAfter > res.ExecutableBefore*6/10 {
 		t.Errorf("the executable's resident bytes went from %d to %d: want at most 60%% left", res.ExecutableBefore, res.ExecutableAfter)
 	}
-	// The page cache holds about what is mapped again since the trim (this test's code, the
-	// runtime's, read page by page), not the file: a trim that only unmapped the pages
-	// (MADV_DONTNEED) would leave all of it cached, and the next fault would map it again.
-	if cached, size := cachedBytes(t), fileSize(t); cached > res.ExecutableAfter+1<<20 {
+	// The page cache holds what was read again since the trim (this test's code, the
+	// runtime's; a fault reads a whole folio, so somewhat more than is mapped: 2.7 MiB cached
+	// for 1.6 MiB mapped of a 4.4 MiB binary in one run under make test's load), not the file:
+	// a trim that only unmapped the pages (MADV_DONTNEED) leaves all of it cached (98% in a
+	// run here), and the next fault maps it again.
+	if cached, size := cachedBytes(t), fileSize(t); cached > size*3/4 {
 		t.Errorf("%d of the executable's %d bytes in the page cache after the trim, %d mapped: the pages were unmapped, not given back", cached, size, res.ExecutableAfter)
 	}
 	// Code paged out runs again (faulted back in).
