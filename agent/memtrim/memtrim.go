@@ -138,11 +138,7 @@ var (
 // Trim gives back the executable's pages and the heap's idle pages now (see the package
 // comment).
 func Trim() (Result, error) {
-	exe, err := executable()
-	if err != nil {
-		return Result{}, err
-	}
-	maps, err := readMappings("/proc/self/smaps", exe)
+	maps, err := executableMappings()
 	if err != nil {
 		return Result{}, err
 	}
@@ -184,11 +180,7 @@ func Trim() (Result, error) {
 
 // ExecutableResident is the executable's resident bytes in this process's mappings.
 func ExecutableResident() (int64, error) {
-	exe, err := executable()
-	if err != nil {
-		return 0, err
-	}
-	maps, err := readMappings("/proc/self/smaps", exe)
+	maps, err := executableMappings()
 	if err != nil {
 		return 0, err
 	}
@@ -197,6 +189,15 @@ func ExecutableResident() (int64, error) {
 		sum += m.resident
 	}
 	return sum, nil
+}
+
+// executableMappings are this process's mappings of its executable, from its smaps.
+func executableMappings() ([]mapping, error) {
+	exe, err := executable()
+	if err != nil {
+		return nil, err
+	}
+	return readMappings("/proc/self/smaps", exe)
 }
 
 // fileID is a file by device and inode, as /proc/PID/maps names a mapping's file: the
