@@ -30,6 +30,11 @@ type Options struct {
 	// HoldfastProfile is holdfast's uplinkProfile (agent/config): "" for the default (the
 	// kubelet's heartbeats), "metered".
 	HoldfastProfile string
+	// MemProfileRate, when not 0, runs holdfast with GODEBUG=memprofilerate=N: its heap
+	// profile (kept in OutDir, its largest sites in the report) then samples one allocation per
+	// N bytes rather than the runtime's 512 KiB, fine enough to say where a few MiB of heap go;
+	// the profiler's own buckets grow with it, so the run's RSS is not the default build's.
+	MemProfileRate int
 	// HoldfastCRI measures holdfast a second time on its CRI backend (runtime: cri, through
 	// containerd's CRI plugin), as agent HoldfastCRI, between holdfast and the kubelet. Full
 	// and quick runs: on; the smoke run: off.

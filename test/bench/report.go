@@ -106,6 +106,8 @@ type Steady struct {
 	// Uplink is what the agent exchanged with the apiserver, in a window that opens with this
 	// one (Options.Uplink).
 	Uplink *Uplink `json:"uplink,omitempty"`
+	// Memory is where holdfast's memory was at the end of the window (holdfast only).
+	Memory *Memory `json:"memory,omitempty"`
 }
 
 // Share is one kind of process's part of the node overhead.
@@ -176,7 +178,7 @@ func newReport(o Options) *Report {
 		Options: map[string]any{
 			"latencyPods": o.LatencyPods, "pods": o.Pods, "reps": o.Reps,
 			"steady": o.Steady.String(), "settle": o.Settle.String(), "wasmBenchtime": o.WasmBenchtime,
-			"uplink": max(o.Uplink, o.Steady).String(), "holdfastProfile": o.HoldfastProfile,
+			"uplink": max(o.Uplink, o.Steady).String(), "holdfastProfile": o.HoldfastProfile, "memProfileRate": o.MemProfileRate,
 			"flashWindow": o.FlashWindow.String(), "flashSteady": o.FlashSteady.String(), "flashPeriod": o.FlashPeriod.String(),
 			"only": o.Only,
 		},
@@ -576,6 +578,10 @@ func (r *Report) Markdown() string {
 	if bd := r.breakdownMarkdown(); bd != "" {
 		b.WriteString("\nNode overhead in the steady state, by process: CPU millicores / PSS MiB / disk writes KiB per minute.\n\n")
 		b.WriteString(bd)
+	}
+	if mt := r.memoryMarkdown(); mt != "" {
+		b.WriteString("\nWhere holdfast's memory was at the end of the steady window: resident pages by mapping (/proc/PID/smaps), the Go runtime's accounting (runtime.MemStats, from the heap profile on the local socket; what it mapped or holds, not what is resident).\n\n")
+		b.WriteString(mt)
 	}
 	if pt := r.phasesTable(Holdfast, true); pt != "" {
 		b.WriteString("\nWhere holdfast's pod starts went, mean per pod, from its start trace (`holdfast_pod_start_phase_duration_seconds`):\n\n")

@@ -108,6 +108,9 @@ func Run(t *testing.T, opts Options) *Report {
 	if opts.HoldfastProfile != "" {
 		rep.Notes = append(rep.Notes, "holdfast (every backend measured) ran with uplinkProfile: "+opts.HoldfastProfile)
 	}
+	if opts.MemProfileRate != 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("holdfast (every backend measured) ran with GODEBUG=memprofilerate=%d: a finer heap profile, whose buckets its RSS includes", opts.MemProfileRate))
+	}
 	agents, err := agentOrder(agents, opts.OrderFile)
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +204,9 @@ func runAgent(t *testing.T, cp *testenv.ControlPlane, auditLog, kind, bin string
 		a = newKubelet(t, dir, bin, kubeconfig, cd)
 	} else {
 		a = newHoldfast(t, kind, dir, bin, kubeconfig, opts.HoldfastProfile, cd, cni)
+		if opts.MemProfileRate != 0 {
+			a.proc.SetEnv(fmt.Sprintf("GODEBUG=memprofilerate=%d", opts.MemProfileRate))
+		}
 	}
 	if fi, err := os.Stat(a.bin); err == nil {
 		res.BinaryMiB = float64(fi.Size()) / (1 << 20)
@@ -541,6 +547,15 @@ func (e *env) steady(pods int) *Steady {
 		Samples:             len(rss),
 		Breakdown:           breakdown,
 		Uplink:              uplink,
+	}
+	if isHoldfast(e.agent.kind) {
+		m, err := memory(context.Background(), e.agent.kind, pid, e.agent.bin, e.agent.socket, e.opts.OutDir, e.opts.MemProfileRate)
+		if err != nil {
+			t.Fatalf("the agent's memory breakdown: %v", err)
+		}
+		st.Memory = m
+		e.logf("steady: memory: executable %.1f MiB, state db %.1f, other files %.1f, anonymous %.1f; Go heap live %.1f, in use %.1f, idle retained %.1f, stacks %.1f, GC metadata %.1f, profiler %.1f, other %.1f; %d goroutines",
+			m.ExecutableMiB, m.StateDBMiB, m.OtherFilesMiB, m.AnonymousMiB, m.HeapLiveMiB, m.HeapInuseMiB, m.HeapIdleRetainedMiB, m.StacksMiB, m.GCMetadataMiB, m.ProfilingMiB, m.OtherRuntimeMiB, m.Goroutines)
 	}
 	for k, v := range breakdown {
 		e.logf("steady: %s (%d processes): CPU %.1f millicores, PSS %.1f MiB, writes %.1f KiB/min", k, v.Processes, v.CPUMillicores, v.PSSMiB, v.WriteKiBPerMin)

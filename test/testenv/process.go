@@ -34,6 +34,14 @@ func NewProcess(name, logPath string, argv ...string) *Process {
 	return &Process{name: name, argv: argv, logPath: logPath}
 }
 
+// SetEnv adds kv ("NAME=value") to the environment the process gets from the test binary; call
+// it before Start.
+func (p *Process) SetEnv(kv ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.env = append(p.env, kv...)
+}
+
 // Start starts the process in a new session (so in its own process group). It is an error to
 // start a running process.
 //
