@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -47,9 +48,24 @@ func NewInformer[L runtime.Object](lw ListWatcher[L], client any, obj runtime.Ob
 			return lw.Watch(ctx, opts(o))
 		},
 	}
-	return &Informer{SharedIndexInformer: cache.NewSharedIndexInformer(
+	inf := cache.NewSharedIndexInformer(
 		cache.ToListWatcherWithWatchListSemantics(listWatch, client), obj, 0,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	// Cannot fail: the informer has not started.
+	_ = inf.SetTransform(StripManagedFields)
+	return &Informer{SharedIndexInformer: inf}
+}
+
+// StripManagedFields is the transform of the agent's informers: it drops an object's
+// managedFields before the cache stores it and the handlers see it. The apiserver sends them
+// with every object (a FieldsV1 tree per field manager, often larger than the rest of the
+// metadata); nothing in the agent reads them, and a cache of pods kept them all in the heap.
+// The object is the informer's own, fresh from the decoder, so it is changed in place.
+func StripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil && a.GetManagedFields() != nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // Start runs the informer until stop is closed, unless it was started before or is shutting

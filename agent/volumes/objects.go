@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/holdfast-dev/holdfast/agent/kube"
 	"github.com/holdfast-dev/holdfast/agent/manifest"
 	"github.com/holdfast-dev/holdfast/offline"
 )
@@ -408,6 +409,7 @@ func (m *Manager) startWatchLocked(ctx context.Context, key objectKey) {
 		// The client says whether it speaks watch-list (an apiserver does; fakes do not).
 		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, m.client),
 		ObjectType:    objType,
+		Transform:     kube.StripManagedFields,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc: func(obj any) {
 				m.remember(obj)
