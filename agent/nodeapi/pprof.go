@@ -20,6 +20,27 @@ import (
 // README and the benchmarks use: every named profile as of now (`debug=N` for text, `gc=1`
 // to collect first for heap), and a CPU profile over `seconds=N`.
 
+// goHeapProfileRate is the Go runtime's default heap profile sampling rate (bytes).
+const goHeapProfileRate = 512 * 1024
+
+// ConfigureHeapProfiling turns the runtime's heap profiling off unless godebug (the
+// process's GODEBUG) sets memprofilerate=N, and reports whether it is on. Sampling costs
+// little CPU, but each distinct allocation stack it samples takes a bucket, and the runtime's
+// bucket table (1.4 MiB) fills a page at a time wherever the stacks hash to: in the run of
+// 2026-12-07 with 30 pods its buckets and table were 1.5 MiB mapped (BuckHashSys), for a
+// profile nobody asked for. An operator who wants heap profiles restarts the agent with
+// GODEBUG=memprofilerate=524288 (Go's default); /debug/pprof/heap says so meanwhile. Call it
+// first thing in main: allocations before it may be sampled.
+func ConfigureHeapProfiling(godebug string) bool {
+	for setting := range strings.SplitSeq(godebug, ",") {
+		if strings.HasPrefix(strings.TrimSpace(setting), "memprofilerate=") {
+			return runtime.MemProfileRate > 0
+		}
+	}
+	runtime.MemProfileRate = 0
+	return false
+}
+
 // defaultCPUProfileSeconds is the length of a CPU profile without ?seconds=, net/http/pprof's.
 const defaultCPUProfileSeconds = 30
 
@@ -45,6 +66,12 @@ func serveProfileIndex(w http.ResponseWriter, r *http.Request) {
 	debug, _ := strconv.Atoi(r.FormValue("debug"))
 	if r.FormValue("seconds") != "" {
 		http.Error(w, "delta profiles (seconds=) are not served: take two profiles and compare them (go tool pprof -base)", http.StatusBadRequest)
+		return
+	}
+	if (name == "heap" || name == "allocs") && debug == 0 && runtime.MemProfileRate == 0 {
+		// The text form (debug=1) is still served: it ends with the runtime's MemStats,
+		// which need no sampling.
+		http.Error(w, fmt.Sprintf("heap profiling is off in this agent (its default, for the memory it costs): restart holdfast with GODEBUG=memprofilerate=%d to take %s profiles; ?debug=1 still serves the runtime's MemStats", goHeapProfileRate, name), http.StatusConflict)
 		return
 	}
 	if name == "heap" && r.FormValue("gc") != "" {

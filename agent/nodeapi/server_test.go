@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -461,6 +462,38 @@ func TestLocalSocketServesProfiles(t *testing.T) {
 	for _, path := range []string{"/debug/pprof/nosuch", "/debug/pprof/heap?seconds=5", "/debug/pprof/profile?seconds=x"} {
 		if code, b := get(path); code == http.StatusOK {
 			t.Errorf("%s: %d %.100s, want an error", path, code, b)
+		}
+	}
+
+	// Heap profiling off (the agent's default, ConfigureHeapProfiling): the profile says how
+	// to turn it on rather than serving an empty one; the text form keeps the MemStats.
+	defer func(rate int) { goruntime.MemProfileRate = rate }(goruntime.MemProfileRate)
+	goruntime.MemProfileRate = 0
+	for _, path := range []string{"/debug/pprof/heap", "/debug/pprof/allocs"} {
+		if code, b := get(path); code != http.StatusConflict || !strings.Contains(b, "GODEBUG=memprofilerate=524288") {
+			t.Errorf("%s with heap profiling off: %d %.200s", path, code, b)
+		}
+	}
+	if code, b := get("/debug/pprof/heap?debug=1"); code != http.StatusOK || !strings.Contains(b, "# HeapInuse") {
+		t.Errorf("heap profile's text form with heap profiling off: %d %.200s", code, b)
+	}
+}
+
+func TestConfigureHeapProfiling(t *testing.T) {
+	defer func(rate int) { goruntime.MemProfileRate = rate }(goruntime.MemProfileRate)
+	for _, c := range []struct {
+		godebug string
+		rate    int // the runtime's, as GODEBUG set it before main
+		on      bool
+	}{
+		{"", goHeapProfileRate, false},
+		{"madvdontneed=1", goHeapProfileRate, false},
+		{"madvdontneed=1,memprofilerate=4096", 4096, true},
+		{"memprofilerate=0", 0, false},
+	} {
+		goruntime.MemProfileRate = c.rate
+		if on := ConfigureHeapProfiling(c.godebug); on != c.on || (goruntime.MemProfileRate > 0) != c.on {
+			t.Errorf("GODEBUG=%q: on %v, MemProfileRate %d; want on %v", c.godebug, on, goruntime.MemProfileRate, c.on)
 		}
 	}
 }

@@ -18,10 +18,12 @@ import (
 	"github.com/holdfast-dev/holdfast/agent"
 	"github.com/holdfast-dev/holdfast/agent/config"
 	"github.com/holdfast-dev/holdfast/agent/logs"
+	"github.com/holdfast-dev/holdfast/agent/nodeapi"
 	"github.com/holdfast-dev/holdfast/internal/version"
 )
 
 func main() {
+	nodeapi.ConfigureHeapProfiling(os.Getenv("GODEBUG"))
 	if calledAsLogger(os.Args[0]) {
 		// containerd's shim runs holdfast as a container's logger (see logger.go).
 		os.Exit(logs.Main(os.Args[1:], os.Stderr))
