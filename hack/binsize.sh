@@ -85,6 +85,32 @@ goarch() { if [[ $1 == armv7 ]]; then echo arm; else echo "$1"; fi; }
 		echo "\`holdfast version\` peak RSS (linux/amd64, /usr/bin/time -v, 5 runs, KiB): $sorted"
 		echo "(median $(printf '%s\n' "${rss[@]}" | sort -n | sed -n 3p | awk '{ printf "%.1f MiB", $1/1024 }'))."
 		echo
+		if command -v perf >/dev/null && perf record -q -e page-faults -c 1 -d -o "$tmp/faults.data" "$tmp/amd64/holdfast" version >/dev/null 2>&1; then
+			# Where that peak comes from: every page fault of one run, by the section of the
+			# executable it hit (or anonymous memory), and the distinct 64 KiB windows of each
+			# section they hit: a fault on the executable maps the 16 pages around it that the
+			# page cache holds (the kernel's fault-around), so windows x 64 KiB is about what
+			# the file pages add to the RSS; an anonymous fault maps one page.
+			echo "Page faults of one \`holdfast version\` (perf record -e page-faults), by where they hit:"
+			echo
+			echo "| where | faults | distinct 64 KiB windows | windows x 64 KiB |"
+			echo "| --- | ---: | ---: | ---: |"
+			perf script -i "$tmp/faults.data" -F addr 2>/dev/null | awk -v sections="$(readelf -SW "$tmp/amd64/holdfast" | sed -n 's/^ *\[ *[0-9]*\] *//p' |
+				awk '$1 ~ /^\./ && $3 ~ /^0*[1-9a-f]/ { printf "%s:%s:%s ", $1, $3, $5 }')" '
+				function hex(h,   i, v, c) { v = 0; h = tolower(h); for (i = 1; i <= length(h); i++) { c = index("0123456789abcdef", substr(h, i, 1)) - 1; v = v * 16 + c }; return v }
+				BEGIN { n = split(sections, s, " "); for (i = 1; i <= n; i++) { split(s[i], f, ":"); name[i] = f[1]; lo[i] = hex(f[2]); hi[i] = lo[i] + hex(f[3]) } }
+				NF == 1 {
+					a = hex($1); where = "anonymous (heap, stacks, runtime)"
+					for (i = 1; i <= n; i++) if (a >= lo[i] && a < hi[i]) { where = "executable: " name[i]; break }
+					faults[where]++; w = int(a / 65536); if (!((where, w) in seen)) { seen[where, w] = 1; windows[where]++ }
+				}
+				END {
+					for (k in faults)
+						if (k ~ /^anonymous/) printf "| %s | %d | - | (one page each: %.1f MiB) |\n", k, faults[k], faults[k] / 256
+						else printf "| %s | %d | %d | %.1f MiB |\n", k, faults[k], windows[k], windows[k] / 16
+				}' | sort
+			echo
+		fi
 	fi
 	typed=$(go list -tags "$tags" -deps ./cmd/holdfast | grep -c '^k8s.io/client-go/kubernetes/typed/' || true)
 	kubectl=$(go list -tags "$tags" -deps ./cmd/holdfast | grep -c '^k8s.io/kubectl/' || true)
