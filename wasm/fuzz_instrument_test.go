@@ -386,6 +386,14 @@ func compareInstrumented(t *testing.T, host, module []byte, argSeed uint64, dead
 		t.Fatalf("the engine accepts a module wazero refuses (%v)", firstLine(refErr.Error()))
 	case refErr == nil && insErr != nil && errors.Is(insErr, ErrUngrantedImport):
 		return false // it imports the engine's own checkpoint module
+	case refErr == nil && insErr != nil && dataCountCutAtEnd(module):
+		// wazero reads the data count from the module's reader, not the section's,
+		// and takes an end of input as "no count" (v1.12.0, binary/section.go:302):
+		// a data count section that ends the module with its count cut short (empty,
+		// or a LEB128 whose last byte says more follow) loads. The spec calls it
+		// malformed (a section's content is its u32); the engine refuses it, which
+		// costs nobody a module a compiler writes.
+		return false
 	case refErr == nil && insErr != nil:
 		t.Fatalf("the engine refuses a module wazero accepts: %v", insErr)
 	case refErr != nil:
@@ -615,4 +623,23 @@ func exportedGlobals(b []byte) []string {
 		}
 	}
 	return names
+}
+
+// dataCountCutAtEnd reports whether module's last section is a data count
+// section whose content is not a whole unsigned LEB128 (see compareInstrumented).
+func dataCountCutAtEnd(module []byte) bool {
+	secs, err := splitSections(module)
+	if err != nil || len(secs) == 0 {
+		return false
+	}
+	last := secs[len(secs)-1]
+	if last.id != secDataCount {
+		return false
+	}
+	for _, c := range last.body {
+		if c&0x80 == 0 {
+			return false // a LEB128's last byte: the count is whole
+		}
+	}
+	return true // empty, or every byte says more follow
 }
