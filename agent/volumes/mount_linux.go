@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/moby/sys/mountinfo"
@@ -25,7 +26,8 @@ func ensureTmpfs(dir string, sizeBytes int64, mode os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if tmpfsRoot(real) {
+	state := probeTmpfs(real)
+	if state == tmpfsMountRoot {
 		return nil
 	}
 	mounts, err := readMountTable(exactly(real))
@@ -35,6 +37,11 @@ func ensureTmpfs(dir string, sizeBytes int64, mode os.FileMode) error {
 	if len(mounts) > 0 {
 		if fsType := mounts[len(mounts)-1].FSType; fsType != "tmpfs" {
 			return fmt.Errorf("%s is a %s mount, not the tmpfs holdfast mounts there", dir, fsType)
+		}
+		if state == notTmpfs {
+			// The table lists a tmpfs at dir that a mount over a directory above it
+			// hides: what is written at dir now lands on whatever that mount is.
+			return fmt.Errorf("the tmpfs mounted on %s is hidden by a mount above it: the directory is not on a tmpfs now", dir)
 		}
 		return nil
 	}
@@ -48,14 +55,17 @@ func ensureTmpfs(dir string, sizeBytes int64, mode os.FileMode) error {
 	return nil
 }
 
-// isTmpfs reports whether a tmpfs is mounted exactly on dir.
+// isTmpfs reports whether a tmpfs is mounted exactly on dir, and is what dir shows.
 func isTmpfs(dir string) bool {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return false
 	}
-	if tmpfsRoot(real) {
+	switch probeTmpfs(real) {
+	case tmpfsMountRoot:
 		return true
+	case notTmpfs:
+		return false
 	}
 	mounts, err := readMountTable(exactly(real))
 	return err == nil && len(mounts) > 0 && mounts[len(mounts)-1].FSType == "tmpfs"
@@ -64,24 +74,52 @@ func isTmpfs(dir string) bool {
 // readMountTable is mountinfo.GetMounts; tests count its calls.
 var readMountTable = mountinfo.GetMounts
 
-// tmpfsRoot reports whether dir (symlinks resolved) is the root of a tmpfs mount, the top one
-// there, from a statfs(2) and two stat(2)s: statfs names the filesystem on top at dir, and a
-// mount's root has a device number of its own, unlike its parent directory (every tmpfs gets
-// its own). It is sure only of yes: a bind mount of the parent's filesystem keeps its device,
-// so no means "read the mount table". Every pod sync checks its secret, token and downward API
+// tmpfsState is what probeTmpfs finds at a directory.
+type tmpfsState int
+
+const (
+	// notTmpfs: the filesystem dir shows is not a tmpfs (whatever the mount table lists).
+	notTmpfs tmpfsState = iota
+	// tmpfsMountRoot: dir is the root of a tmpfs mount, the top one there.
+	tmpfsMountRoot
+	// inTmpfs: dir shows a tmpfs but has its parent's device: a directory inside a tmpfs, or
+	// a bind mount of one. Only the mount table tells.
+	inTmpfs
+)
+
+// probeTmpfs tells from a statfs(2) and two stat(2)s what dir (symlinks resolved) shows:
+// statfs names the filesystem on top at dir, and a mount's root has a device number of its
+// own, unlike its parent directory (every tmpfs gets its own). devtmpfs reports a tmpfs's
+// magic: its device is told apart. Every pod sync checks its secret, token and downward API
 // volumes, and the mount table grows with the pods: reading it each time was a third of the
 // agent's CPU in the steady state with 30 pods (the profile of 2026-12-07, issue 31).
-func tmpfsRoot(dir string) bool {
+func probeTmpfs(dir string) tmpfsState {
 	var fs unix.Statfs_t
 	if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
-		return false
+		return notTmpfs
 	}
 	var st, parent unix.Stat_t
 	if unix.Stat(dir, &st) != nil || unix.Stat(filepath.Dir(dir), &parent) != nil {
-		return false
+		return notTmpfs
 	}
-	return st.Dev != parent.Dev
+	if dev, ok := devtmpfsDevice(); ok && st.Dev == dev {
+		return notTmpfs
+	}
+	if st.Dev != parent.Dev {
+		return tmpfsMountRoot
+	}
+	return inTmpfs
 }
+
+// devtmpfsDevice is the device number of the kernel's devtmpfs (one instance, however often
+// it is mounted), read from the mount table once; false if none was mounted then.
+var devtmpfsDevice = sync.OnceValues(func() (uint64, bool) {
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("devtmpfs"))
+	if err != nil || len(mounts) == 0 {
+		return 0, false
+	}
+	return unix.Mkdev(uint32(mounts[0].Major), uint32(mounts[0].Minor)), true
+})
 
 // unmountUnder unmounts every mount at or below dir, deepest first, repeating until none is
 // left (mounts may be stacked). A busy mount is detached lazily: its users are containers that

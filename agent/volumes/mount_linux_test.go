@@ -99,3 +99,57 @@ func TestTmpfsCheckReadsNoMountTableOnceMounted(t *testing.T) {
 		t.Errorf("ensureTmpfs over a bind mount: %v, want the mount named as not a tmpfs", err)
 	}
 }
+
+// A tmpfs holdfast mounted on a volume, then a disk's directory mounted over the volume's
+// parent: the mount table still lists the tmpfs at the volume's path, but what the path shows
+// is the disk, and a secret written there would land on it. Neither check may take the
+// table's word for it.
+func TestTmpfsHiddenByAMountAboveIsNoTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("mounts need root: run the unit tests as root (make test does)")
+	}
+	base := t.TempDir()
+	parent := filepath.Join(base, "volumes")
+	vol := filepath.Join(parent, "secret")
+	if err := ensureTmpfs(vol, 1<<20, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(vol, unix.MNT_DETACH) })
+	disk := filepath.Join(base, "disk")
+	if err := os.MkdirAll(filepath.Join(disk, "secret"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(disk, &fs); err != nil || fs.Type == unix.TMPFS_MAGIC {
+		t.Fatalf("the test's disk directory %s is on a tmpfs (%v): it must be on a disk", disk, err)
+	}
+	mustMount(t, disk, parent, "", unix.MS_BIND)
+	if m, err := mountinfo.GetMounts(exactly(vol)); err != nil || len(m) == 0 || m[len(m)-1].FSType != "tmpfs" {
+		t.Fatalf("the mount table at %s: %v, %v; the test needs it to list the hidden tmpfs", vol, m, err)
+	}
+	if isTmpfs(vol) {
+		t.Error("isTmpfs: true on a path that shows a disk")
+	}
+	if err := ensureTmpfs(vol, 1<<20, 0o755); err == nil || !strings.Contains(err.Error(), "hidden") {
+		t.Errorf("ensureTmpfs on a hidden tmpfs: %v, want an error saying it is hidden", err)
+	}
+}
+
+// devtmpfs reports a tmpfs's magic number to statfs: mounted on a volume it is still not the
+// tmpfs holdfast mounts there.
+func TestDevtmpfsOnAVolumeIsNoTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("mounts need root: run the unit tests as root (make test does)")
+	}
+	vol := filepath.Join(t.TempDir(), "secret")
+	if err := os.Mkdir(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustMount(t, "none", vol, "devtmpfs", 0)
+	if isTmpfs(vol) {
+		t.Error("isTmpfs: true on devtmpfs")
+	}
+	if err := ensureTmpfs(vol, 1<<20, 0o755); err == nil || !strings.Contains(err.Error(), "devtmpfs") {
+		t.Errorf("ensureTmpfs on devtmpfs: %v, want an error naming it", err)
+	}
+}
