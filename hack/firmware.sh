@@ -53,13 +53,15 @@ TAGS=grpcnotrace
 
 # The compiler's flags, by package (the last pattern a package matches wins). Inlining copies a
 # function's body into each caller: where CPU goes, it is worth its bytes; in the rest of the
-# agent it is only bytes. Inlined: the runtime, sync, math, crypto, the standard library's
-# leaves every package calls (reflect, strconv, bytes, strings, unicode, encoding/binary, sort,
-# slices, maps, time, syscall, os), wazero (policies' compile and calls) and bbolt. Not
-# inlined (-l): everything else, that is the API machinery and its generated code (k8s.io/api
-# alone is 4 MiB), the decoders, the clients of the apiserver, containerd and the registries,
-# and the agent's own control code. 31.9 -> 29.6 MiB on amd64 (issue 31; the steady state's
-# CPU beside it in docs/benchmarks.md, 2026-12-07).
+# agent it is only bytes. -l applies to the code a package compiles: the calls it makes (to
+# any package, generic code it instantiates included) stay calls. Compiled with inlining: the
+# runtime, sync, math, crypto, the standard library's leaves (reflect, strconv, bytes,
+# strings, unicode, encoding/binary, sort, slices, maps, time, syscall, os), wazero (policies'
+# compile and calls) and bbolt. With -l: everything else, that is the API machinery and its
+# generated code (k8s.io/api alone is 4 MiB), the decoders, the clients of the apiserver,
+# containerd and the registries, and the agent's own control code. 31.9 -> 29.6 MiB on amd64
+# (issue 31; the steady state's CPU and the pod start times beside it in docs/benchmarks.md,
+# 2026-12-07).
 GCFLAGS=(-gcflags=all=-l)
 for pkg in 'runtime/...' 'internal/...' 'sync/...' 'math/...' 'crypto/...' 'vendor/golang.org/x/crypto/...' \
 	reflect strconv bytes strings 'unicode/...' encoding/binary sort slices maps time syscall os \

@@ -32,13 +32,20 @@ const goHeapProfileRate = 512 * 1024
 // GODEBUG=memprofilerate=524288 (Go's default); /debug/pprof/heap says so meanwhile. Call it
 // first thing in main: allocations before it may be sampled.
 func ConfigureHeapProfiling(godebug string) bool {
+	// Read as the runtime reads it (runtime1.go, parsegodebug): comma-separated key=value, no
+	// spaces trimmed; a value that is not a number is ignored, and any number sets the rate
+	// (the last one wins; zero or less is off).
+	set := false
 	for setting := range strings.SplitSeq(godebug, ",") {
-		if strings.HasPrefix(strings.TrimSpace(setting), "memprofilerate=") {
-			return runtime.MemProfileRate > 0
+		key, value, _ := strings.Cut(setting, "=")
+		if _, err := strconv.Atoi(value); key == "memprofilerate" && err == nil {
+			set = true
 		}
 	}
-	runtime.MemProfileRate = 0
-	return false
+	if !set {
+		runtime.MemProfileRate = 0
+	}
+	return runtime.MemProfileRate > 0
 }
 
 // defaultCPUProfileSeconds is the length of a CPU profile without ?seconds=, net/http/pprof's.
@@ -68,7 +75,7 @@ func serveProfileIndex(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "delta profiles (seconds=) are not served: take two profiles and compare them (go tool pprof -base)", http.StatusBadRequest)
 		return
 	}
-	if (name == "heap" || name == "allocs") && debug == 0 && runtime.MemProfileRate == 0 {
+	if (name == "heap" || name == "allocs") && debug == 0 && runtime.MemProfileRate <= 0 {
 		// The text form (debug=1) is still served: it ends with the runtime's MemStats,
 		// which need no sampling.
 		http.Error(w, fmt.Sprintf("heap profiling is off in this agent (its default, for the memory it costs): restart holdfast with GODEBUG=memprofilerate=%d to take %s profiles; ?debug=1 still serves the runtime's MemStats", goHeapProfileRate, name), http.StatusConflict)

@@ -490,6 +490,11 @@ func TestConfigureHeapProfiling(t *testing.T) {
 		{"madvdontneed=1", goHeapProfileRate, false},
 		{"madvdontneed=1,memprofilerate=4096", 4096, true},
 		{"memprofilerate=0", 0, false},
+		// What the runtime does not read as a setting leaves the default: off here.
+		{"madvdontneed=1, memprofilerate=4096", goHeapProfileRate, false},
+		{"memprofilerate=-1", -1, false},
+		{"memprofilerate=x", goHeapProfileRate, false},
+		{"memprofilerate=4096,memprofilerate=x", 4096, true}, // the runtime kept the 4096
 	} {
 		goruntime.MemProfileRate = c.rate
 		if on := ConfigureHeapProfiling(c.godebug); on != c.on || (goruntime.MemProfileRate > 0) != c.on {

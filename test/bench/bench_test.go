@@ -29,7 +29,7 @@ var (
 	cri         = flag.Bool("bench.cri", true, "measure holdfast on its CRI backend too (holdfast-cri: runtime: cri, containerd's CRI plugin); false leaves it out")
 	kubelet     = flag.String("bench.kubelet", "", "kubelet binary (default: kubelet-"+testenv.KubeAPIServerVersion+" in the test binary cache); \"none\" for holdfast alone")
 	out         = flag.String("bench.out", "", "results directory (default: _output/bench/DATE at the module root)")
-	memProfile  = flag.Int("bench.memprofilerate", 0, "run holdfast with GODEBUG=memprofilerate=N (a heap profile fine enough to break a few MiB down; its RSS is then not the default build's); 0: the runtime's default")
+	memProfile  = flag.Int("bench.memprofilerate", 0, "run holdfast with GODEBUG=memprofilerate=N (a heap profile fine enough to break a few MiB down; its RSS is then not the default build's); 0: heap profiling off, the agent's default")
 	only        = flag.String("bench.only", "", `run one phase alone: "flash" (flash wear: each agent started, 10 pods (-bench.pods), one more whose readiness flips; syncs and disk writes per status change)`)
 	flashWindow = flag.Duration("bench.flash-window", 0, "flash wear: the window of status changes (preset: 60s, quick 30s; -bench.flash=false leaves the phase out)")
 	flashSteady = flag.Duration("bench.flash-steady", 0, "flash wear: the window with no status change before it (preset: 60s, quick 20s)")

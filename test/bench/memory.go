@@ -81,6 +81,26 @@ func memory(ctx context.Context, agent string, pid int, exe, socket, outDir stri
 		}
 		return b, nil
 	}
+	// The binary profile first: the text form's own allocations would be in it otherwise.
+	if outDir != "" && rate != 0 {
+		prof, err := get("/debug/pprof/heap")
+		if err != nil {
+			return nil, err
+		}
+		m.HeapProfile = agent + "-heap.pb.gz"
+		path := filepath.Join(outDir, m.HeapProfile)
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, prof, 0o644); err != nil {
+			return nil, err
+		}
+		out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=20", path).Output()
+		if err != nil {
+			return nil, fmt.Errorf("go tool pprof -top %s: %w", path, err)
+		}
+		m.TopInuse = parsePprofTop(string(out))
+	}
 	text, err := get("/debug/pprof/heap?debug=1")
 	if err != nil {
 		return nil, err
@@ -95,26 +115,6 @@ func memory(ctx context.Context, agent string, pid int, exe, socket, outDir stri
 	if _, err := fmt.Sscanf(string(gr), "goroutine profile: total %d", &m.Goroutines); err != nil {
 		return nil, fmt.Errorf("goroutine profile: %w", err)
 	}
-	if outDir == "" || rate == 0 {
-		return m, nil
-	}
-	prof, err := get("/debug/pprof/heap")
-	if err != nil {
-		return nil, err
-	}
-	m.HeapProfile = agent + "-heap.pb.gz"
-	path := filepath.Join(outDir, m.HeapProfile)
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, prof, 0o644); err != nil {
-		return nil, err
-	}
-	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=20", path).Output()
-	if err != nil {
-		return nil, fmt.Errorf("go tool pprof -top %s: %w", path, err)
-	}
-	m.TopInuse = parsePprofTop(string(out))
 	return m, nil
 }
 

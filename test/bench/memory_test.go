@@ -8,7 +8,9 @@ import (
 )
 
 // The MemStats block is the one holdfast's /debug/pprof/heap?debug=1 served in the quick run of
-// 2026-12-07 04:42 UTC (30 pods); pprof-top.txt is `go tool pprof -top` of that run's profile.
+// 2026-12-07 04:40 UTC (30 pods, the default sampling rate); pprof-top.txt is `go tool pprof
+// -top` of the profile of the next quick run, 04:44 UTC, at GODEBUG=memprofilerate=4096
+// (docs/runs/2026-12-07-steady-profiles).
 func TestParseMemStats(t *testing.T) {
 	b, err := os.ReadFile("testdata/heap-memstats.txt")
 	if err != nil {
