@@ -4,15 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/holdfast-dev/holdfast/test/testenv"
 )
 
 // Memory is where a holdfast agent's memory was at the end of the steady window (issue 31's
@@ -59,28 +57,7 @@ func memory(ctx context.Context, agent string, pid int, exe, socket, outDir stri
 	if err := m.readSmaps(pid, exe); err != nil {
 		return nil, err
 	}
-	get := func(path string) ([]byte, error) {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		}}}
-		defer c.CloseIdleConnections()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://local"+path, nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("GET %s on %s: %w", path, socket, err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("GET %s on %s: %s %v", path, socket, resp.Status, err)
-		}
-		return b, nil
-	}
+	get := func(path string) ([]byte, error) { return testenv.LocalGet(ctx, socket, path) }
 	// The binary profile first: the text form's own allocations would be in it otherwise.
 	if outDir != "" && rate != 0 {
 		prof, err := get("/debug/pprof/heap")

@@ -61,6 +61,13 @@ func TestHarnessSmoke(t *testing.T) {
 			s.Breakdown["agent"] == nil || s.Breakdown["containerd"] == nil {
 			t.Errorf("%s: steady state %+v: want samples, a positive RSS, containerd found and %d workload processes", name, s, opts.Pods)
 		}
+		// holdfast's memory breakdown (the harness logs rather than fails a run without it):
+		// its executable resident, its heap and goroutines read from its local socket.
+		if name != bench.Kubelet && a.Steady != nil {
+			if m := a.Steady.Memory; m == nil || m.ExecutableMiB <= 0 || m.AnonymousMiB <= 0 || m.HeapInuseMiB <= 0 || m.Goroutines == 0 {
+				t.Errorf("%s: memory breakdown %+v: want the executable's and anonymous pages, the heap in use and the goroutines", name, m)
+			}
+		}
 		// Counting works: bytes both ways, and at least the Lease renewals the window was made
 		// long enough for.
 		if a.Steady == nil || a.Steady.Uplink == nil {
