@@ -85,7 +85,7 @@ func isHelper(argv []string) bool {
 // symbol table and DWARF (-s -w) as the kubelet is (hack/build-kubelet.sh, like upstream's
 // release builds), -trimpath, its tags. A build with cgo (go build's default where a C compiler
 // is found) links libc dynamically: the agent's RSS then counted libc's and the dynamic
-// loader's pages (1.7 MiB in the run of 2026-12-07 04:40), which no gateway has, and the
+// loader's pages, which no gateway has, and the
 // kubelet beside it is static. The logger lands beside the agent, where a gateway has it and
 // the agent looks for it. The binaries go to a directory removed when t ends; the agent's is
 // returned.
